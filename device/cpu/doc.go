@@ -1,0 +1,8 @@
+// Package cpu is the CPU device: Go memory behind memfit's caching allocator
+// (64-byte aligned, with an optional capacity so that out-of-memory can be
+// met and tested on any machine) and pure-Go kernels that spread large
+// operations over the cores GOMAXPROCS allows. Matrix products go to the
+// gemm sub-package. 16-bit floats are converted on the fly, a bounded chunk
+// at a time, and every kernel partitions its work in a fixed way, so results
+// never depend on scheduling.
+package cpu

@@ -1,0 +1,123 @@
+package gemm
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+)
+
+// threads is the number of goroutines one GEMM may use.
+var threads atomic.Int64
+
+func init() { threads.Store(int64(runtime.GOMAXPROCS(0))) }
+
+// SetThreads sets the number of goroutines a single GEMM may use (values
+// below 1 mean 1) and returns the previous value. The default is
+// runtime.GOMAXPROCS(0) at program start.
+func SetThreads(n int) int {
+	return int(threads.Swap(int64(max(n, 1))))
+}
+
+// Sgemm computes C = alpha*op(A)*op(B) + beta*C in float32.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !prologue("Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	run(sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc)
+}
+
+// Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64. It is meant for
+// correctness (gradient checks), not speed: portable Go on every platform.
+func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if !prologue("Dgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	run(dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc)
+}
+
+// GemmBF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold
+// bfloat16 bit patterns; products are accumulated and written in float32.
+func GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if !prologue("GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
+	if bf16Engine != nil {
+		run(bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc)
+		return
+	}
+	run(bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc)
+}
+
+// GemmF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold IEEE
+// half-precision bit patterns; they are converted to float32 while packing,
+// and the float32 kernel accumulates and writes float32.
+func GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if !prologue("GemmF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	run(f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc)
+}
+
+// prologue checks shapes, strides and slice lengths, panicking on a
+// programming error, and reports whether there is any work to do.
+func prologue(fn string, transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gemm: %s: negative size m=%d n=%d k=%d", fn, m, n, k))
+	}
+	if m == 0 || n == 0 {
+		return false
+	}
+	checkOperand(fn, "a", transA, m, k, la, lda)
+	checkOperand(fn, "b", transB, k, n, lb, ldb)
+	if ldc < n || lc < (m-1)*ldc+n {
+		panic(fmt.Sprintf("gemm: %s: c is %d×%d with ldc=%d but len(c)=%d", fn, m, n, ldc, lc))
+	}
+	return true
+}
+
+// checkOperand checks the storage of an op(X) that is rows×cols.
+func checkOperand(fn, name string, trans bool, rows, cols, l, ld int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if trans {
+		rows, cols = cols, rows
+	}
+	if ld < cols || l < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("gemm: %s: %s is stored %d×%d (trans=%v) with ld=%d but len=%d", fn, name, rows, cols, trans, ld, l))
+	}
+}
+
+// scaleC sets C = beta*C, with beta == 0 clearing C.
+func scaleC[T float32 | float64](m, n int, beta T, c []T, ldc int) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		if beta == 1 {
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+type shape struct{ m, n, k int }
+
+var testShapes = []shape{
+	{1, 1, 1}, {1, 37, 5}, {37, 1, 5}, {1, 1, 40}, {5, 7, 1}, {17, 31, 13}, {13, 17, 31},
+	{4, 4, 4}, {14, 32, 9}, {15, 33, 10}, {28, 64, 2}, {29, 65, 3}, {6, 16, 8}, {7, 17, 300},
+	{45, 70, 300}, {100, 3, 520}, {3, 100, 257}, {64, 64, 64},
+	{0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {0, 0, 0},
+}
+
+type scal struct {
+	alpha, beta float64
+	nanC        bool
+}
+
+var testScalars = []scal{{1, 0, true}, {0.5, 0, true}, {1.5, -0.5, false}, {0, 2, false}, {0, 0, true}, {1, 1, false}, {-2, 1, false}}
+
+// operand builds storage for an op(X) of rows×cols, transposed or not, with
+// padded stride, filled by gen, and returns storage and stride.
+func operand[T any](rng *rand.Rand, rows, cols int, trans bool, pad int, gen func(*rand.Rand) T) ([]T, int) {
+	r, c := rows, cols
+	if trans {
+		r, c = cols, rows
+	}
+	ld := c + pad
+	n := 0
+	if r > 0 {
+		n = (r-1)*ld + c
+	}
+	s := make([]T, n+pad) // trailing slack, must not be touched either
+	for i := range s {
+		s[i] = gen(rng)
+	}
+	return s, ld
+}
+
+func at[T any](s []T, ld int, trans bool, i, j int) T {
+	if trans {
+		return s[j*ld+i]
+	}
+	return s[i*ld+j]
+}
+
+// check compares C against a float64 reference computed from the inputs.
+func check[T any](t *testing.T, name string, sh shape, tA, tB bool, sc scal, a []T, lda int, b []T, ldb int, c0, c []float64, ldc int, conv func(T) float64, tol float64) {
+	t.Helper()
+	bad := 0
+	for i := 0; i < sh.m; i++ {
+		for j := 0; j < sh.n; j++ {
+			var sum, mag float64
+			for p := 0; p < sh.k; p++ {
+				x := conv(at(a, lda, tA, i, p)) * conv(at(b, ldb, tB, p, j))
+				sum += x
+				mag += math.Abs(x)
+			}
+			want := sc.alpha * sum
+			bound := math.Abs(sc.alpha) * mag
+			if sc.beta != 0 {
+				want += sc.beta * c0[i*ldc+j]
+				bound += math.Abs(sc.beta * c0[i*ldc+j])
+			}
+			got := c[i*ldc+j]
+			if math.IsNaN(got) || math.Abs(got-want) > tol*bound+1e-30 {
+				if bad < 5 {
+					t.Errorf("%s %v tA=%v tB=%v %+v: C[%d,%d]=%g want %g", name, sh, tA, tB, sc, i, j, got, want)
+				}
+				bad++
+			}
+		}
+	}
+	// Padding between rows of C and after it must be untouched.
+	for i := range c {
+		r, col := i/ldc, i%ldc
+		if r < sh.m && col < sh.n {
+			continue
+		}
+		if !(c[i] == c0[i] || math.IsNaN(c[i]) && math.IsNaN(c0[i])) {
+			t.Fatalf("%s %v: wrote outside C at %d", name, sh, i)
+		}
+	}
+}
+
+func f32gen(r *rand.Rand) float32 { return float32(r.NormFloat64()) }
+
+func toF64[T float32 | float64](s []T) []float64 {
+	o := make([]float64, len(s))
+	for i, v := range s {
+		o[i] = float64(v)
+	}
+	return o
+}
+
+// forAll runs f over every shape, transpose combination, stride and scalar case.
+func forAll(t *testing.T, f func(sh shape, tA, tB bool, pad int, sc scal)) {
+	for _, sh := range testShapes {
+		for _, tA := range []bool{false, true} {
+			for _, tB := range []bool{false, true} {
+				for si, sc := range testScalars {
+					pad := 0
+					if si%2 == 1 {
+						pad = 3
+					}
+					f(sh, tA, tB, pad, sc)
+				}
+			}
+		}
+	}
+}
+
+func cmatrix(rng *rand.Rand, m, n, pad int, nan bool) ([]float32, int) {
+	c, ldc := operand(rng, m, n, false, pad, f32gen)
+	if nan {
+		for i := range c {
+			if i%(ldc) < n {
+				c[i] = float32(math.NaN())
+			}
+		}
+	}
+	return c, ldc
+}
+
+func testSgemm(t *testing.T, name string) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	forAll(t, func(sh shape, tA, tB bool, pad int, sc scal) {
+		a, lda := operand(rng, sh.m, sh.k, tA, pad, f32gen)
+		b, ldb := operand(rng, sh.k, sh.n, tB, pad+1, f32gen)
+		c, ldc := cmatrix(rng, sh.m, sh.n, pad+2, sc.nanC)
+		c0 := toF64(c)
+		Sgemm(tA, tB, sh.m, sh.n, sh.k, float32(sc.alpha), a, lda, b, ldb, float32(sc.beta), c, ldc)
+		check(t, name, sh, tA, tB, sc, a, lda, b, ldb, c0, toF64(c), ldc, func(v float32) float64 { return float64(v) }, 1e-5)
+	})
+}
+
+// withEngine runs f with e as the float32 engine, also with a copy of e
+// whose cache blocks are tiny so that every blocking loop runs many times.
+func withF32Engine(t *testing.T, e *engine[float32, float32, float32], f func(t *testing.T)) {
+	old := sgemmEngine
+	defer setF32Engine(old)
+	setF32Engine(e)
+	t.Run(e.name, f)
+	tiny := *e
+	tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+	tiny.name += "-tinyblocks"
+	setF32Engine(&tiny)
+	t.Run(tiny.name, f)
+}
+
+func TestSgemm(t *testing.T) {
+	for _, e := range f32Engines {
+		withF32Engine(t, e, func(t *testing.T) { testSgemm(t, e.name) })
+	}
+}
+
+func TestSgemmThreads(t *testing.T) {
+	defer SetThreads(SetThreads(2))
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, e := range f32Engines {
+		withF32Engine(t, e, func(t *testing.T) {
+			for _, sh := range []shape{{130, 97, 100}, {97, 130, 100}, {300, 40, 90}, {40, 300, 90}} {
+				for _, tA := range []bool{false, true} {
+					for _, tB := range []bool{false, true} {
+						sc := scal{1.25, 0.5, false}
+						a, lda := operand(rng, sh.m, sh.k, tA, 1, f32gen)
+						b, ldb := operand(rng, sh.k, sh.n, tB, 2, f32gen)
+						c, ldc := cmatrix(rng, sh.m, sh.n, 3, false)
+						c0 := toF64(c)
+						Sgemm(tA, tB, sh.m, sh.n, sh.k, float32(sc.alpha), a, lda, b, ldb, float32(sc.beta), c, ldc)
+						check(t, e.name, sh, tA, tB, sc, a, lda, b, ldb, c0, toF64(c), ldc, func(v float32) float64 { return float64(v) }, 1e-5)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestDgemm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	gen := func(r *rand.Rand) float64 { return r.NormFloat64() }
+	forAll(t, func(sh shape, tA, tB bool, pad int, sc scal) {
+		a, lda := operand(rng, sh.m, sh.k, tA, pad, gen)
+		b, ldb := operand(rng, sh.k, sh.n, tB, pad+1, gen)
+		c, ldc := operand(rng, sh.m, sh.n, false, pad+2, gen)
+		if sc.nanC {
+			for i := range c {
+				c[i] = math.NaN()
+			}
+		}
+		c0 := append([]float64(nil), c...)
+		Dgemm(tA, tB, sh.m, sh.n, sh.k, sc.alpha, a, lda, b, ldb, sc.beta, c, ldc)
+		check(t, "dgemm", sh, tA, tB, sc, a, lda, b, ldb, c0, c, ldc, func(v float64) float64 { return v }, 1e-12)
+	})
+}
+
+func bf16gen(r *rand.Rand) uint16 { return uint16(math.Float32bits(float32(r.NormFloat64())) >> 16) }
+
+func f16gen(r *rand.Rand) uint16 {
+	// Mostly normal values of moderate size, some subnormals and zeros.
+	switch r.IntN(16) {
+	case 0:
+		return uint16(r.IntN(1 << 10)) // subnormal or zero
+	case 1:
+		return 0x8000
+	}
+	return uint16(r.IntN(2))<<15 | uint16(10+r.IntN(10))<<10 | uint16(r.IntN(1<<10))
+}
+
+func testLow(t *testing.T, name string, f func(bool, bool, int, int, int, float32, []uint16, int, []uint16, int, float32, []float32, int), gen func(*rand.Rand) uint16, conv func(uint16) float32) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	forAll(t, func(sh shape, tA, tB bool, pad int, sc scal) {
+		a, lda := operand(rng, sh.m, sh.k, tA, pad, gen)
+		b, ldb := operand(rng, sh.k, sh.n, tB, pad+1, gen)
+		c, ldc := cmatrix(rng, sh.m, sh.n, pad+2, sc.nanC)
+		c0 := toF64(c)
+		f(tA, tB, sh.m, sh.n, sh.k, float32(sc.alpha), a, lda, b, ldb, float32(sc.beta), c, ldc)
+		check(t, name, sh, tA, tB, sc, a, lda, b, ldb, c0, toF64(c), ldc, func(v uint16) float64 { return float64(conv(v)) }, 1e-5)
+	})
+}
+
+func TestGemmBF16(t *testing.T) {
+	old := bf16Engine
+	defer func() { bf16Engine = old }()
+	bf16Engine = nil
+	t.Run("convert", func(t *testing.T) { testLow(t, "bf16-cvt", GemmBF16, bf16gen, BF16ToF32) })
+	for _, e := range bf16Engines {
+		bf16Engine = e
+		t.Run(e.name, func(t *testing.T) { testLow(t, e.name, GemmBF16, bf16gen, BF16ToF32) })
+		tiny := *e
+		tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+		bf16Engine = &tiny
+		t.Run(e.name+"-tinyblocks", func(t *testing.T) { testLow(t, e.name, GemmBF16, bf16gen, BF16ToF32) })
+	}
+}
+
+func TestGemmF16(t *testing.T) {
+	for _, e := range f32Engines {
+		withF32Engine(t, e, func(t *testing.T) { testLow(t, "f16", GemmF16, f16gen, F16ToF32) })
+	}
+}
+
+func TestF16ToF32(t *testing.T) {
+	for h := 0; h < 1<<16; h++ {
+		got := F16ToF32(uint16(h))
+		sign := 1.0
+		if h>>15 == 1 {
+			sign = -1
+		}
+		e, man := (h>>10)&0x1f, h&0x3ff
+		var want float64
+		switch {
+		case e == 0x1f && man == 0:
+			want = math.Inf(int(sign))
+		case e == 0x1f:
+			if !math.IsNaN(float64(got)) {
+				t.Fatalf("F16ToF32(%#04x) = %v, want NaN", h, got)
+			}
+			continue
+		case e == 0:
+			want = sign * math.Ldexp(float64(man), -24)
+		default:
+			want = sign * math.Ldexp(1+float64(man)/1024, e-15)
+		}
+		if float64(got) != want || math.Signbit(float64(got)) != (sign < 0) {
+			t.Fatalf("F16ToF32(%#04x) = %v, want %v", h, got, want)
+		}
+	}
+}
+
+func TestPanicsOnShortSlices(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		{"short a", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2) }},
+		{"short b", func() { Sgemm(false, true, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 3), 2, 0, make([]float32, 4), 2) }},
+		{"short c", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2) }},
+		{"small ldc", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 4), 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			tc.f()
+		})
+	}
+}
+
+func TestSetThreads(t *testing.T) {
+	old := SetThreads(3)
+	if got := SetThreads(0); got != 3 {
+		t.Fatalf("SetThreads returned %d, want 3", got)
+	}
+	if got := SetThreads(old); got != 1 {
+		t.Fatalf("SetThreads(0) stored %d, want 1", got)
+	}
+}
+
+func TestSgemmNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	for _, thr := range []int{1, 2} {
+		t.Run(fmt.Sprint("threads", thr), func(t *testing.T) {
+			defer SetThreads(SetThreads(thr))
+			n := 128
+			a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+			f := func() { Sgemm(false, true, n, n, n, 1, a, n, b, n, 0, c, n) }
+			f()
+			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
+				t.Errorf("Sgemm %dx%dx%d allocates %v times per call", n, n, n, allocs)
+			}
+		})
+	}
+}

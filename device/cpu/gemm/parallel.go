@@ -1,0 +1,145 @@
+package gemm
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// minWorkPerThread is the number of multiply-adds below which an extra
+// goroutine costs more than it saves.
+const minWorkPerThread = 1 << 19
+
+// run computes the product, split over up to SetThreads goroutines when it
+// is large enough. k > 0 and alpha != 0.
+func run[S, D any, C float32 | float64](e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int) {
+	parts := int(threads.Load())
+	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
+		parts = max(1, work/minWorkPerThread)
+	}
+	// Split the larger of m and n: every part packs all of the other
+	// operand, so this duplicates the smaller packing.
+	splitM := m >= n
+	units := (n + e.nr - 1) / e.nr
+	if splitM {
+		units = (m + e.mr - 1) / e.mr
+	}
+	parts = min(parts, units)
+	if parts <= 1 {
+		ws := getWS[D, C](pool)
+		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc)
+		pool.Put(ws)
+		return
+	}
+	j := getJob[S, D, C]()
+	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc,
+		parts: parts, units: units, splitM: splitM}
+	startWorkers(parts - 1)
+	for p := 1; p < parts; p++ {
+		j.wg.Add(1)
+		select {
+		case workCh <- workItem{j, p}:
+		default: // no idle worker: do it here
+			j.runPart(p)
+			j.wg.Done()
+		}
+	}
+	j.runPart(0)
+	j.wg.Wait()
+	*j = job[S, D, C]{}
+	putJob(j)
+}
+
+// job is one GEMM split into parts along m or n.
+type job[S, D any, C float32 | float64] struct {
+	e           *engine[S, D, C]
+	pool        *sync.Pool
+	m, n, k     int
+	alpha, beta C
+	a, b        mat[S]
+	c           []C
+	ldc         int
+	parts       int
+	units       int // mr-row or nr-column blocks along the split dimension
+	splitM      bool
+	wg          sync.WaitGroup
+}
+
+func (j *job[S, D, C]) runPart(p int) {
+	u0, u1 := j.units*p/j.parts, j.units*(p+1)/j.parts
+	if u0 == u1 {
+		return
+	}
+	ws := getWS[D, C](j.pool)
+	if j.splitM {
+		i0, i1 := u0*j.e.mr, min(u1*j.e.mr, j.m)
+		j.e.serial(ws, i1-i0, j.n, j.k, j.alpha, j.a.rowsFrom(i0), j.b, j.beta, j.c[i0*j.ldc:], j.ldc)
+	} else {
+		j0, j1 := u0*j.e.nr, min(u1*j.e.nr, j.n)
+		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, j.c[j0:], j.ldc)
+	}
+	j.pool.Put(ws)
+}
+
+// jobPools keeps job structs per instantiation so that steady-state calls
+// do not allocate.
+var jobPools sync.Map // map[*T]*sync.Pool keyed by a typed nil pointer
+
+func jobPool[S, D any, C float32 | float64]() *sync.Pool {
+	var key *job[S, D, C]
+	if p, ok := jobPools.Load(key); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := jobPools.LoadOrStore(key, new(sync.Pool))
+	return p.(*sync.Pool)
+}
+
+func getJob[S, D any, C float32 | float64]() *job[S, D, C] {
+	if j, ok := jobPool[S, D, C]().Get().(*job[S, D, C]); ok {
+		return j
+	}
+	return new(job[S, D, C])
+}
+
+func putJob[S, D any, C float32 | float64](j *job[S, D, C]) { jobPool[S, D, C]().Put(j) }
+
+// part is the view of a job that workers need.
+type part interface {
+	runPart(p int)
+	done()
+}
+
+type workItem struct {
+	j part
+	p int
+}
+
+// workCh is unbuffered: a send succeeds only when a worker is idle, so
+// concurrent GEMMs never queue behind each other.
+var (
+	workCh    = make(chan workItem)
+	nWorkers  atomic.Int64
+	workersMu sync.Mutex
+)
+
+// startWorkers makes sure at least n worker goroutines exist. Workers live
+// for the life of the program and sleep on workCh when idle.
+func startWorkers(n int) {
+	if int(nWorkers.Load()) >= n {
+		return
+	}
+	workersMu.Lock()
+	defer workersMu.Unlock()
+	for int(nWorkers.Load()) < n {
+		nWorkers.Add(1)
+		go worker()
+	}
+}
+
+func worker() {
+	for w := range workCh {
+		w.j.runPart(w.p)
+		w.j.done()
+	}
+}
+
+func (j *job[S, D, C]) done() { j.wg.Done() }

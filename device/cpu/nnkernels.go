@@ -1,0 +1,570 @@
+package cpu
+
+import (
+	"math"
+	"sync"
+
+	"github.com/memfit/memfit/device"
+)
+
+// rowScratch returns a buffer of n elements: the pooled one when it is large
+// enough, a fresh one otherwise (rows wider than chunk are rare).
+func rowScratch[T float](buf []T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
+}
+
+// rowsParallel calls fn for every row in [0, rows), spread over goroutines
+// when the work (rows·width elements) is large.
+func (d *Device) rowsParallel(rows, width int, fn func(r0, r1 int)) {
+	if rows == 0 {
+		return
+	}
+	parallelRange(d.threads, rows*max(width, 1), func(s, e int) {
+		w := max(width, 1)
+		fn((s+w-1)/w, (e+w-1)/w)
+	})
+}
+
+func lastDim(v device.View) int { return v.Shape[len(v.Shape)-1] }
+
+// Softmax computes softmax or log-softmax over the last dimension.
+func (d *Device) Softmax(dst, src device.View, log bool) {
+	if wide(dst, src) {
+		softmax[float64](d, dst, src, log)
+		return
+	}
+	softmax[float32](d, dst, src, log)
+}
+
+func softmax[T float](d *Device, dst, src device.View, log bool) {
+	n := lastDim(src)
+	rows := src.Len() / max(n, 1)
+	d.rowsParallel(rows, n, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		for r := r0; r < r1; r++ {
+			x := load(src, src.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
+			y := target(dst, dst.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			m := math.Inf(-1)
+			for _, v := range x {
+				m = max(m, float64(v))
+			}
+			var s float64
+			for _, v := range x {
+				s += math.Exp(float64(v) - m)
+			}
+			if log {
+				lse := m + math.Log(s)
+				for i, v := range x {
+					y[i] = T(float64(v) - lse)
+				}
+			} else {
+				inv := 1 / s
+				for i, v := range x {
+					y[i] = T(math.Exp(float64(v)-m) * inv)
+				}
+			}
+			store(dst, dst.Offset+r*n, 1, y)
+		}
+	})
+}
+
+// SoftmaxBackward computes dx from the forward output y and dy.
+func (d *Device) SoftmaxBackward(dx, y, dy device.View, log bool) {
+	if wide(dx, y, dy) {
+		softmaxBackward[float64](d, dx, y, dy, log)
+		return
+	}
+	softmaxBackward[float32](d, dx, y, dy, log)
+}
+
+func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
+	n := lastDim(y)
+	rows := y.Len() / max(n, 1)
+	d.rowsParallel(rows, n, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		for r := r0; r < r1; r++ {
+			yy := load(y, y.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
+			g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.c[:], n))
+			if log {
+				// dx = dy - softmax·sum(dy)
+				var s float64
+				for _, v := range g {
+					s += float64(v)
+				}
+				for i := range out {
+					out[i] = T(float64(g[i]) - math.Exp(float64(yy[i]))*s)
+				}
+			} else {
+				// dx = y·(dy - sum(dy·y))
+				var s float64
+				for i := range g {
+					s += float64(g[i]) * float64(yy[i])
+				}
+				for i := range out {
+					out[i] = T(float64(yy[i]) * (float64(g[i]) - s))
+				}
+			}
+			store(dx, dx.Offset+r*n, 1, out)
+		}
+	})
+}
+
+// LayerNorm normalises rows of x.
+func (d *Device) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float64) {
+	if wide(y, x) {
+		layerNorm[float64](d, y, mean, rstd, x, gamma, beta, eps)
+		return
+	}
+	layerNorm[float32](d, y, mean, rstd, x, gamma, beta, eps)
+}
+
+func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, eps float64) {
+	n := lastDim(x)
+	rows := x.Len() / max(n, 1)
+	d.rowsParallel(rows, n, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
+		bt := load(beta, beta.Offset, n, 1, rowScratch(sc.d[:], n))
+		one := make([]T, 2)
+		for r := r0; r < r1; r++ {
+			xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
+			out := target(y, y.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			var mu float64
+			for _, v := range xx {
+				mu += float64(v)
+			}
+			mu /= float64(n)
+			var vr float64
+			for _, v := range xx {
+				dv := float64(v) - mu
+				vr += dv * dv
+			}
+			rs := 1 / math.Sqrt(vr/float64(n)+eps)
+			for i, v := range xx {
+				out[i] = T((float64(v)-mu)*rs)*gm[i] + bt[i]
+			}
+			store(y, y.Offset+r*n, 1, out)
+			one[0], one[1] = T(mu), T(rs)
+			store(mean, mean.Offset+r, 1, one[:1])
+			store(rstd, rstd.Offset+r, 1, one[1:])
+		}
+	})
+}
+
+// LayerNormBackward writes dx and adds the parameter gradients into dgamma
+// and dbeta. Parameter gradients are summed per fixed block of rows and the
+// blocks combined in order, so the result does not depend on scheduling.
+func (d *Device) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma device.View) {
+	if wide(dx, x) {
+		layerNormBackward[float64](d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+		return
+	}
+	layerNormBackward[float32](d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+}
+
+func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma device.View) {
+	n := lastDim(x)
+	rows := x.Len() / max(n, 1)
+	parts := 1
+	if rows*n >= parallelMin {
+		parts = min(d.threads, rows)
+	}
+	dg := make([][]float64, parts)
+	db := make([][]float64, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		dg[p], db[p] = make([]float64, n), make([]float64, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := getScratch[T]()
+			defer putScratch(sc)
+			gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
+			mr := make([]T, 2)
+			xhat := make([]float64, n)
+			for r := rows * p / parts; r < rows*(p+1)/parts; r++ {
+				xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
+				g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+				mu := float64(load(mean, mean.Offset+r, 1, 1, mr[:1])[0])
+				rs := float64(load(rstd, rstd.Offset+r, 1, 1, mr[1:])[0])
+				var s1, s2 float64
+				for i := range xx {
+					xhat[i] = (float64(xx[i]) - mu) * rs
+					gg := float64(g[i]) * float64(gm[i])
+					s1 += gg
+					s2 += gg * xhat[i]
+					dg[p][i] += float64(g[i]) * xhat[i]
+					db[p][i] += float64(g[i])
+				}
+				s1 /= float64(n)
+				s2 /= float64(n)
+				out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.d[:], n))
+				for i := range out {
+					out[i] = T(rs * (float64(g[i])*float64(gm[i]) - s1 - xhat[i]*s2))
+				}
+				store(dx, dx.Offset+r*n, 1, out)
+			}
+		}()
+	}
+	wg.Wait()
+	accumulate := func(dst device.View, parts [][]float64) {
+		if dst.Buf.Block == nil && dst.Buf.Host == nil {
+			return
+		}
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		cur := load(dst, dst.Offset, n, 1, rowScratch(sc.a[:], n))
+		out := rowScratch(sc.b[:], n)
+		for i := range out {
+			s := float64(cur[i])
+			for _, p := range parts {
+				s += p[i]
+			}
+			out[i] = T(s)
+		}
+		store(dst, dst.Offset, 1, out)
+	}
+	accumulate(dgamma, dg)
+	accumulate(dbeta, db)
+}
+
+// index reads element i of an integer view.
+func index(v device.View, i int) int64 {
+	if v.DType == device.I64 {
+		return i64s(v)[v.Offset+i]
+	}
+	return int64(i32s(v)[v.Offset+i])
+}
+
+// Gather copies the rows of table selected by idx into dst.
+func (d *Device) Gather(dst, table, idx device.View) {
+	vocab, dim := table.Shape[0], table.Shape[1]
+	n := idx.Len()
+	for i := 0; i < n; i++ {
+		if t := index(idx, i); t < 0 || t >= int64(vocab) {
+			panic(&device.IndexError{Op: "embedding", Index: t, Limit: vocab, At: i})
+		}
+	}
+	d.rowsParallel(n, dim, func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			t := int(index(idx, r))
+			src := table
+			src.Offset = table.Offset + t*dim
+			src.Shape, src.Strides = []int{dim}, []int{1}
+			dd := dst
+			dd.Offset = dst.Offset + r*dim
+			dd.Shape, dd.Strides = []int{dim}, []int{1}
+			copyRow(dd, src)
+		}
+	})
+}
+
+func copyRow(dst, src device.View) {
+	if dst.DType == src.DType && dst.DType.Size() == 4 {
+		copy(i32s(dst)[dst.Offset:dst.Offset+dst.Shape[0]], i32s(src)[src.Offset:src.Offset+src.Shape[0]])
+		return
+	}
+	sc := getScratch[float64]()
+	defer putScratch(sc)
+	n := dst.Shape[0]
+	x := load(src, src.Offset, n, 1, rowScratch(sc.a[:], n))
+	store(dst, dst.Offset, 1, x)
+}
+
+// ScatterAdd adds the rows of src into the rows of dst selected by idx. Runs
+// on one goroutine: repeated indices would race and the order of addition
+// must not vary.
+func (d *Device) ScatterAdd(dst, idx, src device.View) {
+	if wide(dst, src) {
+		scatterAdd[float64](dst, idx, src)
+		return
+	}
+	scatterAdd[float32](dst, idx, src)
+}
+
+func scatterAdd[T float](dst, idx, src device.View) {
+	vocab, dim := dst.Shape[0], dst.Shape[1]
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	for i := 0; i < idx.Len(); i++ {
+		t := index(idx, i)
+		if t < 0 || t >= int64(vocab) {
+			panic(&device.IndexError{Op: "embedding backward", Index: t, Limit: vocab, At: i})
+		}
+		x := load(src, src.Offset+i*dim, dim, 1, rowScratch(sc.a[:], dim))
+		y := load(dst, dst.Offset+int(t)*dim, dim, 1, rowScratch(sc.b[:], dim))
+		out := rowScratch(sc.c[:], dim)
+		for j := range out {
+			out[j] = y[j] + x[j]
+		}
+		store(dst, dst.Offset+int(t)*dim, 1, out)
+	}
+}
+
+// Im2Col lays each receptive field of x out as a column of col
+// ([N, C·KH·KW, OH·OW]); positions in the padding read as zero.
+func (d *Device) Im2Col(col, x device.View, g device.ConvGeom) {
+	if wide(col, x) {
+		im2col[float64](d, col, x, g)
+		return
+	}
+	im2col[float32](d, col, x, g)
+}
+
+func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
+	plane := g.H * g.W
+	d.rowsParallel(g.N*g.C, plane*g.KH*g.KW, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		outLen := g.OH * g.OW
+		for nc := r0; nc < r1; nc++ {
+			n, c := nc/g.C, nc%g.C
+			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
+			out := rowScratch(sc.b[:], outLen)
+			for kh := 0; kh < g.KH; kh++ {
+				for kw := 0; kw < g.KW; kw++ {
+					row := (c*g.KH+kh)*g.KW + kw
+					for oh := 0; oh < g.OH; oh++ {
+						ih := oh*g.StrideH - g.PadH + kh
+						for ow := 0; ow < g.OW; ow++ {
+							iw := ow*g.StrideW - g.PadW + kw
+							var v T
+							if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+								v = img[ih*g.W+iw]
+							}
+							out[oh*g.OW+ow] = v
+						}
+					}
+					store(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, 1, out)
+				}
+			}
+		}
+	})
+}
+
+// Col2Im sums columns back into image positions (the adjoint of Im2Col).
+func (d *Device) Col2Im(dx, col device.View, g device.ConvGeom) {
+	if wide(dx, col) {
+		col2im[float64](d, dx, col, g)
+		return
+	}
+	col2im[float32](d, dx, col, g)
+}
+
+func col2im[T float](d *Device, dx, col device.View, g device.ConvGeom) {
+	plane := g.H * g.W
+	d.rowsParallel(g.N*g.C, plane*g.KH*g.KW, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		outLen := g.OH * g.OW
+		acc := make([]T, plane)
+		for nc := r0; nc < r1; nc++ {
+			n, c := nc/g.C, nc%g.C
+			clear(acc)
+			for kh := 0; kh < g.KH; kh++ {
+				for kw := 0; kw < g.KW; kw++ {
+					row := (c*g.KH+kh)*g.KW + kw
+					src := load(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+					for oh := 0; oh < g.OH; oh++ {
+						ih := oh*g.StrideH - g.PadH + kh
+						if ih < 0 || ih >= g.H {
+							continue
+						}
+						for ow := 0; ow < g.OW; ow++ {
+							iw := ow*g.StrideW - g.PadW + kw
+							if iw >= 0 && iw < g.W {
+								acc[ih*g.W+iw] += src[oh*g.OW+ow]
+							}
+						}
+					}
+				}
+			}
+			store(dx, dx.Offset+nc*plane, 1, acc)
+		}
+	})
+}
+
+// Pool applies max or average pooling over KH×KW windows.
+func (d *Device) Pool(op device.PoolOp, y, argmax, x device.View, g device.ConvGeom) {
+	if wide(y, x) {
+		pool[float64](d, op, y, argmax, x, g)
+		return
+	}
+	pool[float32](d, op, y, argmax, x, g)
+}
+
+func pool[T float](d *Device, op device.PoolOp, y, argmax, x device.View, g device.ConvGeom) {
+	plane, outLen := g.H*g.W, g.OH*g.OW
+	var am []int32
+	if op == device.MaxPool {
+		am = i32s(argmax)
+	}
+	d.rowsParallel(g.N*g.C, plane, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		for nc := r0; nc < r1; nc++ {
+			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
+			out := rowScratch(sc.b[:], outLen)
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					best, bestAt := math.Inf(-1), -1
+					var sum float64
+					for kh := 0; kh < g.KH; kh++ {
+						ih := oh*g.StrideH - g.PadH + kh
+						if ih < 0 || ih >= g.H {
+							continue
+						}
+						for kw := 0; kw < g.KW; kw++ {
+							iw := ow*g.StrideW - g.PadW + kw
+							if iw < 0 || iw >= g.W {
+								continue
+							}
+							v := float64(img[ih*g.W+iw])
+							sum += v
+							if v > best || bestAt < 0 {
+								best, bestAt = v, ih*g.W+iw
+							}
+						}
+					}
+					o := oh*g.OW + ow
+					if op == device.MaxPool {
+						out[o] = T(best)
+						am[argmax.Offset+nc*outLen+o] = int32(bestAt)
+					} else {
+						out[o] = T(sum / float64(g.KH*g.KW))
+					}
+				}
+			}
+			store(y, y.Offset+nc*outLen, 1, out)
+		}
+	})
+}
+
+// PoolBackward routes dy back to the inputs each window read.
+func (d *Device) PoolBackward(op device.PoolOp, dx, argmax, dy device.View, g device.ConvGeom) {
+	if wide(dx, dy) {
+		poolBackward[float64](d, op, dx, argmax, dy, g)
+		return
+	}
+	poolBackward[float32](d, op, dx, argmax, dy, g)
+}
+
+func poolBackward[T float](d *Device, op device.PoolOp, dx, argmax, dy device.View, g device.ConvGeom) {
+	plane, outLen := g.H*g.W, g.OH*g.OW
+	var am []int32
+	if op == device.MaxPool {
+		am = i32s(argmax)
+	}
+	d.rowsParallel(g.N*g.C, plane, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		acc := make([]T, plane)
+		for nc := r0; nc < r1; nc++ {
+			clear(acc)
+			gy := load(dy, dy.Offset+nc*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					o := oh*g.OW + ow
+					if op == device.MaxPool {
+						acc[am[argmax.Offset+nc*outLen+o]] += gy[o]
+						continue
+					}
+					share := gy[o] / T(g.KH*g.KW)
+					for kh := 0; kh < g.KH; kh++ {
+						ih := oh*g.StrideH - g.PadH + kh
+						if ih < 0 || ih >= g.H {
+							continue
+						}
+						for kw := 0; kw < g.KW; kw++ {
+							iw := ow*g.StrideW - g.PadW + kw
+							if iw >= 0 && iw < g.W {
+								acc[ih*g.W+iw] += share
+							}
+						}
+					}
+				}
+			}
+			store(dx, dx.Offset+nc*plane, 1, acc)
+		}
+	})
+}
+
+// CrossEntropy writes the per-row loss of logits against integer targets,
+// with label smoothing s: loss = -(1-s)·logp[t] - s/C·Σ logp.
+func (d *Device) CrossEntropy(loss, logits, targets device.View, ignore int, smoothing float64) {
+	if wide(loss, logits) {
+		crossEntropy[float64](d, loss, logits, targets, ignore, smoothing, device.View{}, false)
+		return
+	}
+	crossEntropy[float32](d, loss, logits, targets, ignore, smoothing, device.View{}, false)
+}
+
+// CrossEntropyBackward writes dlogits = dloss·(softmax - (1-s)·onehot - s/C).
+func (d *Device) CrossEntropyBackward(dlogits, logits, targets, dloss device.View, ignore int, smoothing float64) {
+	if wide(dlogits, logits) {
+		crossEntropy[float64](d, dlogits, logits, targets, ignore, smoothing, dloss, true)
+		return
+	}
+	crossEntropy[float32](d, dlogits, logits, targets, ignore, smoothing, dloss, true)
+}
+
+func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore int, s float64, dloss device.View, backward bool) {
+	c := lastDim(logits)
+	rows := logits.Len() / max(c, 1)
+	for r := 0; r < rows; r++ {
+		if t := index(targets, r); t != int64(ignore) && (t < 0 || t >= int64(c)) {
+			panic(&device.IndexError{Op: "cross entropy target", Index: t, Limit: c, At: r})
+		}
+	}
+	d.rowsParallel(rows, c, func(r0, r1 int) {
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		one := make([]T, 1)
+		for r := r0; r < r1; r++ {
+			t := int(index(targets, r))
+			x := load(logits, logits.Offset+r*c, c, 1, rowScratch(sc.a[:], c))
+			m := math.Inf(-1)
+			for _, v := range x {
+				m = max(m, float64(v))
+			}
+			var se, sx float64
+			for _, v := range x {
+				se += math.Exp(float64(v) - m)
+				sx += float64(v)
+			}
+			lse := m + math.Log(se)
+			if !backward {
+				if t == ignore {
+					one[0] = 0
+				} else {
+					// Σ logp = Σx - C·lse
+					one[0] = T(-(1-s)*(float64(x[t])-lse) - s/float64(c)*(sx-float64(c)*lse))
+				}
+				store(out, out.Offset+r, 1, one)
+				continue
+			}
+			g := rowScratch(sc.b[:], c)
+			if t == ignore {
+				clear(g)
+			} else {
+				up := float64(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
+				for i, v := range x {
+					p := math.Exp(float64(v) - lse)
+					q := s / float64(c)
+					if i == t {
+						q += 1 - s
+					}
+					g[i] = T(up * (p - q))
+				}
+			}
+			store(out, out.Offset+r*c, 1, g)
+		}
+	})
+}

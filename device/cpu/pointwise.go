@@ -1,0 +1,517 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/memfit/memfit/device"
+)
+
+func getScratch[T float]() *scratch[T] {
+	var z T
+	if _, ok := any(z).(float64); ok {
+		return scratch64.Get().(*scratch[T])
+	}
+	return scratch32.Get().(*scratch[T])
+}
+
+func putScratch[T float](s *scratch[T]) {
+	var z T
+	if _, ok := any(z).(float64); ok {
+		scratch64.Put(s)
+		return
+	}
+	scratch32.Put(s)
+}
+
+// Fill sets every element of dst to v.
+func (d *Device) Fill(dst device.View, v float64) {
+	if wide(dst) || dst.DType == device.I32 || dst.DType == device.I64 {
+		fill[float64](d, dst, v)
+		return
+	}
+	fill[float32](d, dst, v)
+}
+
+func fill[T float](d *Device, dst device.View, v float64) {
+	l := newLoop(dst.Shape, dst)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		y := target(dst, offs[0], m, l.istr[0], sc.a[:])
+		for i := range y {
+			y[i] = T(v)
+		}
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+// Copy copies src into dst, converting dtypes.
+func (d *Device) Copy(dst, src device.View) {
+	if dst.DType == src.DType {
+		copySame(d, dst, src)
+		return
+	}
+	if wide(dst, src) || !dst.DType.IsFloat() || !src.DType.IsFloat() {
+		copyConvert[float64](d, dst, src)
+		return
+	}
+	copyConvert[float32](d, dst, src)
+}
+
+func copyConvert[T float](d *Device, dst, src device.View) {
+	l := newLoop(dst.Shape, dst, src)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(src, offs[1], m, l.istr[1], sc.a[:])
+		store(dst, offs[0], l.istr[0], x)
+		putScratch(sc)
+	})
+}
+
+func copySame(d *Device, dst, src device.View) {
+	l := newLoop(dst.Shape, dst, src)
+	sd, ss := l.istr[0], l.istr[1]
+	switch dst.DType.Size() {
+	case 2:
+		y, x := u16s(dst), u16s(src)
+		l.run(d.threads, func(_ int, offs []int, m int) {
+			if sd == 1 && ss == 1 {
+				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
+				return
+			}
+			for i := 0; i < m; i++ {
+				y[offs[0]+i*sd] = x[offs[1]+i*ss]
+			}
+		})
+	case 4:
+		y, x := i32s(dst), i32s(src)
+		l.run(d.threads, func(_ int, offs []int, m int) {
+			if sd == 1 && ss == 1 {
+				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
+				return
+			}
+			for i := 0; i < m; i++ {
+				y[offs[0]+i*sd] = x[offs[1]+i*ss]
+			}
+		})
+	case 8:
+		y, x := i64s(dst), i64s(src)
+		l.run(d.threads, func(_ int, offs []int, m int) {
+			if sd == 1 && ss == 1 {
+				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
+				return
+			}
+			for i := 0; i < m; i++ {
+				y[offs[0]+i*sd] = x[offs[1]+i*ss]
+			}
+		})
+	}
+}
+
+// Unary computes dst = op(src).
+func (d *Device) Unary(op device.UnaryOp, dst, src device.View, arg float64) {
+	if wide(dst, src) {
+		unary[float64](d, op, dst, src, arg)
+		return
+	}
+	unary[float32](d, op, dst, src, arg)
+}
+
+func unary[T float](d *Device, op device.UnaryOp, dst, src device.View, arg float64) {
+	l := newLoop(dst.Shape, dst, src)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(src, offs[1], m, l.istr[1], sc.a[:])
+		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
+		unaryRow(op, y, x, T(arg))
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+const geluC = 0.7978845608028654 // sqrt(2/pi)
+
+func unaryRow[T float](op device.UnaryOp, y, x []T, arg T) {
+	x = x[:len(y)]
+	switch op {
+	case device.Neg:
+		for i, v := range x {
+			y[i] = -v
+		}
+	case device.Exp:
+		for i, v := range x {
+			y[i] = T(math.Exp(float64(v)))
+		}
+	case device.Log:
+		for i, v := range x {
+			y[i] = T(math.Log(float64(v)))
+		}
+	case device.Sqrt:
+		for i, v := range x {
+			y[i] = T(math.Sqrt(float64(v)))
+		}
+	case device.Tanh:
+		for i, v := range x {
+			y[i] = T(math.Tanh(float64(v)))
+		}
+	case device.Sigmoid:
+		for i, v := range x {
+			y[i] = T(1 / (1 + math.Exp(-float64(v))))
+		}
+	case device.Relu:
+		for i, v := range x {
+			if v > 0 {
+				y[i] = v
+			} else {
+				y[i] = 0
+			}
+		}
+	case device.Gelu:
+		for i, v := range x {
+			f := float64(v)
+			y[i] = T(0.5 * f * (1 + math.Tanh(geluC*(f+0.044715*f*f*f))))
+		}
+	case device.Abs:
+		for i, v := range x {
+			y[i] = T(math.Abs(float64(v)))
+		}
+	case device.Square:
+		for i, v := range x {
+			y[i] = v * v
+		}
+	case device.Recip:
+		for i, v := range x {
+			y[i] = 1 / v
+		}
+	case device.PowScalar:
+		for i, v := range x {
+			y[i] = T(math.Pow(float64(v), float64(arg)))
+		}
+	case device.AddScalar:
+		for i, v := range x {
+			y[i] = v + arg
+		}
+	case device.MulScalar:
+		for i, v := range x {
+			y[i] = v * arg
+		}
+	default:
+		panic("cpu: unknown unary op " + op.String())
+	}
+}
+
+// UnaryBackward computes dx = dy·op'(x).
+func (d *Device) UnaryBackward(op device.UnaryOp, dx, x, y, dy device.View, arg float64) {
+	if wide(dx, dy) {
+		unaryBackward[float64](d, op, dx, x, y, dy, arg)
+		return
+	}
+	unaryBackward[float32](d, op, dx, x, y, dy, arg)
+}
+
+func unaryBackward[T float](d *Device, op device.UnaryOp, dx, x, y, dy device.View, arg float64) {
+	needX, needY := device.UnaryNeeds(op)
+	in := dy // the operand UnaryNeeds asks for; dy stands in when none is needed
+	if needX {
+		in = x
+	} else if needY {
+		in = y
+	}
+	l := newLoop(dx.Shape, dx, dy, in)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		g := load(dy, offs[1], m, l.istr[1], sc.a[:])
+		v := load(in, offs[2], m, l.istr[2], sc.b[:])
+		out := target(dx, offs[0], m, l.istr[0], sc.c[:])
+		unaryGradRow(op, out, v, g, T(arg))
+		store(dx, offs[0], l.istr[0], out)
+		putScratch(sc)
+	})
+}
+
+// unaryGradRow computes out = g·f' where v is x or y as UnaryNeeds says.
+func unaryGradRow[T float](op device.UnaryOp, out, v, g []T, arg T) {
+	v, g = v[:len(out)], g[:len(out)]
+	switch op {
+	case device.Neg:
+		for i := range out {
+			out[i] = -g[i]
+		}
+	case device.Exp:
+		for i := range out {
+			out[i] = g[i] * v[i]
+		}
+	case device.Log:
+		for i := range out {
+			out[i] = g[i] / v[i]
+		}
+	case device.Sqrt:
+		for i := range out {
+			out[i] = g[i] * 0.5 / v[i]
+		}
+	case device.Tanh:
+		for i := range out {
+			out[i] = g[i] * (1 - v[i]*v[i])
+		}
+	case device.Sigmoid:
+		for i := range out {
+			out[i] = g[i] * v[i] * (1 - v[i])
+		}
+	case device.Relu:
+		for i := range out {
+			if v[i] > 0 {
+				out[i] = g[i]
+			} else {
+				out[i] = 0
+			}
+		}
+	case device.Gelu:
+		for i := range out {
+			f := float64(v[i])
+			u := geluC * (f + 0.044715*f*f*f)
+			t := math.Tanh(u)
+			du := geluC * (1 + 3*0.044715*f*f)
+			out[i] = g[i] * T(0.5*(1+t)+0.5*f*(1-t*t)*du)
+		}
+	case device.Abs:
+		for i := range out {
+			switch {
+			case v[i] > 0:
+				out[i] = g[i]
+			case v[i] < 0:
+				out[i] = -g[i]
+			default:
+				out[i] = 0
+			}
+		}
+	case device.Square:
+		for i := range out {
+			out[i] = 2 * v[i] * g[i]
+		}
+	case device.Recip:
+		for i := range out {
+			out[i] = -g[i] * v[i] * v[i]
+		}
+	case device.PowScalar:
+		for i := range out {
+			out[i] = g[i] * arg * T(math.Pow(float64(v[i]), float64(arg-1)))
+		}
+	case device.AddScalar:
+		copy(out, g)
+	case device.MulScalar:
+		for i := range out {
+			out[i] = g[i] * arg
+		}
+	default:
+		panic("cpu: unknown unary op " + op.String())
+	}
+}
+
+// Binary computes dst = a op b.
+func (d *Device) Binary(op device.BinaryOp, dst, a, b device.View) {
+	if wide(dst, a, b) {
+		binary[float64](d, op, dst, a, b)
+		return
+	}
+	binary[float32](d, op, dst, a, b)
+}
+
+func binary[T float](d *Device, op device.BinaryOp, dst, a, b device.View) {
+	l := newLoop(dst.Shape, dst, a, b)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(a, offs[1], m, l.istr[1], sc.a[:])
+		z := load(b, offs[2], m, l.istr[2], sc.b[:])
+		y := target(dst, offs[0], m, l.istr[0], sc.c[:])
+		binaryRow(op, y, x, z)
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+func binaryRow[T float](op device.BinaryOp, y, a, b []T) {
+	a, b = a[:len(y)], b[:len(y)]
+	switch op {
+	case device.Add:
+		for i := range y {
+			y[i] = a[i] + b[i]
+		}
+	case device.Sub:
+		for i := range y {
+			y[i] = a[i] - b[i]
+		}
+	case device.Mul:
+		for i := range y {
+			y[i] = a[i] * b[i]
+		}
+	case device.Div:
+		for i := range y {
+			y[i] = a[i] / b[i]
+		}
+	case device.Maximum:
+		for i := range y {
+			y[i] = max(a[i], b[i])
+		}
+	case device.Minimum:
+		for i := range y {
+			y[i] = min(a[i], b[i])
+		}
+	case device.Equal:
+		for i := range y {
+			if a[i] == b[i] {
+				y[i] = 1
+			} else {
+				y[i] = 0
+			}
+		}
+	default:
+		panic("cpu: unknown binary op " + op.String())
+	}
+}
+
+// MaskedFill writes value where mask is non-zero and src elsewhere.
+func (d *Device) MaskedFill(dst, src, mask device.View, value float64) {
+	if wide(dst, src) {
+		maskedFill[float64](d, dst, src, mask, value)
+		return
+	}
+	maskedFill[float32](d, dst, src, mask, value)
+}
+
+func maskedFill[T float](d *Device, dst, src, mask device.View, value float64) {
+	l := newLoop(dst.Shape, dst, src, mask)
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(src, offs[1], m, l.istr[1], sc.a[:])
+		k := load(mask, offs[2], m, l.istr[2], sc.b[:])
+		y := target(dst, offs[0], m, l.istr[0], sc.c[:])
+		for i := range y {
+			if k[i] != 0 {
+				y[i] = T(value)
+			} else {
+				y[i] = x[i]
+			}
+		}
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+// CausalFill writes value above the diagonal of the last two dimensions.
+func (d *Device) CausalFill(dst, src device.View, value float64) {
+	if wide(dst, src) {
+		causalFill[float64](d, dst, src, value)
+		return
+	}
+	causalFill[float32](d, dst, src, value)
+}
+
+func causalFill[T float](d *Device, dst, src device.View, value float64) {
+	r := len(dst.Shape)
+	rows, cols := dst.Shape[r-2], dst.Shape[r-1]
+	l := newLoop(dst.Shape, dst, src)
+	l.run(d.threads, func(pos int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(src, offs[1], m, l.istr[1], sc.a[:])
+		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
+		for i := range y {
+			p := pos + i
+			if p%cols > (p/cols)%rows {
+				y[i] = T(value)
+			} else {
+				y[i] = x[i]
+			}
+		}
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+// AllFinite reports whether src holds no inf or NaN.
+func (d *Device) AllFinite(src device.View) bool {
+	l := newLoop(src.Shape, src)
+	bad := false
+	// Sequential on purpose: the answer is a single bit and the scan is
+	// memory-bound.
+	l.run(1, func(_ int, offs []int, m int) {
+		if bad {
+			return
+		}
+		sc := getScratch[float64]()
+		x := load(src, offs[0], m, l.istr[0], sc.a[:])
+		for _, v := range x {
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				bad = true
+				break
+			}
+		}
+		putScratch(sc)
+	})
+	return !bad
+}
+
+// splitmix64 is a counter-based generator: element i of a seeded draw is a
+// pure function of (seed, i), so any element can be regenerated alone and
+// the result does not depend on how work is split over goroutines.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// uniform01 is a float64 in [0, 1) for element i of stream seed.
+func uniform01(seed uint64, i uint64) float64 {
+	return float64(splitmix64(seed^splitmix64(i))>>11) / (1 << 53)
+}
+
+// Random fills dst from dist.
+func (d *Device) Random(dst device.View, dist device.Distribution, a, b float64, seed uint64) {
+	l := newLoop(dst.Shape, dst)
+	l.run(d.threads, func(pos int, offs []int, m int) {
+		sc := getScratch[float64]()
+		y := sc.a[:m]
+		for i := range y {
+			idx := uint64(pos + i)
+			switch dist {
+			case device.Uniform:
+				y[i] = a + (b-a)*uniform01(seed, idx)
+			case device.Normal:
+				// Box-Muller on two independent draws of the same element.
+				u1 := uniform01(seed, 2*idx)
+				u2 := uniform01(seed, 2*idx+1)
+				y[i] = a + b*math.Sqrt(-2*math.Log(1-u1))*math.Cos(2*math.Pi*u2)
+			}
+		}
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}
+
+// Dropout writes dst = src·keep/(1-p), keep drawn per element from seed.
+func (d *Device) Dropout(dst, src device.View, p float64, seed uint64) {
+	if wide(dst, src) {
+		dropout[float64](d, dst, src, p, seed)
+		return
+	}
+	dropout[float32](d, dst, src, p, seed)
+}
+
+func dropout[T float](d *Device, dst, src device.View, p float64, seed uint64) {
+	scale := T(1 / (1 - p))
+	l := newLoop(dst.Shape, dst, src)
+	l.run(d.threads, func(pos int, offs []int, m int) {
+		sc := getScratch[T]()
+		x := load(src, offs[1], m, l.istr[1], sc.a[:])
+		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
+		for i := range y {
+			if uniform01(seed, uint64(pos+i)) < p {
+				y[i] = 0
+			} else {
+				y[i] = x[i] * scale
+			}
+		}
+		store(dst, offs[0], l.istr[0], y)
+		putScratch(sc)
+	})
+}

@@ -1,0 +1,322 @@
+package device
+
+import (
+	"fmt"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// DType is the element type of a buffer.
+type DType uint8
+
+// The element types memfit stores. F32, F16 and BF16 hold model values; F64
+// exists for gradient checks on CPU; I32 and I64 hold indices and tokens.
+const (
+	Invalid DType = iota
+	F32
+	F64
+	F16
+	BF16
+	I32
+	I64
+)
+
+// Size is the number of bytes of one element.
+func (d DType) Size() int {
+	switch d {
+	case F32, I32:
+		return 4
+	case F64, I64:
+		return 8
+	case F16, BF16:
+		return 2
+	}
+	return 0
+}
+
+// IsFloat reports whether d holds floating-point values.
+func (d DType) IsFloat() bool { return d == F32 || d == F64 || d == F16 || d == BF16 }
+
+// IsLowPrecision reports whether d is one of the 16-bit float types.
+func (d DType) IsLowPrecision() bool { return d == F16 || d == BF16 }
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case F64:
+		return "f64"
+	case F16:
+		return "f16"
+	case BF16:
+		return "bf16"
+	case I32:
+		return "i32"
+	case I64:
+		return "i64"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// ParseDType maps "f32", "bf16", ... back to a DType.
+func ParseDType(s string) (DType, error) {
+	for d := F32; d <= I64; d++ {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return Invalid, fmt.Errorf("device: unknown dtype %q (want f32, f64, f16, bf16, i32 or i64)", s)
+}
+
+// Buffer is a piece of device memory obtained from a device's caching
+// allocator. Host is the same memory as bytes when the host can address it
+// (the CPU device); it is nil on devices whose memory the host cannot touch.
+type Buffer struct {
+	Block *memory.Block
+	Host  []byte
+}
+
+// View describes the elements of a buffer a kernel reads or writes: an
+// element offset, a shape and per-dimension strides in elements. A stride of
+// 0 repeats (broadcasts) an element along that dimension.
+type View struct {
+	Buf     Buffer
+	DType   DType
+	Offset  int
+	Shape   []int
+	Strides []int
+}
+
+// Len is the number of elements the view covers.
+func (v View) Len() int {
+	n := 1
+	for _, d := range v.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Contiguous reports whether the view's elements are dense and row-major.
+func (v View) Contiguous() bool {
+	want := 1
+	for i := len(v.Shape) - 1; i >= 0; i-- {
+		if v.Shape[i] != 1 && v.Strides[i] != want {
+			return false
+		}
+		want *= v.Shape[i]
+	}
+	return true
+}
+
+// Device is what the tensor package calls: a name, a caching allocator, host
+// copies and a kernel set. Implementations: device/cpu, device/meta and, in
+// builds with the cuda tag, device/cuda.
+type Device interface {
+	Name() string
+	Memory() *memory.Allocator
+	// Alloc returns size bytes tagged with cat; the error is a *memory.OOMError
+	// when the device is full.
+	Alloc(size int64, cat memory.Category) (Buffer, error)
+	Free(b Buffer)
+	// Write copies host bytes into the buffer at byte offset off.
+	Write(dst Buffer, off int64, src []byte)
+	// Read copies bytes of the buffer at byte offset off into dst.
+	Read(dst []byte, src Buffer, off int64)
+	Kernels
+}
+
+// UnaryOp selects an elementwise function of one operand (and a scalar arg).
+type UnaryOp uint8
+
+// Unary operations. Arg is the scalar operand where one is named.
+const (
+	Neg UnaryOp = iota
+	Exp
+	Log
+	Sqrt
+	Tanh
+	Sigmoid
+	Relu
+	Gelu // tanh approximation, as GPT-2
+	Abs
+	Square
+	Recip
+	PowScalar // x^arg
+	AddScalar // x+arg
+	MulScalar // x*arg
+	NumUnaryOps
+)
+
+var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "square", "recip", "pow", "add_scalar", "mul_scalar"}
+
+func (op UnaryOp) String() string {
+	if int(op) < len(unaryNames) {
+		return unaryNames[op]
+	}
+	return fmt.Sprintf("unary(%d)", uint8(op))
+}
+
+// BinaryOp selects an elementwise function of two operands.
+type BinaryOp uint8
+
+// Binary operations.
+const (
+	Add BinaryOp = iota
+	Sub
+	Mul
+	Div
+	Maximum
+	Minimum
+	Equal // 1 where a == b, else 0
+	NumBinaryOps
+)
+
+var binaryNames = [...]string{"add", "sub", "mul", "div", "maximum", "minimum", "equal"}
+
+func (op BinaryOp) String() string {
+	if int(op) < len(binaryNames) {
+		return binaryNames[op]
+	}
+	return fmt.Sprintf("binary(%d)", uint8(op))
+}
+
+// ReduceOp selects a reduction.
+type ReduceOp uint8
+
+// Reductions.
+const (
+	Sum ReduceOp = iota
+	Max
+	Min
+)
+
+// Gemm describes C = Alpha·op(A)·op(B) + Beta·C for Batch independent
+// row-major matrices. op(A) is M×K, op(B) is K×N, C is M×N. The views give
+// buffer, dtype and element offset of the first matrix; LD* are row strides
+// and Stride* the element distance between consecutive matrices of the batch
+// (0 repeats one matrix for every batch entry). A and B share a dtype; C is
+// F32 or the same dtype as A and B; products accumulate in at least F32.
+type Gemm struct {
+	TransA, TransB            bool
+	M, N, K, Batch            int
+	Alpha, Beta               float64
+	A, B, C                   View
+	LDA, LDB, LDC             int
+	StrideA, StrideB, StrideC int
+}
+
+// ConvGeom is the geometry of a 2-D convolution over NCHW images.
+type ConvGeom struct {
+	N, C, H, W       int
+	KH, KW           int
+	StrideH, StrideW int
+	PadH, PadW       int
+	OH, OW           int
+}
+
+// PoolOp selects max or average pooling.
+type PoolOp uint8
+
+// Pooling operations.
+const (
+	MaxPool PoolOp = iota
+	AvgPool
+)
+
+// Distribution selects what Random draws.
+type Distribution uint8
+
+// Distributions for Random: Uniform on [A, B), Normal with mean A and
+// standard deviation B.
+const (
+	Uniform Distribution = iota
+	Normal
+)
+
+// Kernels is the compute surface of a device. Views passed as dst are
+// written; all others are read. Unless a method says otherwise dst is
+// contiguous and inputs may be strided. Methods never allocate device memory
+// except where noted; a kernel given inconsistent arguments panics, because
+// the tensor package has already checked what users control.
+type Kernels interface {
+	Fill(dst View, v float64)
+	// Copy copies src into dst element by element (same shape, any strides
+	// on both sides), converting between dtypes with round-to-nearest-even.
+	Copy(dst, src View)
+	Unary(op UnaryOp, dst, src View, arg float64)
+	// UnaryBackward computes dx = dy·f'(x) where y = f(x) is given too, for
+	// functions whose derivative is cheaper from y (tanh, sigmoid, exp).
+	UnaryBackward(op UnaryOp, dx, x, y, dy View, arg float64)
+	// Binary computes dst = a op b; a and b have dst's shape, broadcast
+	// through zero strides.
+	Binary(op BinaryOp, dst, a, b View)
+	// Reduce reduces src into dst, which has src's rank with size 1 on the
+	// reduced dimensions.
+	Reduce(op ReduceOp, dst, src View)
+	Gemm(g Gemm)
+	// Softmax over the last dimension of contiguous rows; log selects
+	// log-softmax.
+	Softmax(dst, src View, log bool)
+	SoftmaxBackward(dx, y, dy View, log bool)
+	// LayerNorm normalises the last dimension: y = (x-mean)·rstd·gamma +
+	// beta; mean and rstd (one per row, F32) are written for backward.
+	LayerNorm(y, mean, rstd, x, gamma, beta View, eps float64)
+	// LayerNormBackward writes dx and accumulates into dgamma and dbeta.
+	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma View)
+	// Gather copies rows of table (V×D) selected by idx (I32/I64) into dst.
+	Gather(dst, table, idx View)
+	// ScatterAdd adds rows of src into the rows of dst selected by idx.
+	ScatterAdd(dst, idx, src View)
+	Im2Col(col, x View, g ConvGeom)
+	// Col2Im accumulates col back into dx (dx is zeroed first).
+	Col2Im(dx, col View, g ConvGeom)
+	// Pool writes y and, for max pooling, the I32 index of each maximum in
+	// argmax; the geometry's C is channels, KH/KW the window.
+	Pool(op PoolOp, y, argmax, x View, g ConvGeom)
+	PoolBackward(op PoolOp, dx, argmax, dy View, g ConvGeom)
+	// CrossEntropy writes one loss per row of logits (rows×classes) for
+	// integer targets; rows whose target equals ignore get 0.
+	CrossEntropy(loss, logits, targets View, ignore int, smoothing float64)
+	// CrossEntropyBackward writes dlogits given one upstream gradient per row.
+	CrossEntropyBackward(dlogits, logits, targets, dloss View, ignore int, smoothing float64)
+	// Dropout writes dst = src·mask/(1-p) with a mask drawn from a
+	// counter-based generator keyed by seed, so backward regenerates the
+	// same mask instead of storing it.
+	Dropout(dst, src View, p float64, seed uint64)
+	// Random fills dst from dist, reproducibly for a seed.
+	Random(dst View, dist Distribution, a, b float64, seed uint64)
+	// MaskedFill writes dst = value where mask != 0, else src.
+	MaskedFill(dst, src, mask View, value float64)
+	// CausalFill writes dst = src with value above the diagonal of the last
+	// two dimensions (attention masking without a mask tensor).
+	CausalFill(dst, src View, value float64)
+	// AllFinite reports whether every element of src is finite.
+	AllFinite(src View) bool
+}
+
+// UnaryNeeds says which of x (the input) and y (the output) UnaryBackward
+// reads for op, so that callers save only those for backward.
+func UnaryNeeds(op UnaryOp) (x, y bool) {
+	switch op {
+	case Exp, Sqrt, Tanh, Sigmoid, Recip:
+		return false, true
+	case Log, Relu, Gelu, Abs, Square, PowScalar:
+		return true, false
+	}
+	return false, false
+}
+
+// IndexError is the panic value of a kernel given an index outside its
+// table (an embedding lookup of a token past the vocabulary, a class target
+// past the number of classes). The tensor package turns it into an error at
+// the step boundary.
+type IndexError struct {
+	Op    string
+	Index int64
+	Limit int
+	At    int // position of the offending index in its tensor
+}
+
+func (e *IndexError) Error() string {
+	return fmt.Sprintf("%s: index %d at position %d is outside [0, %d)", e.Op, e.Index, e.At, e.Limit)
+}

@@ -1,0 +1,75 @@
+// Package meta is a device whose allocator accounts bytes exactly as the
+// others do but whose memory holds nothing and whose kernels do nothing.
+// One step traced on it gives the exact peak memory of a configuration in
+// milliseconds, whatever the model's size: that is how the planner predicts
+// and how tests check the memory behaviour of models larger than the
+// machine. Values read back from it are zeros.
+package meta
+
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// Device is the meta device.
+type Device struct {
+	mem *memory.Allocator
+}
+
+var _ device.Device = (*Device)(nil)
+
+// New returns a meta device that refuses to hold more than capacity bytes
+// (0: unlimited), like a real device of that size.
+func New(capacity int64) *Device {
+	return &Device{mem: memory.New(memory.NewCountingRaw(capacity, "meta"))}
+}
+
+// Name is "meta".
+func (d *Device) Name() string { return "meta" }
+
+// Memory returns the device's caching allocator.
+func (d *Device) Memory() *memory.Allocator { return d.mem }
+
+// Alloc accounts size bytes under cat.
+func (d *Device) Alloc(size int64, cat memory.Category) (device.Buffer, error) {
+	b, err := d.mem.Alloc(size, cat)
+	return device.Buffer{Block: b}, err
+}
+
+// Free returns the bytes to the cache.
+func (d *Device) Free(b device.Buffer) { d.mem.Free(b.Block) }
+
+// Write does nothing: the device stores nothing.
+func (d *Device) Write(device.Buffer, int64, []byte) {}
+
+// Read zeroes dst.
+func (d *Device) Read(dst []byte, _ device.Buffer, _ int64) { clear(dst) }
+
+// The kernels do nothing; AllFinite reports true.
+
+func (d *Device) Fill(device.View, float64)                               {}
+func (d *Device) Copy(_, _ device.View)                                   {}
+func (d *Device) Unary(device.UnaryOp, device.View, device.View, float64) {}
+func (d *Device) UnaryBackward(device.UnaryOp, device.View, device.View, device.View, device.View, float64) {
+}
+func (d *Device) Binary(device.BinaryOp, device.View, device.View, device.View)              {}
+func (d *Device) Reduce(device.ReduceOp, device.View, device.View)                           {}
+func (d *Device) Gemm(device.Gemm)                                                           {}
+func (d *Device) Softmax(device.View, device.View, bool)                                     {}
+func (d *Device) SoftmaxBackward(device.View, device.View, device.View, bool)                {}
+func (d *Device) LayerNorm(_, _, _, _, _, _ device.View, _ float64)                          {}
+func (d *Device) LayerNormBackward(_, _, _, _, _, _, _, _ device.View)                       {}
+func (d *Device) Gather(_, _, _ device.View)                                                 {}
+func (d *Device) ScatterAdd(_, _, _ device.View)                                             {}
+func (d *Device) Im2Col(_, _ device.View, _ device.ConvGeom)                                 {}
+func (d *Device) Col2Im(_, _ device.View, _ device.ConvGeom)                                 {}
+func (d *Device) Pool(device.PoolOp, device.View, device.View, device.View, device.ConvGeom) {}
+func (d *Device) PoolBackward(device.PoolOp, device.View, device.View, device.View, device.ConvGeom) {
+}
+func (d *Device) CrossEntropy(_, _, _ device.View, _ int, _ float64)                {}
+func (d *Device) CrossEntropyBackward(_, _, _, _ device.View, _ int, _ float64)     {}
+func (d *Device) Dropout(_, _ device.View, _ float64, _ uint64)                     {}
+func (d *Device) Random(device.View, device.Distribution, float64, float64, uint64) {}
+func (d *Device) MaskedFill(_, _, _ device.View, _ float64)                         {}
+func (d *Device) CausalFill(_, _ device.View, _ float64)                            {}
+func (d *Device) AllFinite(device.View) bool                                        { return true }

@@ -1,0 +1,100 @@
+package memory
+
+import "time"
+
+// EventKind says what an Event records.
+type EventKind uint8
+
+// The kinds of events.
+const (
+	EventAlloc        EventKind = iota // a block was handed out
+	EventFree                          // a block was freed
+	EventSegmentAlloc                  // a segment was taken from Raw
+	EventSegmentFree                   // a segment was returned to Raw
+	EventOOM                           // an allocation failed
+)
+
+var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom"}
+
+// String returns "alloc", "free", "segment_alloc", "segment_free" or "oom".
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "event(?)"
+}
+
+// Event is one entry of the allocator's history. For blocks, Ptr, Size and
+// Requested are the block's; for segments, Ptr and Size are the segment's
+// and Requested and Category those of the request that caused a segment
+// allocation (0 and Other when a segment is freed); for an OOM, Size is what
+// the allocator tried to reserve. Step is the value of the last SetStep.
+type Event struct {
+	Kind      EventKind
+	Ptr       Ptr
+	Size      int64
+	Requested int64
+	Category  Category
+	Step      int64
+	Time      time.Time
+}
+
+// history is a ring buffer of the last len(buf) events.
+type history struct {
+	buf  []Event
+	next int
+	full bool
+}
+
+func (h *history) add(e Event) {
+	h.buf[h.next] = e
+	h.next++
+	if h.next == len(h.buf) {
+		h.next = 0
+		h.full = true
+	}
+}
+
+// EnableHistory starts recording the last n events, dropping any recorded
+// before; n <= 0 stops recording. Recording is off by default and costs
+// nothing then.
+func (a *Allocator) EnableHistory(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n <= 0 {
+		a.hist = nil
+		return
+	}
+	a.hist = &history{buf: make([]Event, n)}
+}
+
+// History returns the recorded events, oldest first (nil when recording is
+// off).
+func (a *Allocator) History() []Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.hist
+	if h == nil {
+		return nil
+	}
+	if !h.full {
+		return append([]Event(nil), h.buf[:h.next]...)
+	}
+	out := make([]Event, 0, len(h.buf))
+	out = append(out, h.buf[h.next:]...)
+	return append(out, h.buf[:h.next]...)
+}
+
+// SetStep stamps later events with a training step.
+func (a *Allocator) SetStep(step int64) {
+	a.mu.Lock()
+	a.step = step
+	a.mu.Unlock()
+}
+
+// Step returns the value of the last SetStep.
+func (a *Allocator) Step() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.step
+}

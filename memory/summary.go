@@ -1,0 +1,64 @@
+package memory
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// summaryOrder is the order of category rows in Summary.
+var summaryOrder = [NumCategories]Category{Parameter, Gradient, OptimizerState, Activation, Temporary, Data, Other}
+
+const summaryInner = 81 // characters between the outer bars of Summary's table
+
+// Summary renders the statistics as a table in the manner of
+// torch.cuda.memory_summary: current, peak and running totals of each byte
+// stat, requested bytes per category, block and segment counts, and the
+// event counters.
+func (a *Allocator) Summary() string {
+	s := a.Stats()
+	capacity := "unlimited capacity"
+	if c := a.Capacity(); c > 0 {
+		capacity = "capacity " + FormatBytes(c)
+	}
+	var b strings.Builder
+	rule := func(c byte) { b.WriteString("|" + strings.Repeat(string(c), summaryInner) + "|\n") }
+	text := func(t string) { fmt.Fprintf(&b, "| %-*s |\n", summaryInner-2, t) }
+	row := func(name string, v [4]string) {
+		fmt.Fprintf(&b, "| %-23s | %11s | %11s | %11s | %11s |\n", name, v[0], v[1], v[2], v[3])
+	}
+	bytesRow := func(name string, st Stat) {
+		row(name, [4]string{FormatBytes(st.Current), FormatBytes(st.Peak), FormatBytes(st.Allocated), FormatBytes(st.Freed)})
+	}
+	countRow := func(name string, st Stat) {
+		f := func(n int64) string { return strconv.FormatInt(n, 10) }
+		row(name, [4]string{f(st.Current), f(st.Peak), f(st.Allocated), f(st.Freed)})
+	}
+
+	title := fmt.Sprintf("memfit memory summary: device %s, %s", a.Device(), capacity)
+	pad := max(summaryInner-len(title), 0)
+	rule('=')
+	b.WriteString("|" + strings.Repeat(" ", pad/2) + title + strings.Repeat(" ", pad-pad/2) + "|\n")
+	rule('=')
+	row("Metric", [4]string{"Current", "Peak", "Tot alloc", "Tot freed"})
+	rule('-')
+	bytesRow("Allocated memory", s.Allocated)
+	bytesRow("Requested memory", s.Requested)
+	bytesRow("Reserved memory", s.Reserved)
+	bytesRow("Active memory", s.Active)
+	bytesRow("Non-releasable memory", s.InactiveSplit)
+	rule('-')
+	row("Requested by category", [4]string{})
+	for _, c := range summaryOrder {
+		bytesRow("  "+c.String(), s.ByCategory[c])
+	}
+	rule('-')
+	countRow("Live blocks", s.LiveBlocks)
+	countRow("Segments", s.Segments)
+	rule('-')
+	text(fmt.Sprintf("Allocs: %d   Frees: %d   Cache hits: %d   Raw allocs: %d   Raw frees: %d",
+		s.Allocs, s.Frees, s.CacheHits, s.RawAllocs, s.RawFrees))
+	text(fmt.Sprintf("Retries: %d   OOMs: %d", s.Retries, s.OOMs))
+	rule('=')
+	return b.String()
+}

@@ -1,0 +1,302 @@
+package tensor
+
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// node is one recorded op: how to turn the gradient of its output into
+// gradients of its inputs, and what it saved to do so. Nodes are
+// reference-counted by the tensors they produced and by the nodes that
+// consumed those tensors, so releasing the last tensor of a graph that will
+// never see backward frees everything it saved.
+type node struct {
+	op       string
+	edges    []edge
+	saved    []*Tensor
+	versions []int64 // storage version of each saved tensor when saved
+	backward func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor
+	refs     int32
+	freed    bool // saved tensors already released by a backward pass
+}
+
+// edge leads from a node to one of its inputs: the node that produced it,
+// or the leaf itself. Neither is set when the input needs no gradient.
+type edge struct {
+	node  *node
+	leaf  *Tensor
+	dtype DType
+	shape []int
+}
+
+func (n *node) retain() { n.refs++ }
+
+func (n *node) release() {
+	n.refs--
+	if n.refs > 0 {
+		return
+	}
+	n.freeSaved()
+	for _, e := range n.edges {
+		if e.node != nil {
+			e.node.release()
+		}
+	}
+	n.edges = nil
+}
+
+func (n *node) freeSaved() {
+	if len(n.saved) == 0 {
+		// Nothing to free: the node stays usable, as a cast of a weight
+		// reused by several micro-batches must be.
+		return
+	}
+	for _, t := range n.saved {
+		t.Release()
+	}
+	n.saved = nil
+	n.backward = nil
+	n.freed = true
+}
+
+// needsGrad reports whether gradients must flow into t.
+func (t *Tensor) needsGrad() bool { return t.requiresGrad || t.node != nil }
+
+// RequiresGrad reports whether t is a leaf that wants a gradient or the
+// result of recorded ops on one.
+func (t *Tensor) RequiresGrad() bool { return t.needsGrad() }
+
+// SetRequiresGrad marks a leaf tensor (one made directly, not by a
+// recorded op) as wanting a gradient in backward.
+func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
+	if t.node != nil {
+		panic(errorf("SetRequiresGrad", "%s is the result of an op; only leaves can be marked (Detach it first)", t.describe()))
+	}
+	t.requiresGrad = on
+	return t
+}
+
+// Grad is the gradient accumulated into a leaf by backward, or nil.
+func (t *Tensor) Grad() *Tensor { return t.grad }
+
+// SetGrad replaces a leaf's gradient (the tensor takes ownership of g;
+// nil releases the old one: set-to-none).
+func (t *Tensor) SetGrad(g *Tensor) {
+	if t.grad != nil && t.grad != g {
+		t.grad.Release()
+	}
+	t.grad = g
+}
+
+// Detach returns a new handle on the same elements with no history.
+func (s *Scope) Detach(t *Tensor) *Tensor {
+	t.mustLive("Detach")
+	return s.own(t.share())
+}
+
+// record attaches a node to out when s records and some input needs a
+// gradient. save lists tensors backward reads; they are retained (their
+// storage outlives the caller's handles) and released after backward.
+func (s *Scope) record(out *Tensor, op string, inputs []*Tensor, save []*Tensor, bw func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor) {
+	if !s.grad {
+		return
+	}
+	any := false
+	for _, in := range inputs {
+		if in != nil && in.needsGrad() {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return
+	}
+	n := &node{op: op, backward: bw, refs: 1}
+	n.edges = make([]edge, len(inputs))
+	for i, in := range inputs {
+		if in == nil {
+			continue
+		}
+		e := edge{dtype: in.dtype, shape: in.shape}
+		switch {
+		case in.node != nil:
+			e.node = in.node
+			in.node.retain()
+		case in.requiresGrad:
+			e.leaf = in
+		}
+		n.edges[i] = e
+	}
+	for _, t := range save {
+		n.saved = append(n.saved, t.share())
+		n.versions = append(n.versions, t.st.version.Load())
+	}
+	out.node = n
+}
+
+// checkSaved panics when a saved tensor was modified in place after it was
+// saved: the gradient would silently be wrong.
+func (n *node) checkSaved() {
+	if n.freed {
+		panic(errorf("backward", "%s: trying to backward through the graph a second time (its saved tensors were freed; pass RetainGraph to the first Backward)", n.op))
+	}
+	for i, t := range n.saved {
+		if v := t.st.version.Load(); v != n.versions[i] {
+			panic(errorf("backward", "%s: saved tensor %d (%s) was modified by an in-place operation after it was saved (version %d, now %d)", n.op, i, t.describe(), n.versions[i], v))
+		}
+	}
+}
+
+// BackwardOption configures a backward pass.
+type BackwardOption func(*backwardConfig)
+
+type backwardConfig struct {
+	retain bool
+	grad   *Tensor
+}
+
+// RetainGraph keeps saved tensors so that backward can run again.
+func RetainGraph() BackwardOption { return func(c *backwardConfig) { c.retain = true } }
+
+// WithGrad starts backward from g instead of ones (for non-scalar roots).
+func WithGrad(g *Tensor) BackwardOption { return func(c *backwardConfig) { c.grad = g } }
+
+// Backward computes the gradient of t with respect to every leaf that
+// requires one and adds it into the leaf's Grad (allocated as
+// memory.Gradient on first use). Each node's saved tensors are released as
+// soon as the node has run, unless RetainGraph is given.
+func (t *Tensor) Backward(opts ...BackwardOption) {
+	t.mustLive("Backward")
+	var cfg backwardConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	bs := backwardScope()
+	var seed *Tensor
+	if cfg.grad != nil {
+		if !sameShape(cfg.grad.shape, t.shape) {
+			panic(errorf("backward", "gradient of shape %v for a tensor of shape %v", cfg.grad.shape, t.shape))
+		}
+		seed = cfg.grad.share()
+	} else {
+		if t.Len() != 1 {
+			panic(errorf("backward", "%s is not a scalar; give its gradient with WithGrad", t.describe()))
+		}
+		seed = mustAlloc(t.st.dev, t.dtype, t.shape, memory.Temporary)
+		t.st.dev.Fill(seed.view(), 1)
+	}
+	if t.node == nil {
+		if t.requiresGrad {
+			accumulateLeaf(bs, t, seed)
+		}
+		seed.Release()
+		return
+	}
+
+	// Count, for every node reachable from t, how many edges lead into it,
+	// so that a node runs only once all its output gradients have arrived.
+	pending := map[*node]int{}
+	stack := []*node{t.node}
+	seen := map[*node]bool{t.node: true}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, e := range n.edges {
+			if e.node == nil {
+				continue
+			}
+			pending[e.node]++
+			if !seen[e.node] {
+				seen[e.node] = true
+				stack = append(stack, e.node)
+			}
+		}
+	}
+	grads := map[*node]*Tensor{t.node: seed}
+	ready := []*node{t.node}
+	defer func() {
+		// On a panic (shape error in a backward function, OOM) release
+		// what is in flight so nothing leaks.
+		for _, g := range grads {
+			g.Release()
+		}
+	}()
+	for len(ready) > 0 {
+		n := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		g := grads[n]
+		delete(grads, n)
+		var inGrads []*Tensor
+		if g != nil {
+			// A node none of whose outputs received a gradient still
+			// passes through, so the nodes below it are counted down.
+			n.checkSaved()
+			inGrads = n.backward(bs, g, n.saved)
+			g.Release()
+		}
+		for i, e := range n.edges {
+			var gi *Tensor
+			if i < len(inGrads) {
+				gi = inGrads[i]
+			}
+			if gi != nil && (e.node != nil || e.leaf != nil) {
+				if !sameShape(gi.shape, e.shape) {
+					panic(errorf("backward", "%s produced a gradient of shape %v for input %d of shape %v", n.op, gi.shape, i, e.shape))
+				}
+				if gi.dtype != e.dtype {
+					c := bs.Cast(gi, e.dtype)
+					gi.Release()
+					gi = c
+				}
+				if e.leaf != nil {
+					accumulateLeaf(bs, e.leaf, gi)
+				} else if prev := grads[e.node]; prev != nil {
+					sum := bs.Add(prev, gi)
+					prev.Release()
+					grads[e.node] = sum
+				} else {
+					grads[e.node] = gi.share()
+				}
+			}
+			gi.Release()
+			if e.node != nil {
+				pending[e.node]--
+				if pending[e.node] == 0 {
+					ready = append(ready, e.node)
+				}
+			}
+		}
+		for _, gi := range inGrads[min(len(inGrads), len(n.edges)):] {
+			gi.Release()
+		}
+		if !cfg.retain {
+			n.freeSaved()
+		}
+	}
+}
+
+// accumulateLeaf adds g into leaf.grad, allocating it (memory.Gradient, the
+// leaf's dtype) on first use.
+func accumulateLeaf(bs *Scope, leaf, g *Tensor) {
+	dev := leaf.st.dev
+	if leaf.grad == nil {
+		gr := mustAlloc(dev, leaf.dtype, leaf.shape, memory.Gradient)
+		dev.Copy(gr.view(), g.view())
+		leaf.grad = gr
+		return
+	}
+	dev.Binary(device.Add, leaf.grad.view(), leaf.grad.view(), g.broadcastView(leaf.grad.shape))
+	leaf.grad.st.version.Add(1)
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

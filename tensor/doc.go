@@ -1,0 +1,29 @@
+// Package tensor owns tensors, their lifetime and automatic differentiation.
+//
+// A Tensor is a handle on a strided view of reference-counted device
+// storage. Whoever receives a tensor owns that handle and drops it with
+// Release; views and tensors saved for backward hold references of their
+// own, so memory returns to the device's cache exactly when nothing can use
+// it any more. The garbage collector is never relied on to free device
+// memory.
+//
+// Ops are methods of a Scope. The scope carries the modes that PyTorch keeps
+// in thread-local state — whether to record the graph (NoGrad), autocast —
+// so they can never leak across goroutines, and it owns the tensors its ops
+// return until Close, which keeps custom loops short:
+//
+//	err := tensor.Step(func(s *tensor.Scope) error {
+//		loss := s.CrossEntropy(s.Linear(x, w, b), y, tensor.CrossEntropyOptions{})
+//		loss.Backward()
+//		return nil
+//	})
+//
+// Backward releases each node's saved tensors as soon as the node has run.
+// In a NoGrad scope nothing is saved, so a forward pass needs memory for the
+// largest layer rather than for the whole network.
+//
+// Errors: ops panic with *Error (shapes, lifetimes, autograd misuse),
+// *memory.OOMError or *device.IndexError; Step and Catch recover exactly
+// these and return them, which is what makes out-of-memory recoverable at
+// the step boundary. Anything that reads user input returns errors.
+package tensor

@@ -1,0 +1,251 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// input describes one argument of an op under test.
+type input struct {
+	shape []int
+	// kind: "" random in [-1, 1]; "pos" in [0.5, 1.5]; "away" ±[0.2, 1]
+	// (no kinks of relu/abs nearby); "idx:N" integers in [0, N).
+	kind string
+}
+
+type gradCase struct {
+	name   string
+	inputs []input
+	fn     func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor
+	tol    float64 // relative tolerance (default 1e-6)
+	h      float64 // finite-difference step (default 1e-6)
+}
+
+func in(kind string, shape ...int) input { return input{shape: shape, kind: kind} }
+
+var gradCases = []gradCase{
+	{name: "add", inputs: []input{in("", 3, 4), in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Add(x[0], x[1]) }},
+	{name: "add/broadcast-row", inputs: []input{in("", 3, 4), in("", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Add(x[0], x[1]) }},
+	{name: "add/broadcast-both", inputs: []input{in("", 2, 1, 4), in("", 3, 1)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Add(x[0], x[1]) }},
+	{name: "sub/broadcast", inputs: []input{in("", 2, 3), in("", 2, 1)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sub(x[0], x[1]) }},
+	{name: "mul/broadcast", inputs: []input{in("", 2, 3, 4), in("", 3, 1)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Mul(x[0], x[1]) }},
+	{name: "mul/same-input", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Mul(x[0], x[0]) }},
+	{name: "div/broadcast", inputs: []input{in("", 2, 3), in("pos", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Div(x[0], x[1]) }},
+	{name: "add_scalar", inputs: []input{in("", 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.AddScalar(x[0], 0.5) }},
+	{name: "mul_scalar", inputs: []input{in("", 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MulScalar(x[0], -1.5) }},
+	{name: "neg", inputs: []input{in("", 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Neg(x[0]) }},
+	{name: "exp", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Exp(x[0]) }},
+	{name: "log", inputs: []input{in("pos", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Log(x[0]) }},
+	{name: "sqrt", inputs: []input{in("pos", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sqrt(x[0]) }},
+	{name: "pow", inputs: []input{in("pos", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Pow(x[0], 2.5) }},
+	{name: "square", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Square(x[0]) }},
+	{name: "abs", inputs: []input{in("away", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Abs(x[0]) }},
+	{name: "tanh", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Tanh(x[0]) }},
+	{name: "sigmoid", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sigmoid(x[0]) }},
+	{name: "relu", inputs: []input{in("away", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Relu(x[0]) }},
+	{name: "gelu", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Gelu(x[0]) }},
+	{name: "matmul/2d", inputs: []input{in("", 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/2d-by-batched", inputs: []input{in("", 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/transposed-views", inputs: []input{in("", 2, 4, 3), in("", 2, 5, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.MatMul(s.Transpose(x[0], 1, 2), s.Transpose(x[1], 1, 2))
+	}},
+	{name: "matmul/4d-attention", inputs: []input{in("", 2, 2, 3, 4), in("", 2, 2, 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.MatMul(x[0], s.Transpose(x[1], -1, -2))
+	}},
+	{name: "linear/bias", inputs: []input{in("", 3, 4), in("", 5, 4), in("", 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Linear(x[0], x[1], x[2]) }},
+	{name: "linear/no-bias-3d", inputs: []input{in("", 2, 3, 4), in("", 5, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Linear(x[0], x[1], nil) }},
+	{name: "reshape", inputs: []input{in("", 2, 6)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Reshape(x[0], 3, -1) }},
+	{name: "transpose+contiguous", inputs: []input{in("", 2, 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Contiguous(s.Transpose(x[0], 0, 2))
+	}},
+	{name: "permute+reshape", inputs: []input{in("", 2, 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Reshape(s.Permute(x[0], 2, 0, 1), 4, 6)
+	}},
+	{name: "narrow", inputs: []input{in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Narrow(x[0], 1, 1, 3) }},
+	{name: "expand", inputs: []input{in("", 3, 1)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Expand(x[0], 2, 3, 4) }},
+	{name: "unsqueeze", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Unsqueeze(x[0], 1) }},
+	{name: "concat", inputs: []input{in("", 2, 3), in("", 2, 2)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Concat(1, x[0], x[1]) }},
+	{name: "split", inputs: []input{in("", 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		p := s.Split(x[0], 0, 2, 3)
+		return s.Mul(s.Sum(p[0], false, 0), s.Sum(p[1], false, 0))
+	}},
+	{name: "sum/all", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sum(x[0], false) }},
+	{name: "sum/axes-keepdim", inputs: []input{in("", 2, 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sum(x[0], true, 0, 2) }},
+	{name: "mean/axis", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Mean(x[0], false, 1) }},
+	{name: "max/axis", inputs: []input{in("", 3, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Max(x[0], false, 1) }},
+	{name: "softmax", inputs: []input{in("", 3, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Softmax(x[0]) }},
+	{name: "log_softmax", inputs: []input{in("", 2, 3, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.LogSoftmax(x[0]) }},
+	{name: "layer_norm", inputs: []input{in("", 2, 3, 6), in("", 6), in("", 6)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.LayerNorm(x[0], x[1], x[2], 1e-5)
+	}},
+	{name: "embedding", inputs: []input{in("", 7, 3), in("idx:7", 2, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Embedding(x[0], x[1]) }},
+	{name: "conv2d/pad1", inputs: []input{in("", 2, 2, 5, 5), in("", 3, 2, 3, 3), in("", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], x[2], tensor.Conv2dOptions{Stride: 1, Pad: 1})
+	}},
+	{name: "conv2d/stride2", inputs: []input{in("", 1, 2, 6, 6), in("", 2, 2, 2, 2)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], nil, tensor.Conv2dOptions{Stride: 2})
+	}},
+	{name: "max_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MaxPool2d(x[0], 2, tensor.Conv2dOptions{}) }},
+	{name: "avg_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.AvgPool2d(x[0], 2, tensor.Conv2dOptions{}) }},
+	{name: "dropout", inputs: []input{in("", 4, 8)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Dropout(x[0], 0.3, 42) }},
+	{name: "cross_entropy", inputs: []input{in("", 4, 5), in("idx:5", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{})
+	}},
+	{name: "cross_entropy/ignore+smoothing", inputs: []input{in("", 2, 3, 5), in("idx:5", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: 2, LabelSmoothing: 0.1})
+	}},
+	{name: "cross_entropy/sum", inputs: []input{in("", 3, 4), in("idx:4", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{Reduction: tensor.SumReduction})
+	}},
+	{name: "mse", inputs: []input{in("", 3, 4), in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MSE(x[0], x[1]) }},
+	{name: "masked_fill", inputs: []input{in("", 3, 4), in("idx:2", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MaskedFill(x[0], x[1], -7) }},
+	{name: "causal_mask+softmax", inputs: []input{in("", 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Softmax(s.CausalMask(x[0], math.Inf(-1)))
+	}},
+	{name: "cast/f32-roundtrip", tol: 1e-4, h: 1e-2, inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Cast(s.Mul(s.Cast(x[0], tensor.F32), s.Cast(x[0], tensor.F32)), tensor.F64)
+	}},
+}
+
+func makeValues(rng *rand.Rand, in input) []float64 {
+	n := 1
+	for _, d := range in.shape {
+		n *= d
+	}
+	v := make([]float64, n)
+	for i := range v {
+		switch {
+		case in.kind == "pos":
+			v[i] = 0.5 + rng.Float64()
+		case in.kind == "away":
+			v[i] = 0.2 + 0.8*rng.Float64()
+			if rng.IntN(2) == 0 {
+				v[i] = -v[i]
+			}
+		case len(in.kind) > 4 && in.kind[:4] == "idx:":
+			var k int
+			fmt.Sscanf(in.kind[4:], "%d", &k)
+			v[i] = float64(rng.IntN(k))
+		default:
+			v[i] = 2*rng.Float64() - 1
+		}
+	}
+	return v
+}
+
+func isIndex(in input) bool { return len(in.kind) > 4 && in.kind[:4] == "idx:" }
+
+func makeInputs(t testing.TB, dev device.Device, ins []input, vals [][]float64, grad bool) []*tensor.Tensor {
+	xs := make([]*tensor.Tensor, len(ins))
+	for i, in := range ins {
+		var err error
+		if isIndex(in) {
+			iv := make([]int32, len(vals[i]))
+			for j, v := range vals[i] {
+				iv[j] = int32(v)
+			}
+			xs[i], err = tensor.FromInt32(dev, iv, in.shape, memory.Data)
+		} else {
+			xs[i], err = tensor.FromFloat64(dev, vals[i], in.shape, memory.Parameter)
+			xs[i].SetRequiresGrad(grad)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return xs
+}
+
+// objective is Σ out·w for fixed random weights w, so that every output
+// element's gradient is checked with a different weight.
+func objective(s *tensor.Scope, out *tensor.Tensor, w []float64) *tensor.Tensor {
+	wt, err := tensor.FromFloat64(out.Device(), w, out.Shape(), memory.Temporary)
+	if err != nil {
+		panic(err)
+	}
+	defer wt.Release()
+	return s.Sum(s.Mul(s.Cast(out, tensor.F64), wt), false)
+}
+
+func TestGradients(t *testing.T) {
+	for _, c := range gradCases {
+		t.Run(c.name, func(t *testing.T) {
+			dev := cpu.New()
+			rng := rand.New(rand.NewPCG(1, uint64(len(c.name))))
+			vals := make([][]float64, len(c.inputs))
+			for i, in := range c.inputs {
+				vals[i] = makeValues(rng, in)
+			}
+			var w []float64
+
+			eval := func(vals [][]float64) float64 {
+				s := tensor.NewScope(tensor.NoGrad())
+				defer s.Close()
+				xs := makeInputs(t, dev, c.inputs, vals, false)
+				defer func() {
+					for _, x := range xs {
+						x.Release()
+					}
+				}()
+				out := c.fn(s, xs)
+				if w == nil {
+					w = makeValues(rand.New(rand.NewPCG(7, 7)), input{shape: out.Shape()})
+				}
+				return objective(s, out, w).Item()
+			}
+			eval(vals) // fixes w
+
+			s := tensor.NewScope()
+			xs := makeInputs(t, dev, c.inputs, vals, true)
+			loss := objective(s, c.fn(s, xs), w)
+			loss.Backward()
+			s.Close()
+
+			tol := c.tol
+			if tol == 0 {
+				tol = 1e-6
+			}
+			h := c.h
+			if h == 0 {
+				h = 1e-6
+			}
+			for i, in := range c.inputs {
+				if isIndex(in) {
+					continue
+				}
+				g := xs[i].Grad()
+				if g == nil {
+					t.Fatalf("input %d got no gradient", i)
+				}
+				analytic := g.Float64s()
+				for j := range vals[i] {
+					orig := vals[i][j]
+					vals[i][j] = orig + h
+					up := eval(vals)
+					vals[i][j] = orig - h
+					down := eval(vals)
+					vals[i][j] = orig
+					numeric := (up - down) / (2 * h)
+					if diff := math.Abs(numeric - analytic[j]); diff > tol*math.Max(1, math.Abs(numeric)) {
+						t.Errorf("input %d element %d: analytic %.9g, numeric %.9g", i, j, analytic[j], numeric)
+					}
+				}
+			}
+			for _, x := range xs {
+				x.Release()
+			}
+			if got := dev.Memory().Stats().Requested.Current; got != 0 {
+				t.Errorf("%d bytes still allocated after releasing everything", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,265 @@
+package tensor
+
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// operand describes the last two dimensions of t as a GEMM operand, and the
+// element distance between consecutive matrices of its batch (0 when it has
+// no batch dimensions). ok is false when t's layout cannot be handed to
+// GEMM as it is.
+func operand(t *Tensor) (v device.View, trans bool, ld, batchStride int, ok bool) {
+	r := t.Dim()
+	rows, cols := t.shape[r-2], t.shape[r-1]
+	sr, sc := t.strides[r-2], t.strides[r-1]
+	switch {
+	case sc == 1 || cols == 1:
+		trans, ld = false, max(sr, cols)
+		if rows == 1 {
+			ld = max(cols, 1)
+		}
+	case sr == 1 || rows == 1:
+		trans, ld = true, max(sc, rows)
+		if cols == 1 {
+			ld = max(rows, 1)
+		}
+	default:
+		return v, false, 0, 0, false
+	}
+	// Batch dimensions must collapse into one stride.
+	nb := numel(t.shape[:r-2])
+	if nb > 1 {
+		inner := -1
+		for i := r - 3; i >= 0; i-- {
+			if t.shape[i] == 1 {
+				continue
+			}
+			if inner < 0 {
+				batchStride = t.strides[i]
+			} else if t.strides[i] != inner {
+				return v, false, 0, 0, false
+			}
+			inner = t.strides[i] * t.shape[i]
+		}
+	}
+	return t.view(), trans, ld, batchStride, true
+}
+
+// gemmInto writes out = alpha·a·b + beta·out for a [B…, M, K], b [B…, K, N],
+// out [B…, M, N] where a's or b's batch dimensions may be absent
+// (broadcast). It packs operands whose layout GEMM cannot read.
+func gemmInto(out, a, b *Tensor, alpha, beta float64, scratch *Scope) {
+	dev := out.st.dev
+	va, ta, lda, sa, ok := operand(a)
+	if !ok {
+		a = a.packed(a.dtype, scratch.cat)
+		defer a.Release()
+		va, ta, lda, sa, _ = operand(a)
+	}
+	vb, tb, ldb, sb, ok := operand(b)
+	if !ok {
+		b = b.packed(b.dtype, scratch.cat)
+		defer b.Release()
+		vb, tb, ldb, sb, _ = operand(b)
+	}
+	r := out.Dim()
+	m, n := out.shape[r-2], out.shape[r-1]
+	k := a.shape[a.Dim()-1]
+	batch := numel(out.shape[:r-2])
+	if a.Dim() == 2 || numel(a.shape[:a.Dim()-2]) == 1 {
+		sa = 0
+	}
+	if b.Dim() == 2 || numel(b.shape[:b.Dim()-2]) == 1 {
+		sb = 0
+	}
+	dev.Gemm(device.Gemm{
+		TransA: ta, TransB: tb,
+		M: m, N: n, K: k, Batch: batch,
+		Alpha: alpha, Beta: beta,
+		A: va, B: vb, C: out.view(),
+		LDA: lda, LDB: ldb, LDC: n,
+		StrideA: sa, StrideB: sb, StrideC: m * n,
+	})
+}
+
+// autocastPair casts matmul operands to the scope's autocast dtype (weights
+// through the per-scope cache) or, outside autocast, to a common dtype.
+func (s *Scope) autocastPair(a, b *Tensor) (*Tensor, *Tensor, func()) {
+	target := promote(a.dtype, b.dtype)
+	if s.autocast != device.Invalid && a.dtype.IsFloat() && b.dtype.IsFloat() && a.dtype != F64 && b.dtype != F64 {
+		target = s.autocast
+	}
+	ca, cb := s.castTo(a, target), s.castTo(b, target)
+	return ca, cb, func() {
+		if ca != a {
+			s.release(ca)
+		}
+		if cb != b {
+			s.release(cb)
+		}
+	}
+}
+
+// castTo returns t in dtype: t itself, a cached cast of a leaf (reused by
+// every product in the scope, as autocast's weight cache), or a new cast.
+func (s *Scope) castTo(t *Tensor, dtype DType) *Tensor {
+	if t.dtype == dtype {
+		return t
+	}
+	if t.node == nil && s.track {
+		key := castKey{t, dtype}
+		if c, ok := s.casts[key]; ok && c.version == t.Version() {
+			return c.t.share2()
+		} else if ok {
+			c.t.Release() // the leaf changed (an optimizer step): cast again
+		}
+		c := s.With(Category(memory.Temporary)).Cast(t, dtype)
+		c.owner = nil
+		if s.casts == nil {
+			s.casts = map[castKey]cachedCast{}
+		}
+		s.casts[key] = cachedCast{c, t.Version()}
+		return c.share2()
+	}
+	return s.Cast(t, dtype)
+}
+
+// share2 is share keeping the autograd node (a second owner of the same
+// result): used to hand out cached casts.
+func (t *Tensor) share2() *Tensor {
+	c := t.share()
+	if t.node != nil {
+		t.node.retain()
+		c.node = t.node
+	}
+	return c
+}
+
+// MatMul returns the matrix product of the last two dimensions of a and b,
+// batched over leading dimensions (which must match, or be absent on one
+// side). Under autocast both operands are cast to the low-precision dtype
+// and products accumulate in F32.
+func (s *Scope) MatMul(a, b *Tensor) *Tensor {
+	sameDevice("matmul", a, b)
+	if a.Dim() < 2 || b.Dim() < 2 {
+		panic(errorf("matmul", "operands need 2 or more dimensions: %s, %s", a.describe(), b.describe()))
+	}
+	if a.shape[a.Dim()-1] != b.shape[b.Dim()-2] {
+		panic(errorf("matmul", "inner dimensions differ: %s × %s", a.describe(), b.describe()))
+	}
+	ab, bb := a.shape[:a.Dim()-2], b.shape[:b.Dim()-2]
+	if len(ab) > 0 && len(bb) > 0 && !sameShape(ab, bb) {
+		panic(errorf("matmul", "batch dimensions differ: %s × %s", a.describe(), b.describe()))
+	}
+	// A weight applied to a batch of rows is one big product, not a batch.
+	if b.Dim() == 2 && a.Dim() > 2 {
+		k := a.shape[a.Dim()-1]
+		a2 := s.Reshape(a, -1, k)
+		o2 := s.MatMul(a2, b)
+		shape := append(append([]int(nil), a.shape[:a.Dim()-1]...), b.shape[1])
+		out := s.Reshape(o2, shape...)
+		s.release(a2)
+		s.release(o2)
+		return out
+	}
+	ca, cb, done := s.autocastPair(a, b)
+	defer done()
+	batch := ab
+	if len(bb) > 0 {
+		batch = bb
+	}
+	shape := append(append([]int(nil), batch...), a.shape[a.Dim()-2], b.shape[b.Dim()-1])
+	out := mustAlloc(ca.st.dev, ca.dtype, shape, s.cat)
+	gemmInto(out, ca, cb, 1, 0, s)
+	aShape, bShape := ca.shape, cb.shape
+	needA, needB := ca.needsGrad(), cb.needsGrad()
+	s.record(out, "matmul", []*Tensor{ca, cb}, []*Tensor{ca, cb}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sa, sb := saved[0], saved[1]
+		var da, db *Tensor
+		// dA = g·Bᵀ, dB = Aᵀ·g, summed over broadcast batches.
+		if needA {
+			bt := transposeView(sb)
+			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-1]...), aShape[len(aShape)-1]), s.cat)
+			gemmInto(full, g, bt, 1, 0, s)
+			bt.Release()
+			da = s.sumTo(full, aShape)
+			full.Release()
+		}
+		if needB {
+			at := transposeView(sa)
+			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-2]...), bShape[len(bShape)-2], g.shape[g.Dim()-1]), s.cat)
+			gemmInto(full, at, g, 1, 0, s)
+			at.Release()
+			db = s.sumTo(full, bShape)
+			full.Release()
+		}
+		return []*Tensor{da, db}
+	})
+	return s.own(out)
+}
+
+// transposeView swaps the last two dimensions without recording.
+func transposeView(t *Tensor) *Tensor {
+	r := t.Dim()
+	shape := append([]int(nil), t.shape...)
+	strides := append([]int(nil), t.strides...)
+	shape[r-2], shape[r-1] = shape[r-1], shape[r-2]
+	strides[r-2], strides[r-1] = strides[r-1], strides[r-2]
+	v := t.share()
+	v.shape, v.strides = shape, strides
+	return v
+}
+
+// Linear returns x·wᵀ + b for x [..., in], w [out, in] and b [out] (b may be
+// nil): the bias is written first and the product accumulated onto it, so
+// the layer makes one activation, not two.
+func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
+	sameDevice("linear", x, w, b)
+	if w.Dim() != 2 || x.Dim() < 1 || x.shape[x.Dim()-1] != w.shape[1] {
+		panic(errorf("linear", "input %s does not fit weight %s", x.describe(), w.describe()))
+	}
+	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
+		panic(errorf("linear", "bias %s does not fit weight %s", b.describe(), w.describe()))
+	}
+	in, outDim := w.shape[1], w.shape[0]
+	x2 := s.Reshape(x, -1, in)
+	defer s.release(x2)
+	cx, cw, done := s.autocastPair(x2, w)
+	defer done()
+	rows := x2.shape[0]
+	out := mustAlloc(cx.st.dev, cx.dtype, []int{rows, outDim}, s.cat)
+	beta := 0.0
+	if b != nil {
+		cx.st.dev.Copy(out.view(), b.broadcastView(out.shape))
+		beta = 1
+	}
+	wt := transposeView(cw)
+	gemmInto(out, cx, wt, 1, beta, s)
+	wt.Release()
+	needX, needW, needB := cx.needsGrad(), cw.needsGrad(), b != nil && b.needsGrad()
+	s.record(out, "linear", []*Tensor{cx, cw, b}, []*Tensor{cx, cw}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sx, sw := saved[0], saved[1]
+		dev := g.st.dev
+		var dx, dw, db *Tensor
+		if needX {
+			// Skipped below the lowest trainable layer: nothing wants it.
+			dx = mustAlloc(dev, g.dtype, sx.shape, s.cat)
+			gemmInto(dx, g, sw, 1, 0, s)
+		}
+		if needW {
+			dw = mustAlloc(dev, g.dtype, sw.shape, s.cat)
+			gt := transposeView(g)
+			gemmInto(dw, gt, sx, 1, 0, s)
+			gt.Release()
+		}
+		if needB {
+			db = s.reduce(device.Sum, g, []int{0}, false, 1, accumDType(g.dtype))
+		}
+		return []*Tensor{dx, dw, db}
+	})
+	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outDim)
+	res := s.Reshape(out, shape...)
+	out.Release()
+	return res
+}

@@ -1,0 +1,353 @@
+package tensor
+
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// toF32 returns x in F32 when autocast is on and x is 16-bit (ops that run
+// in F32 under autocast), else x itself; release with s.release if != x.
+func (s *Scope) f32Input(x *Tensor) *Tensor {
+	if s.autocast != device.Invalid && x.dtype.IsLowPrecision() {
+		return s.Cast(x, F32)
+	}
+	return x
+}
+
+func (s *Scope) softmax(name string, x *Tensor, log bool) *Tensor {
+	dev := sameDevice(name, x)
+	in := s.f32Input(x)
+	if in != x {
+		defer s.release(in)
+	}
+	c := in.packed(in.dtype, s.cat)
+	defer c.Release()
+	out := mustAlloc(dev, in.dtype, in.shape, s.cat)
+	dev.Softmax(out.view(), c.view(), log)
+	s.record(out, name, []*Tensor{in}, []*Tensor{out}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		y := saved[0]
+		gc := g.packed(g.dtype, s.cat)
+		defer gc.Release()
+		dx := mustAlloc(g.st.dev, y.dtype, y.shape, s.cat)
+		g.st.dev.SoftmaxBackward(dx.view(), y.view(), gc.view(), log)
+		return []*Tensor{dx}
+	})
+	return s.own(out)
+}
+
+// Softmax normalises the last dimension into probabilities (F32 under
+// autocast).
+func (s *Scope) Softmax(x *Tensor) *Tensor { return s.softmax("softmax", x, false) }
+
+// LogSoftmax returns log(softmax(x)) over the last dimension, computed
+// stably (F32 under autocast).
+func (s *Scope) LogSoftmax(x *Tensor) *Tensor { return s.softmax("log_softmax", x, true) }
+
+// LayerNorm normalises the last dimension of x to zero mean and unit
+// variance, then scales by gamma and shifts by beta (both [D]). It runs in
+// F32 under autocast and saves x, the per-row mean and 1/std.
+func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
+	dev := sameDevice("layer_norm", x, gamma, beta)
+	d := x.shape[x.Dim()-1]
+	if gamma.Dim() != 1 || gamma.shape[0] != d || beta.Dim() != 1 || beta.shape[0] != d {
+		panic(errorf("layer_norm", "gamma %v and beta %v must be [%d] for %s", gamma.shape, beta.shape, d, x.describe()))
+	}
+	in := s.f32Input(x)
+	if in != x {
+		defer s.release(in)
+	}
+	c := in.packed(in.dtype, s.cat)
+	defer c.Release()
+	rows := in.Len() / max(d, 1)
+	statDT := accumDType(in.dtype)
+	mean := mustAlloc(dev, statDT, []int{rows}, s.cat)
+	rstd := mustAlloc(dev, statDT, []int{rows}, s.cat)
+	out := mustAlloc(dev, in.dtype, in.shape, s.cat)
+	dev.LayerNorm(out.view(), mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
+	s.record(out, "layer_norm", []*Tensor{in, gamma, beta}, []*Tensor{c, mean, rstd, gamma}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sx, sm, sr, sg := saved[0], saved[1], saved[2], saved[3]
+		dev := g.st.dev
+		gc := g.packed(g.dtype, s.cat)
+		defer gc.Release()
+		dx := mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+		dgamma := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
+		dbeta := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
+		dev.Fill(dgamma.view(), 0)
+		dev.Fill(dbeta.view(), 0)
+		dev.LayerNormBackward(dx.view(), dgamma.view(), dbeta.view(), gc.view(), sx.view(), sm.view(), sr.view(), sg.view())
+		return []*Tensor{dx, dgamma, dbeta}
+	})
+	mean.Release()
+	rstd.Release()
+	return s.own(out)
+}
+
+// Embedding looks up rows of table [V, D] for integer indices of any shape;
+// the result has shape idx.shape + [D].
+func (s *Scope) Embedding(table, idx *Tensor) *Tensor {
+	dev := sameDevice("embedding", table, idx)
+	if table.Dim() != 2 {
+		panic(errorf("embedding", "table %s must be 2-D", table.describe()))
+	}
+	if idx.dtype != I32 && idx.dtype != I64 {
+		panic(errorf("embedding", "indices %s must be i32 or i64", idx.describe()))
+	}
+	ic := idx.packed(idx.dtype, s.cat)
+	defer ic.Release()
+	tc := table.packed(table.dtype, s.cat)
+	defer tc.Release()
+	shape := append(append([]int(nil), idx.shape...), table.shape[1])
+	out := mustAlloc(dev, table.dtype, shape, s.cat)
+	dev.Gather(out.view(), tc.view(), ic.view())
+	tshape := table.shape
+	s.record(out, "embedding", []*Tensor{table}, []*Tensor{ic}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		gc := g.packed(g.dtype, s.cat)
+		defer gc.Release()
+		dt := mustAlloc(g.st.dev, g.dtype, tshape, s.cat)
+		g.st.dev.Fill(dt.view(), 0)
+		g.st.dev.ScatterAdd(dt.view(), saved[0].view(), gc.view())
+		return []*Tensor{dt}
+	})
+	return s.own(out)
+}
+
+// Conv2dOptions are the stride and zero padding of a convolution or pool.
+type Conv2dOptions struct {
+	Stride, Pad int
+}
+
+func convGeom(op string, x *Tensor, kh, kw int, o Conv2dOptions) device.ConvGeom {
+	if x.Dim() != 4 {
+		panic(errorf(op, "input %s must be N×C×H×W", x.describe()))
+	}
+	st := max(o.Stride, 1)
+	g := device.ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3], KH: kh, KW: kw, StrideH: st, StrideW: st, PadH: o.Pad, PadW: o.Pad}
+	g.OH = (g.H+2*g.PadH-kh)/st + 1
+	g.OW = (g.W+2*g.PadW-kw)/st + 1
+	if g.OH <= 0 || g.OW <= 0 {
+		panic(errorf(op, "window %dx%d does not fit input %s with padding %d", kh, kw, x.describe(), o.Pad))
+	}
+	return g
+}
+
+// Conv2d convolves x [N, C, H, W] with w [OC, C, KH, KW] and adds b [OC]
+// (may be nil), through im2col and one batched GEMM. The column buffer is a
+// temporary: backward rebuilds it from the saved input instead of keeping
+// it.
+func (s *Scope) Conv2d(x, w, b *Tensor, o Conv2dOptions) *Tensor {
+	dev := sameDevice("conv2d", x, w, b)
+	if w.Dim() != 4 || w.shape[1] != x.shape[1] {
+		panic(errorf("conv2d", "weight %s does not fit input %s", w.describe(), x.describe()))
+	}
+	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
+		panic(errorf("conv2d", "bias %s does not fit weight %s", b.describe(), w.describe()))
+	}
+	g := convGeom("conv2d", x, w.shape[2], w.shape[3], o)
+	cx, cw, done := s.autocastPair(x, w)
+	defer done()
+	xc := cx.packed(cx.dtype, s.cat)
+	defer xc.Release()
+	oc, ckk, ohw := w.shape[0], g.C*g.KH*g.KW, g.OH*g.OW
+	col := mustAlloc(dev, cx.dtype, []int{g.N, ckk, ohw}, memory.Temporary)
+	dev.Im2Col(col.view(), xc.view(), g)
+	w2 := viewOf(cw, []int{oc, ckk}, []int{ckk, 1}, 0)
+	if !cw.IsContiguous() {
+		panic(errorf("conv2d", "weight %s is not contiguous", w.describe()))
+	}
+	w2.offset = cw.offset
+	out := mustAlloc(dev, cx.dtype, []int{g.N, oc, g.OH, g.OW}, s.cat)
+	out3 := viewOf(out, []int{g.N, oc, ohw}, []int{oc * ohw, ohw, 1}, 0)
+	beta := 0.0
+	if b != nil {
+		bv := b.view()
+		bv.Shape, bv.Strides = out3.shape, []int{0, b.strides[0], 0}
+		dev.Copy(out3.view(), bv)
+		beta = 1
+	}
+	gemmInto(out3, w2, col, 1, beta, s)
+	out3.Release()
+	col.Release()
+	w2.Release()
+	needX, needW, needB := cx.needsGrad(), cw.needsGrad(), b != nil && b.needsGrad()
+	s.record(out, "conv2d", []*Tensor{cx, cw, b}, []*Tensor{xc, cw}, func(s *Scope, gy *Tensor, saved []*Tensor) []*Tensor {
+		sx, sw := saved[0], saved[1]
+		dev := gy.st.dev
+		gc := gy.packed(gy.dtype, s.cat)
+		defer gc.Release()
+		g3 := viewOf(gc, []int{g.N, oc, ohw}, []int{oc * ohw, ohw, 1}, gc.offset)
+		defer g3.Release()
+		w2 := viewOf(sw, []int{oc, ckk}, []int{ckk, 1}, sw.offset)
+		defer w2.Release()
+		var dx, dw, db *Tensor
+		if needW {
+			col := mustAlloc(dev, sx.dtype, []int{g.N, ckk, ohw}, memory.Temporary)
+			dev.Im2Col(col.view(), sx.view(), g)
+			dw = mustAlloc(dev, gy.dtype, sw.shape, s.cat)
+			dw2 := viewOf(dw, []int{oc, ckk}, []int{ckk, 1}, 0)
+			// Sum over images of g_n · col_nᵀ, one image at a time so that
+			// the accumulation order is fixed.
+			for n := 0; n < g.N; n++ {
+				gn := viewOf(g3, []int{oc, ohw}, []int{ohw, 1}, g3.offset+n*oc*ohw)
+				cn := viewOf(col, []int{ohw, ckk}, []int{1, ohw}, n*ckk*ohw)
+				gemmInto(dw2, gn, cn, 1, float64(min(n, 1)), s)
+				gn.Release()
+				cn.Release()
+			}
+			dw2.Release()
+			col.Release()
+		}
+		if needX {
+			dcol := mustAlloc(dev, gy.dtype, []int{g.N, ckk, ohw}, memory.Temporary)
+			wt := transposeView(w2)
+			gemmInto(dcol, wt, g3, 1, 0, s)
+			wt.Release()
+			dx = mustAlloc(dev, gy.dtype, sx.shape, s.cat)
+			dev.Col2Im(dx.view(), dcol.view(), g)
+			dcol.Release()
+		}
+		if needB {
+			db = s.reduce(device.Sum, g3, []int{0, 2}, false, 1, accumDType(gy.dtype))
+		}
+		return []*Tensor{dx, dw, db}
+	})
+	return s.own(out)
+}
+
+func (s *Scope) pool(op device.PoolOp, name string, x *Tensor, k int, o Conv2dOptions) *Tensor {
+	dev := sameDevice(name, x)
+	if o.Stride == 0 {
+		o.Stride = k
+	}
+	g := convGeom(name, x, k, k, o)
+	xc := x.packed(x.dtype, s.cat)
+	defer xc.Release()
+	out := mustAlloc(dev, x.dtype, []int{g.N, g.C, g.OH, g.OW}, s.cat)
+	var argmax *Tensor
+	var av device.View
+	if op == device.MaxPool {
+		argmax = mustAlloc(dev, I32, out.shape, s.cat)
+		defer argmax.Release()
+		av = argmax.view()
+	}
+	dev.Pool(op, out.view(), av, xc.view(), g)
+	var save []*Tensor
+	if argmax != nil {
+		save = []*Tensor{argmax}
+	}
+	xshape := x.shape
+	s.record(out, name, []*Tensor{x}, save, func(s *Scope, gy *Tensor, saved []*Tensor) []*Tensor {
+		gc := gy.packed(gy.dtype, s.cat)
+		defer gc.Release()
+		var am device.View
+		if len(saved) > 0 {
+			am = saved[0].view()
+		}
+		dx := mustAlloc(gy.st.dev, gy.dtype, xshape, s.cat)
+		gy.st.dev.PoolBackward(op, dx.view(), am, gc.view(), g)
+		return []*Tensor{dx}
+	})
+	return s.own(out)
+}
+
+// MaxPool2d takes the maximum of each k×k window (stride defaults to k).
+// It saves the I32 position of each maximum, not the input.
+func (s *Scope) MaxPool2d(x *Tensor, k int, o Conv2dOptions) *Tensor {
+	return s.pool(device.MaxPool, "max_pool2d", x, k, o)
+}
+
+// AvgPool2d averages each k×k window (stride defaults to k); it saves
+// nothing.
+func (s *Scope) AvgPool2d(x *Tensor, k int, o Conv2dOptions) *Tensor {
+	return s.pool(device.AvgPool, "avg_pool2d", x, k, o)
+}
+
+// Reduction says how a loss combines per-example values.
+type Reduction uint8
+
+// Reductions of a loss.
+const (
+	MeanReduction Reduction = iota
+	SumReduction
+)
+
+// CrossEntropyOptions configure CrossEntropy.
+type CrossEntropyOptions struct {
+	IgnoreIndex    int // targets equal to it contribute nothing (default -100 when HasIgnore)
+	HasIgnore      bool
+	LabelSmoothing float64
+	Reduction      Reduction
+}
+
+// CrossEntropy is the fused, stable softmax cross-entropy of logits
+// [..., C] against integer targets [...]. The mean is over targets that are
+// not ignored. It saves only the logits (and targets): the softmax is
+// recomputed in backward.
+func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Tensor {
+	dev := sameDevice("cross_entropy", logits, targets)
+	c := logits.shape[logits.Dim()-1]
+	rows := logits.Len() / max(c, 1)
+	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {
+		panic(errorf("cross_entropy", "targets %s must be integers, one per row of logits %s", targets.describe(), logits.describe()))
+	}
+	ignore := -100
+	if o.HasIgnore {
+		ignore = o.IgnoreIndex
+	}
+	in := s.f32Input(logits)
+	if in != logits {
+		defer s.release(in)
+	}
+	lc := in.packed(in.dtype, s.cat)
+	defer lc.Release()
+	tc := targets.packed(targets.dtype, s.cat)
+	defer tc.Release()
+	scale := 1.0
+	if o.Reduction == MeanReduction {
+		n := 0
+		for _, t := range tc.Int64s() {
+			if t != int64(ignore) {
+				n++
+			}
+		}
+		scale = 1 / float64(max(n, 1))
+	}
+	dt := accumDType(in.dtype)
+	perRow := mustAlloc(dev, dt, []int{rows}, memory.Temporary)
+	dev.CrossEntropy(perRow.view(), lc.view(), tc.view(), ignore, o.LabelSmoothing)
+	out := mustAlloc(dev, dt, []int{}, s.cat)
+	dev.Reduce(device.Sum, out.view(), perRow.view())
+	dev.Unary(device.MulScalar, out.view(), out.view(), scale)
+	perRow.Release()
+	smoothing := o.LabelSmoothing
+	s.record(out, "cross_entropy", []*Tensor{in}, []*Tensor{lc, tc}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sl, st := saved[0], saved[1]
+		dev := g.st.dev
+		up := mustAlloc(dev, g.dtype, []int{rows}, memory.Temporary)
+		gv := g.view()
+		gv.Shape, gv.Strides = []int{rows}, []int{0}
+		dev.Unary(device.MulScalar, up.view(), gv, scale)
+		dx := mustAlloc(dev, sl.dtype, sl.shape, s.cat)
+		dev.CrossEntropyBackward(dx.view(), sl.view(), st.view(), up.view(), ignore, smoothing)
+		up.Release()
+		return []*Tensor{dx}
+	})
+	return s.own(out)
+}
+
+// MSE is the mean squared error between a and b (F32 under autocast).
+func (s *Scope) MSE(a, b *Tensor) *Tensor {
+	fa, fb := s.f32Input(a), s.f32Input(b)
+	d := s.Sub(fa, fb)
+	sq := s.Mul(d, d)
+	out := s.Mean(sq, false)
+	for _, t := range []*Tensor{d, sq} {
+		s.release(t)
+	}
+	if fa != a {
+		s.release(fa)
+	}
+	if fb != b {
+		s.release(fb)
+	}
+	return out
+}

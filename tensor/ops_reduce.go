@@ -1,0 +1,140 @@
+package tensor
+
+import (
+	"github.com/memfit/memfit/device"
+)
+
+// reduceAxes marks the dimensions of x that axes name (all when empty).
+func reduceAxes(op string, x *Tensor, axes []int) []bool {
+	red := make([]bool, x.Dim())
+	if len(axes) == 0 {
+		for i := range red {
+			red[i] = true
+		}
+		return red
+	}
+	for _, a := range axes {
+		red[normAxis(op, a, x.Dim())] = true
+	}
+	return red
+}
+
+// reduce computes op over axes of x, scaled by scale, into dtype.
+func (s *Scope) reduce(op device.ReduceOp, x *Tensor, axes []int, keepdim bool, scale float64, dtype DType) *Tensor {
+	dev := sameDevice("reduce", x)
+	red := reduceAxes("reduce", x, axes)
+	kept := make([]int, x.Dim())
+	var squeezed []int
+	for i, d := range x.shape {
+		kept[i] = d
+		if red[i] {
+			kept[i] = 1
+		} else {
+			squeezed = append(squeezed, d)
+		}
+	}
+	out := mustAlloc(dev, dtype, kept, s.cat)
+	dev.Reduce(op, out.view(), x.view())
+	if scale != 1 {
+		dev.Unary(device.MulScalar, out.view(), out.view(), scale)
+	}
+	if !keepdim {
+		out.shape = squeezed
+		out.strides = contiguousStrides(squeezed)
+	}
+	return out
+}
+
+// accumDType is the dtype reductions produce: F32 for 16-bit inputs.
+func accumDType(d DType) DType {
+	if d.IsLowPrecision() {
+		return F32
+	}
+	return d
+}
+
+// broadcastGrad spreads a reduced gradient back over shape, times scale.
+func (s *Scope) broadcastGrad(g *Tensor, shape []int, red []bool, scale float64) *Tensor {
+	kept := make([]int, len(shape))
+	for i := range shape {
+		kept[i] = shape[i]
+		if red[i] {
+			kept[i] = 1
+		}
+	}
+	gc := g.packed(g.dtype, s.cat)
+	defer gc.Release()
+	gk := viewOf(gc, kept, contiguousStrides(kept), gc.offset)
+	defer gk.Release()
+	dx := mustAlloc(g.st.dev, g.dtype, shape, s.cat)
+	if scale == 1 {
+		g.st.dev.Copy(dx.view(), gk.broadcastView(shape))
+	} else {
+		g.st.dev.Unary(device.MulScalar, dx.view(), gk.broadcastView(shape), scale)
+	}
+	return dx
+}
+
+// Sum adds the elements over axes (all when none are given); keepdim keeps
+// reduced dimensions with size 1. 16-bit inputs are summed into F32.
+func (s *Scope) Sum(x *Tensor, keepdim bool, axes ...int) *Tensor {
+	return s.sumScaled("sum", x, keepdim, axes, 1)
+}
+
+// Mean averages the elements over axes (all when none are given).
+func (s *Scope) Mean(x *Tensor, keepdim bool, axes ...int) *Tensor {
+	red := reduceAxes("mean", x, axes)
+	n := 1
+	for i, r := range red {
+		if r {
+			n *= x.shape[i]
+		}
+	}
+	return s.sumScaled("mean", x, keepdim, axes, 1/float64(max(n, 1)))
+}
+
+func (s *Scope) sumScaled(name string, x *Tensor, keepdim bool, axes []int, scale float64) *Tensor {
+	out := s.reduce(device.Sum, x, axes, keepdim, scale, accumDType(x.dtype))
+	red := reduceAxes(name, x, axes)
+	shape := x.shape
+	s.record(out, name, []*Tensor{x}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		return []*Tensor{s.broadcastGrad(g, shape, red, scale)}
+	})
+	return s.own(out)
+}
+
+// Max takes the maximum over axes. Its gradient is shared equally between
+// tied maxima.
+func (s *Scope) Max(x *Tensor, keepdim bool, axes ...int) *Tensor {
+	out := s.reduce(device.Max, x, axes, keepdim, 1, x.dtype)
+	red := reduceAxes("max", x, axes)
+	shape := x.shape
+	s.record(out, "max", []*Tensor{x}, []*Tensor{x, out}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sx, so := saved[0], saved[1]
+		dev := g.st.dev
+		m := s.broadcastGrad(so, shape, red, 1) // the max, spread back
+		mask := mustAlloc(dev, g.dtype, shape, s.cat)
+		dev.Binary(device.Equal, mask.view(), sx.view(), m.view())
+		m.Release()
+		count := s.reduce(device.Sum, mask, axesOf(red), true, 1, g.dtype)
+		gb := s.broadcastGrad(g, shape, red, 1)
+		dx := mustAlloc(dev, g.dtype, shape, s.cat)
+		dev.Binary(device.Mul, dx.view(), gb.view(), mask.view())
+		dev.Binary(device.Div, dx.view(), dx.view(), count.broadcastView(shape))
+		gb.Release()
+		mask.Release()
+		count.Release()
+		return []*Tensor{dx}
+	})
+	return s.own(out)
+}
+
+func axesOf(red []bool) []int {
+	var a []int
+	for i, r := range red {
+		if r {
+			a = append(a, i)
+		}
+	}
+	return a
+}

@@ -1,0 +1,390 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// DType is the element type of a tensor.
+type DType = device.DType
+
+// Element types, re-exported from package device.
+const (
+	F32  = device.F32
+	F64  = device.F64
+	F16  = device.F16
+	BF16 = device.BF16
+	I32  = device.I32
+	I64  = device.I64
+)
+
+// storage is reference-counted device memory. Every Tensor handle holds one
+// reference; autograd nodes hold their own for what they saved.
+type storage struct {
+	dev     device.Device
+	buf     device.Buffer
+	refs    atomic.Int32
+	version atomic.Int64 // bumped by every in-place write
+}
+
+func (st *storage) retain() { st.refs.Add(1) }
+
+func (st *storage) release() {
+	switch n := st.refs.Add(-1); {
+	case n == 0:
+		st.dev.Free(st.buf)
+		st.buf = device.Buffer{}
+	case n < 0:
+		panic("tensor: storage released more often than retained")
+	}
+}
+
+// Tensor is a handle on a strided view of reference-counted storage. The
+// handle is owned by whoever created it (the caller of the op that returned
+// it, or a Scope); Release drops it. Several handles may share storage
+// (views, tensors saved for backward); the memory returns to the device's
+// cache when the last one is released. Nothing relies on the garbage
+// collector to free device memory.
+type Tensor struct {
+	st      *storage
+	shape   []int
+	strides []int
+	offset  int
+	dtype   DType
+
+	requiresGrad bool    // a leaf whose gradient is wanted (a parameter)
+	grad         *Tensor // accumulated gradient of a leaf
+	node         *node   // the op that produced this tensor, when recorded
+	name         string  // optional label used in error messages
+
+	owner    *Scope
+	released bool
+}
+
+// Shape returns the tensor's dimensions (do not modify).
+func (t *Tensor) Shape() []int { return t.shape }
+
+// Strides returns the element strides (do not modify).
+func (t *Tensor) Strides() []int { return t.strides }
+
+// DType is the element type.
+func (t *Tensor) DType() DType { return t.dtype }
+
+// Dim is the number of dimensions.
+func (t *Tensor) Dim() int { return len(t.shape) }
+
+// Len is the number of elements.
+func (t *Tensor) Len() int { return numel(t.shape) }
+
+// Bytes is the size of the tensor's elements in bytes.
+func (t *Tensor) Bytes() int64 { return int64(t.Len() * t.dtype.Size()) }
+
+// Device is the device holding the tensor.
+func (t *Tensor) Device() device.Device { return t.st.dev }
+
+// Name is the label given with SetName (parameters carry their path).
+func (t *Tensor) Name() string { return t.name }
+
+// SetName labels the tensor for error messages and reports.
+func (t *Tensor) SetName(name string) *Tensor { t.name = name; return t }
+
+// Released reports whether Release has been called on this handle.
+func (t *Tensor) Released() bool { return t.released }
+
+// Version counts in-place writes to the tensor's storage.
+func (t *Tensor) Version() int64 { return t.st.version.Load() }
+
+// Category is the allocator category of the tensor's storage.
+func (t *Tensor) Category() memory.Category {
+	if t.st.buf.Block == nil {
+		return memory.Other
+	}
+	return t.st.buf.Block.Category()
+}
+
+// Release drops this handle's reference to its storage and to the autograd
+// graph behind it. It is idempotent, so a tensor released explicitly may
+// still belong to a Scope that releases it again at Close.
+func (t *Tensor) Release() {
+	if t == nil || t.released {
+		return
+	}
+	t.released = true
+	untrack(t)
+	if t.node != nil {
+		t.node.release()
+		t.node = nil
+	}
+	if t.grad != nil {
+		t.grad.Release()
+		t.grad = nil
+	}
+	t.st.release()
+}
+
+func (t *Tensor) mustLive(op string) {
+	if t == nil {
+		panic(errorf(op, "nil tensor"))
+	}
+	if t.released {
+		panic(errorf(op, "use of released tensor %s", t.describe()))
+	}
+}
+
+func (t *Tensor) describe() string {
+	s := fmt.Sprintf("%v %v", t.dtype, t.shape)
+	if t.name != "" {
+		s = t.name + " " + s
+	}
+	return s
+}
+
+func (t *Tensor) String() string { return "tensor(" + t.describe() + ")" }
+
+// view is the kernel-facing description of t.
+func (t *Tensor) view() device.View {
+	return device.View{Buf: t.st.buf, DType: t.dtype, Offset: t.offset, Shape: t.shape, Strides: t.strides}
+}
+
+// broadcastView describes t repeated to shape (right-aligned broadcasting).
+func (t *Tensor) broadcastView(shape []int) device.View {
+	v := t.view()
+	v.Shape = shape
+	v.Strides = make([]int, len(shape))
+	off := len(shape) - len(t.shape)
+	for i := range t.shape {
+		if t.shape[i] != 1 {
+			v.Strides[off+i] = t.strides[i]
+		}
+	}
+	return v
+}
+
+// share returns a new handle on the same elements, with no autograd history.
+func (t *Tensor) share() *Tensor {
+	t.st.retain()
+	return &Tensor{st: t.st, shape: t.shape, strides: t.strides, offset: t.offset, dtype: t.dtype, name: t.name}
+}
+
+// IsContiguous reports whether the elements are dense and row-major.
+func (t *Tensor) IsContiguous() bool { return t.view().Contiguous() }
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func contiguousStrides(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+// alloc makes an uninitialised contiguous tensor. Errors are returned so
+// that constructors can hand them to users; ops panic with them instead.
+func alloc(dev device.Device, dtype DType, shape []int, cat memory.Category) (*Tensor, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return nil, errorf("alloc", "negative dimension in shape %v", shape)
+		}
+	}
+	if dtype.Size() == 0 {
+		return nil, errorf("alloc", "invalid dtype %v", dtype)
+	}
+	shape = append([]int(nil), shape...)
+	buf, err := dev.Alloc(int64(numel(shape)*dtype.Size()), cat)
+	if err != nil {
+		return nil, err
+	}
+	st := &storage{dev: dev, buf: buf}
+	st.refs.Store(1)
+	t := &Tensor{st: st, shape: shape, strides: contiguousStrides(shape), dtype: dtype}
+	track(t)
+	return t, nil
+}
+
+func mustAlloc(dev device.Device, dtype DType, shape []int, cat memory.Category) *Tensor {
+	t, err := alloc(dev, dtype, shape, cat)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// New returns a zero-filled tensor on dev, its memory counted under cat.
+func New(dev device.Device, dtype DType, shape []int, cat memory.Category) (*Tensor, error) {
+	t, err := alloc(dev, dtype, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	dev.Fill(t.view(), 0)
+	return t, nil
+}
+
+// Full returns a tensor filled with v.
+func Full(dev device.Device, dtype DType, shape []int, v float64, cat memory.Category) (*Tensor, error) {
+	t, err := alloc(dev, dtype, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	dev.Fill(t.view(), v)
+	return t, nil
+}
+
+// Rand returns a tensor of draws from dist (Uniform on [a, b), Normal with
+// mean a and standard deviation b), reproducible for a seed on any device.
+func Rand(dev device.Device, dtype DType, shape []int, dist device.Distribution, a, b float64, seed uint64, cat memory.Category) (*Tensor, error) {
+	t, err := alloc(dev, dtype, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	dev.Random(t.view(), dist, a, b, seed)
+	return t, nil
+}
+
+func checkLen(n int, shape []int) error {
+	if numel(shape) != n {
+		return errorf("from slice", "%d values do not fill shape %v (%d elements)", n, shape, numel(shape))
+	}
+	return nil
+}
+
+// FromFloat32 copies data into a new F32 tensor of the given shape.
+func FromFloat32(dev device.Device, data []float32, shape []int, cat memory.Category) (*Tensor, error) {
+	if err := checkLen(len(data), shape); err != nil {
+		return nil, err
+	}
+	t, err := alloc(dev, F32, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 4*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	dev.Write(t.st.buf, 0, b)
+	return t, nil
+}
+
+// FromFloat64 copies data into a new F64 tensor.
+func FromFloat64(dev device.Device, data []float64, shape []int, cat memory.Category) (*Tensor, error) {
+	if err := checkLen(len(data), shape); err != nil {
+		return nil, err
+	}
+	t, err := alloc(dev, F64, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 8*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	dev.Write(t.st.buf, 0, b)
+	return t, nil
+}
+
+// FromInt32 copies data into a new I32 tensor.
+func FromInt32(dev device.Device, data []int32, shape []int, cat memory.Category) (*Tensor, error) {
+	if err := checkLen(len(data), shape); err != nil {
+		return nil, err
+	}
+	t, err := alloc(dev, I32, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 4*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	dev.Write(t.st.buf, 0, b)
+	return t, nil
+}
+
+// contiguousCopy returns t's elements densely packed in dtype (a new
+// handle; t itself when nothing needs to change).
+func (t *Tensor) packed(dtype DType, cat memory.Category) *Tensor {
+	if t.dtype == dtype && t.IsContiguous() {
+		return t.share()
+	}
+	out := mustAlloc(t.st.dev, dtype, t.shape, cat)
+	t.st.dev.Copy(out.view(), t.view())
+	return out
+}
+
+// Float64s copies the tensor to the host as float64s (any dtype).
+func (t *Tensor) Float64s() []float64 {
+	t.mustLive("Float64s")
+	c := t.packed(F64, memory.Temporary)
+	defer c.Release()
+	b := make([]byte, 8*c.Len())
+	c.st.dev.Read(b, c.st.buf, int64(c.offset*8))
+	out := make([]float64, c.Len())
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// Float32s copies the tensor to the host as float32s (any dtype).
+func (t *Tensor) Float32s() []float32 {
+	v := t.Float64s()
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// Int64s copies an integer tensor to the host.
+func (t *Tensor) Int64s() []int64 {
+	t.mustLive("Int64s")
+	c := t.packed(I64, memory.Temporary)
+	defer c.Release()
+	b := make([]byte, 8*c.Len())
+	c.st.dev.Read(b, c.st.buf, int64(c.offset*8))
+	out := make([]int64, c.Len())
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// Item returns the single element of a one-element tensor.
+func (t *Tensor) Item() float64 {
+	if t.Len() != 1 {
+		panic(errorf("Item", "tensor %s has %d elements, want 1", t.describe(), t.Len()))
+	}
+	return t.Float64s()[0]
+}
+
+// Format renders a short summary with up to 8 values, for debugging.
+func (t *Tensor) Format() string {
+	v := t.Float64s()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s [", t.describe())
+	for i, x := range v {
+		if i == 8 {
+			b.WriteString(" ...")
+			break
+		}
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%.4g", x)
+	}
+	b.WriteString("]")
+	return b.String()
+}
