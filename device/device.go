@@ -292,15 +292,41 @@ type Kernels interface {
 	CausalFill(dst, src View, value float64)
 	// AllFinite reports whether every element of src is finite.
 	AllFinite(src View) bool
+	// AdamStep updates param, m and v in place from grad (all contiguous,
+	// same length; grad may be any float dtype, the rest F32).
+	AdamStep(param, grad, m, v View, h AdamHyper)
+	// SGDStep updates param (and the momentum buffer, when h.Momentum is
+	// non-zero) in place from grad.
+	SGDStep(param, grad, momentum View, h SGDHyper)
+}
+
+// AdamHyper are the hyper-parameters of one Adam/AdamW update. GradScale
+// multiplies the gradient first (1/loss-scale, or 1 when unscaled).
+// Decoupled selects AdamW's weight decay (p -= lr·wd·p) over Adam's L2 term
+// (g += wd·p). BiasCorrection1/2 are 1-β1^t and 1-β2^t.
+type AdamHyper struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Decoupled                          bool
+	BiasCorrection1, BiasCorrection2   float64
+	GradScale                          float64
+}
+
+// SGDHyper are the hyper-parameters of one SGD update, as PyTorch defines
+// them: g += wd·p; buf = momentum·buf + (1-dampening)·g (buf = g on the
+// first step); g = nesterov ? g + momentum·buf : buf; p -= lr·g.
+type SGDHyper struct {
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov, FirstStep                  bool
+	GradScale                            float64
 }
 
 // UnaryNeeds says which of x (the input) and y (the output) UnaryBackward
 // reads for op, so that callers save only those for backward.
 func UnaryNeeds(op UnaryOp) (x, y bool) {
 	switch op {
-	case Exp, Sqrt, Tanh, Sigmoid, Recip:
+	case Exp, Sqrt, Tanh, Sigmoid, Recip, Relu: // relu: y > 0 exactly where x > 0
 		return false, true
-	case Log, Relu, Gelu, Abs, Square, PowScalar:
+	case Log, Gelu, Abs, Square, PowScalar:
 		return true, false
 	}
 	return false, false

@@ -13,8 +13,9 @@ func TestHistory(t *testing.T) {
 	a.SetStep(3)
 	b := mustAlloc(t, a, 1000, Activation) // segment_alloc, alloc
 	a.SetStep(4)
-	a.Free(b)                                           // free
-	if _, err := a.Alloc(8*MiB, Gradient); err == nil { // oom, fast
+	a.Free(b) // free
+	// oom (8 MiB cannot fit in 4 MiB)
+	if _, err := a.Alloc(8*MiB, Gradient); err == nil {
 		t.Fatal("8 MiB fit in 4 MiB")
 	}
 	a.EmptyCache() // segment_free

@@ -71,7 +71,7 @@ func (e *OOMError) Error() string {
 		b.WriteString(FormatBytes(e.ByCategory[c]))
 	}
 	switch {
-	case e.Capacity > 0 && e.Requested > e.Capacity:
+	case e.Capacity > 0 && (e.Requested > e.Capacity || e.Size > e.Capacity):
 		b.WriteString("; the request alone exceeds the capacity: try a smaller -batch or model")
 	case len(cats) > 0 && Hint(cats[0]) != "":
 		b.WriteString("; try: ")

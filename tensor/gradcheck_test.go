@@ -111,6 +111,18 @@ var gradCases = []gradCase{
 	{name: "causal_mask+softmax", inputs: []input{in("", 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.Softmax(s.CausalMask(x[0], math.Inf(-1)))
 	}},
+	{name: "relu_/in-place", inputs: []input{in("away", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.ReluInPlace(s.MulScalar(x[0], 1))
+	}},
+	{name: "add_/in-place-residual", inputs: []input{in("", 3, 4), in("", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.AddInPlace(s.MulScalar(x[0], 1.5), x[1])
+	}},
+	{name: "dropout_/in-place", inputs: []input{in("", 4, 8)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.DropoutInPlace(s.MulScalar(x[0], 2), 0.25, 9)
+	}},
+	{name: "mul_/in-place", inputs: []input{in("", 6)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.MulScalarInPlace(s.Square(x[0]), 3)
+	}},
 	{name: "cast/f32-roundtrip", tol: 1e-4, h: 1e-2, inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.Cast(s.Mul(s.Cast(x[0], tensor.F32), s.Cast(x[0], tensor.F32)), tensor.F64)
 	}},

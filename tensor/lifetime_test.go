@@ -240,3 +240,57 @@ func TestStepReturnsShapeAndOOMErrors(t *testing.T) {
 		t.Errorf("after the failed steps %d bytes allocated, want %d", got, a.Bytes()+b.Bytes())
 	}
 }
+
+func TestInPlaceAfterSaveIsAnError(t *testing.T) {
+	dev := cpu.New()
+	w, _ := tensor.Rand(dev, tensor.F32, []int{4}, device.Normal, 0, 1, 3, memory.Parameter)
+	w.SetRequiresGrad(true)
+	defer w.Release()
+	err := tensor.Step(func(s *tensor.Scope) error {
+		x := s.MulScalar(w, 1)
+		y := s.Mul(x, x) // saves x
+		s.ReluInPlace(x) // overwrites it
+		s.Sum(y, false).Backward()
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "mul") || !strings.Contains(err.Error(), "in-place") {
+		t.Errorf("backward through an overwritten saved tensor gave %v, want an error naming mul and the in-place write", err)
+	}
+	err = tensor.Step(func(s *tensor.Scope) error {
+		s.ReluInPlace(w)
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "leaf") {
+		t.Errorf("in-place on a parameter gave %v", err)
+	}
+}
+
+func TestInPlaceReluSavesAnActivation(t *testing.T) {
+	dev := cpu.New()
+	w, _ := tensor.Rand(dev, tensor.F32, []int{64, 64}, device.Normal, 0, 0.1, 3, memory.Parameter)
+	w.SetRequiresGrad(true)
+	defer w.Release()
+	x, _ := batch(t, dev, 32, 64, 2)
+	defer x.Release()
+	peak := func(inPlace bool) int64 {
+		dev.Memory().ResetPeak()
+		s := tensor.NewScope()
+		defer s.Close()
+		h := x
+		for range 8 {
+			y := s.Linear(h, w, nil)
+			if inPlace {
+				h = s.ReluInPlace(y)
+			} else {
+				h = s.Relu(y)
+			}
+		}
+		s.Sum(h, false).Backward()
+		return dev.Memory().Stats().Category(memory.Activation).Peak
+	}
+	act := int64(32 * 64 * 4)
+	out, in := peak(false), peak(true)
+	if out-in < 7*act {
+		t.Errorf("in-place relu peak %d vs %d out of place: saves %d bytes, want >= %d (one activation per layer)", in, out, out-in, 7*act)
+	}
+}

@@ -73,3 +73,5 @@ func (d *Device) Random(device.View, device.Distribution, float64, float64, uint
 func (d *Device) MaskedFill(_, _, _ device.View, _ float64)                         {}
 func (d *Device) CausalFill(_, _ device.View, _ float64)                            {}
 func (d *Device) AllFinite(device.View) bool                                        { return true }
+func (d *Device) AdamStep(_, _, _, _ device.View, _ device.AdamHyper)               {}
+func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                    {}

@@ -29,6 +29,7 @@ type kernel struct {
 	bf16   bool   // VDPBF16PS on bf16 pairs instead of VFMADD231PS on float32
 	unroll int
 	pfA    int // prefetch distance for A in bytes (0: none)
+	bcst   bool // FMA with an embedded-broadcast memory operand (no broadcast register)
 }
 
 func (k kernel) acc(i, v int) string { return fmt.Sprintf("%s%d", k.reg, i*k.vecs+v) }
@@ -55,6 +56,12 @@ func (k kernel) step(u int) {
 	}
 	for i := 0; i < k.mr; i++ {
 		bc := k.bcReg(i)
+		if k.bcst {
+			for v := 0; v < k.vecs; v++ {
+				p("VFMADD231PS.BCST %d(AX), %s%d, %s", (u*k.mr+i)*4, k.reg, k.bReg(v), k.acc(i, v))
+			}
+			continue
+		}
 		if k.bf16 {
 			p("VPBROADCASTD %d(AX), Z%d", (u*k.mr+i)*4, bc)
 		} else {
@@ -180,6 +187,20 @@ func main() {
 	}
 	for _, k := range kernels {
 		k.emit()
+	}
+	if os.Getenv("GEMM_EXP") != "" {
+		// Experimental kernels for tuning (see kernel_exp_amd64_test.go).
+		for _, k := range []kernel{
+			{name: "kexpBcst14x32", mr: 14, vecs: 2, reg: "Z", vbytes: 64, unroll: 4, pfA: 512, bcst: true},
+			{name: "kexp6x64", mr: 6, vecs: 4, reg: "Z", vbytes: 64, unroll: 4, pfA: 512},
+			{name: "kexp8x48", mr: 8, vecs: 3, reg: "Z", vbytes: 64, unroll: 4, pfA: 512},
+			{name: "kexpBcst8x48", mr: 8, vecs: 3, reg: "Z", vbytes: 64, unroll: 4, pfA: 512, bcst: true},
+			{name: "kexpBcst6x64", mr: 6, vecs: 4, reg: "Z", vbytes: 64, unroll: 4, pfA: 512, bcst: true},
+			{name: "kexp14x32np", mr: 14, vecs: 2, reg: "Z", vbytes: 64, unroll: 4},
+			{name: "kexp12x32", mr: 12, vecs: 2, reg: "Z", vbytes: 64, unroll: 4, pfA: 512},
+		} {
+			k.emit()
+		}
 	}
 	if err := os.WriteFile("kernel_amd64.s", out.Bytes(), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)

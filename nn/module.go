@@ -1,0 +1,149 @@
+package nn
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// Module is a piece of a model: it maps an input to an output inside a Run
+// and owns parameters. Parameters are leaf tensors (F32, category
+// memory.Parameter) whose Name is their dotted path in the model
+// ("blocks.3.attn.qkv.weight"); a frozen parameter is one that does not
+// require grad.
+//
+// Forward follows the tensor ownership rules: it returns a tensor the
+// caller owns, releases every temporary it makes, and never releases its
+// input.
+type Module interface {
+	Forward(r *Run, x *tensor.Tensor) *tensor.Tensor
+	Parameters() []*tensor.Tensor
+}
+
+// Run is the context of one forward pass: the Scope that records (or not)
+// and owns results, whether the model is training (dropout on), the seed of
+// this pass's random masks, and whether layers may write in place.
+//
+// Dropout masks are derived from Seed and the layer's own salt, never from
+// a counter advanced by each call, so recomputing a block (activation
+// checkpointing) draws exactly the masks of the first pass.
+type Run struct {
+	*tensor.Scope
+	Train   bool
+	Seed    uint64
+	InPlace bool // layers use in-place ops where that is safe
+}
+
+// NewRun returns a training run recording gradients, with in-place ops on.
+func NewRun(s *tensor.Scope, seed uint64) *Run {
+	return &Run{Scope: s, Train: true, Seed: seed, InPlace: true}
+}
+
+// Eval returns an inference run: no graph, no dropout.
+func Eval(s *tensor.Scope) *Run {
+	return &Run{Scope: s, Train: false, InPlace: true}
+}
+
+// SeedFor mixes the run's seed with a layer's salt.
+func (r *Run) SeedFor(salt uint64) uint64 {
+	x := r.Seed ^ (salt * 0x9e3779b97f4a7c15)
+	x ^= x >> 31
+	x *= 0xbf58476d1ce4e5b9
+	return x ^ x>>29
+}
+
+// Salt derives a stable per-layer salt from its path.
+func Salt(path string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(path); i++ {
+		h ^= uint64(path[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// Join builds a dotted path, skipping empty parts.
+func Join(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+// Count is the number of scalar parameters.
+func Count(m Module) int {
+	n := 0
+	for _, p := range m.Parameters() {
+		n += p.Len()
+	}
+	return n
+}
+
+// Trainable returns the parameters that require grad.
+func Trainable(m Module) []*tensor.Tensor {
+	var out []*tensor.Tensor
+	for _, p := range m.Parameters() {
+		if p.RequiresGrad() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Release frees every parameter of m (and their gradients).
+func Release(m Module) {
+	for _, p := range m.Parameters() {
+		p.Release()
+	}
+}
+
+// ParameterBytes is the memory of m's parameter values.
+func ParameterBytes(m Module) int64 {
+	var n int64
+	for _, p := range m.Parameters() {
+		n += p.Bytes()
+	}
+	return n
+}
+
+// Summary renders one line per parameter (path, shape, count, bytes,
+// trainable) and totals.
+func Summary(m Module) string {
+	var b strings.Builder
+	params := m.Parameters()
+	width := len("parameter")
+	for _, p := range params {
+		width = max(width, len(p.Name()))
+	}
+	fmt.Fprintf(&b, "%-*s  %-16s %12s %12s  %s\n", width, "parameter", "shape", "count", "bytes", "trainable")
+	var total, trainable int
+	var bytes int64
+	for _, p := range params {
+		tr := "yes"
+		if !p.RequiresGrad() {
+			tr = "frozen"
+		} else {
+			trainable += p.Len()
+		}
+		total += p.Len()
+		bytes += p.Bytes()
+		fmt.Fprintf(&b, "%-*s  %-16s %12d %12s  %s\n", width, p.Name(), fmt.Sprint(p.Shape()), p.Len(), memory.FormatBytes(p.Bytes()), tr)
+	}
+	fmt.Fprintf(&b, "total: %d parameters (%d trainable), %s\n", total, trainable, memory.FormatBytes(bytes))
+	return b.String()
+}
+
+// Find returns the parameter with the given path, or nil.
+func Find(m Module, path string) *tensor.Tensor {
+	for _, p := range m.Parameters() {
+		if p.Name() == path {
+			return p
+		}
+	}
+	return nil
+}
