@@ -316,7 +316,15 @@ func (a *Allocator) grow(size, rounded int64, pool Pool, cat Category, capacity 
 	if err != nil {
 		a.releaseIdle()
 		a.st.Retries++
-		if p, err = a.raw.Alloc(segSize); err != nil {
+		p, err = a.raw.Alloc(segSize)
+		if err != nil && segSize > rounded {
+			// The device cannot give a whole segment but may still hold
+			// the request itself: near the limit, a tight segment beats
+			// an out-of-memory error.
+			segSize = rounded
+			p, err = a.raw.Alloc(segSize)
+		}
+		if err != nil {
 			return nil, a.oom(size, segSize, cat, err)
 		}
 	}

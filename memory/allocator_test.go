@@ -320,19 +320,19 @@ func TestOOMRetry(t *testing.T) {
 		idle := mustAlloc(t, a, 600, Other)         // its small segment becomes idle
 		a.Free(idle)
 		before := a.Stats()
-		_, err := a.Alloc(2*MiB, Temporary) // a new 20 MiB segment cannot fit
+		_, err := a.Alloc(5*MiB, Temporary) // neither a 20 MiB segment nor a tight 5 MiB one fits
 		var oom *OOMError
 		if !errors.As(err, &oom) {
 			t.Fatalf("error %v (%T), want *OOMError", err, err)
 		}
 		s := a.Stats()
-		if s.Retries != 1 || s.OOMs != 1 || raw.AllocCalls() != 4 || raw.Failures() != 2 {
-			t.Fatalf("retries %d OOMs %d raw calls %d failures %d; want 1, 1, 4, 2", s.Retries, s.OOMs, raw.AllocCalls(), raw.Failures())
+		if s.Retries != 1 || s.OOMs != 1 || raw.AllocCalls() != 5 || raw.Failures() != 3 {
+			t.Fatalf("retries %d OOMs %d raw calls %d failures %d; want 1, 1, 5, 3", s.Retries, s.OOMs, raw.AllocCalls(), raw.Failures())
 		}
 		if s.RawFrees != 1 || s.Reserved.Current != 16*MiB || s.Allocated != before.Allocated || s.Allocs != before.Allocs {
 			t.Fatalf("after OOM: raw frees %d reserved %d allocated %+v", s.RawFrees, s.Reserved.Current, s.Allocated)
 		}
-		want := OOMError{Requested: 2 * MiB, Size: 20 * MiB, Category: Temporary, Capacity: 20 * MiB,
+		want := OOMError{Requested: 5 * MiB, Size: 5 * MiB, Category: Temporary, Capacity: 20 * MiB,
 			Allocated: 16 * MiB, Reserved: 16 * MiB, Free: 4 * MiB, Device: "test"}
 		want.ByCategory[Activation] = 15 * MiB
 		got := *oom
@@ -344,6 +344,18 @@ func TestOOMRetry(t *testing.T) {
 			t.Fatalf("OOMError does not carry Raw's refusal")
 		}
 		checkInvariants(t, a)
+		a.Free(held)
+	})
+	t.Run("a tight segment when a whole one does not fit", func(t *testing.T) {
+		a, raw := newTestAllocator(20 * MiB)
+		held := mustAlloc(t, a, 15*MiB, Activation)
+		b := mustAlloc(t, a, 2*MiB, Temporary) // 4 MiB free: no 20 MiB segment, but 2 MiB fits
+		s := a.Stats()
+		if s.OOMs != 0 || s.Retries != 1 || s.Reserved.Current != 18*MiB || raw.Failures() != 2 {
+			t.Fatalf("OOMs %d retries %d reserved %d failures %d", s.OOMs, s.Retries, s.Reserved.Current, raw.Failures())
+		}
+		checkInvariants(t, a)
+		a.Free(b)
 		a.Free(held)
 	})
 	t.Run("request larger than capacity fails fast", func(t *testing.T) {

@@ -300,3 +300,15 @@ func sameShape(a, b []int) bool {
 	}
 	return true
 }
+
+// TakeGrad removes a leaf's gradient and hands it to the caller, counted
+// from then on as memory.Temporary: used by code that makes a leaf only to
+// collect the gradient flowing into it (activation checkpointing).
+func (t *Tensor) TakeGrad() *Tensor {
+	g := t.grad
+	t.grad = nil
+	if g != nil && g.st.buf.Block != nil {
+		g.st.dev.Memory().Recategorize(g.st.buf.Block, memory.Temporary)
+	}
+	return g
+}

@@ -388,3 +388,9 @@ func (t *Tensor) Format() string {
 	b.WriteString("]")
 	return b.String()
 }
+
+// AllFinite reports whether t holds no inf or NaN (one pass on the device).
+func (t *Tensor) AllFinite() bool {
+	t.mustLive("AllFinite")
+	return t.st.dev.AllFinite(t.view())
+}

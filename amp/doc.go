@@ -1,0 +1,18 @@
+// Package amp owns mixed-precision training: the autocast policy and the
+// dynamic loss scaler.
+//
+// Autocast is a mode of a tensor.Scope (tensor.Autocast(tensor.BF16) or
+// F16): matrix products — matmul, linear, conv and the attention products —
+// take 16-bit inputs and accumulate in F32; softmax, log-softmax, layer
+// norm, losses, reductions and exp/log/pow compute in F32. Parameters (the
+// master weights) stay F32 and receive F32 gradients; each weight is cast
+// once per scope and the copy reused by every product until the scope
+// closes (or the weight changes), counted as memory.Temporary.
+//
+// F16 has a narrow range, so small gradients underflow: GradScaler
+// multiplies the loss by a large factor before backward, divides the
+// gradients by it before the optimizer step, skips steps whose gradients
+// overflowed and adapts the factor (PyTorch's dynamic loss scaling). BF16
+// has F32's range and needs no scaling: NewGradScalerFor(BF16) returns an
+// error saying so, and the training loop uses no scaler with bf16.
+package amp
