@@ -1,0 +1,104 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/train"
+)
+
+// sizeFlag is a byte size given as 512MiB, 2GiB, 1.5GB or plain bytes.
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return "0"
+	}
+	return memory.FormatBytes(*f.v)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := memory.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*f.v = n
+	return nil
+}
+
+// listFlag is a comma-separated list.
+type listFlag struct{ v *[]string }
+
+func (f listFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strings.Join(*f.v, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	*f.v = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*f.v = append(*f.v, p)
+		}
+	}
+	return nil
+}
+
+// newFlagSet binds every flag to a field of cfg, grouped as in the help.
+func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(out)
+	// model
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model: mlp, cnn or gpt")
+	fs.IntVar(&cfg.Layers, "layers", cfg.Layers, "hidden layers (mlp) or transformer blocks (gpt)")
+	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or base channels (cnn)")
+	fs.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads (gpt)")
+	fs.IntVar(&cfg.Context, "context", cfg.Context, "tokens per sequence (gpt)")
+	fs.Float64Var(&cfg.Dropout, "dropout", cfg.Dropout, "dropout probability")
+	// data
+	fs.StringVar(&cfg.Data, "data", cfg.Data, "IDX file or directory, text file, token-shard glob or image folder (default: the embedded synthetic task)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "data-loading goroutines")
+	fs.IntVar(&cfg.Prefetch, "prefetch", cfg.Prefetch, "batches loaded ahead of the one in use")
+	fs.Float64Var(&cfg.ValSplit, "val-split", cfg.ValSplit, "fraction of the data held out for evaluation")
+	// schedule
+	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "optimizer steps (0: use -epochs)")
+	fs.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "passes over the data when -steps is 0")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "examples per optimizer step")
+	fs.Float64Var(&cfg.LR, "lr", cfg.LR, "learning rate")
+	fs.StringVar(&cfg.Optim, "optim", cfg.Optim, "optimizer: sgd, adam or adamw")
+	fs.Float64Var(&cfg.WD, "wd", cfg.WD, "weight decay")
+	fs.Float64Var(&cfg.Clip, "clip", cfg.Clip, "clip gradients to this global norm (0: off)")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "linear learning-rate warm-up steps")
+	fs.StringVar(&cfg.Schedule, "schedule", cfg.Schedule, "learning-rate schedule: const or cosine")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed for weights, data order and dropout")
+	// memory
+	fs.StringVar(&cfg.AMP, "amp", cfg.AMP, "mixed precision: off, fp16 (with loss scaling) or bf16")
+	fs.IntVar(&cfg.Accum, "accum", cfg.Accum, "micro-batches per optimizer step (gradient accumulation)")
+	fs.StringVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "activation checkpointing: off, every, sqrt, N segments or a budget such as 300MiB")
+	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path patterns to freeze, e.g. embed.*,blocks.[0-2].*")
+	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
+	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, e.g. 512MiB or 2GiB (0: unlimited)")
+	// output
+	fs.IntVar(&cfg.EvalEvery, "eval-every", cfg.EvalEvery, "evaluate every N steps in inference mode (0: only at the end)")
+	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "write per-step metrics to this .csv or .jsonl file")
+	fs.StringVar(&cfg.MemReport, "mem-report", cfg.MemReport, "write a memory report: .html, .svg or .txt")
+	fs.StringVar(&cfg.Summary, "summary", cfg.Summary, "write a JSON summary of the run to this file")
+	fs.StringVar(&cfg.Save, "save", cfg.Save, "save the final state (weights as safetensors) to this path")
+	fs.IntVar(&cfg.SaveEvery, "save-every", cfg.SaveEvery, "also save every N steps (needs -save)")
+	fs.StringVar(&cfg.Resume, "resume", cfg.Resume, "resume from a state saved with -save")
+	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no progress bar")
+	// planning
+	fs.BoolVar(&cfg.Plan, "plan", cfg.Plan, "print the predicted peak memory by category and exit")
+	fs.Var(sizeFlag{&cfg.Fit}, "fit", "choose techniques so the run fits this size, print the choice, then train")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: train [flags]\n\nTrains a model with memory-saving techniques and reports where every byte goes.\nWith no flags it trains an MLP on an embedded synthetic task.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}

@@ -1,0 +1,194 @@
+package train
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// Config holds every knob of a training run. The zero value is not
+// useful: start from Default and change fields. Field names and JSON
+// keys are stable (the -summary file embeds the resolved Config).
+type Config struct {
+	// Model
+	Model   string  `json:"model"`   // mlp, cnn or gpt
+	Layers  int     `json:"layers"`  // hidden layers (mlp), blocks (gpt)
+	Width   int     `json:"width"`   // hidden width (mlp), model dimension (gpt), channels (cnn)
+	Heads   int     `json:"heads"`   // attention heads (gpt)
+	Context int     `json:"context"` // tokens per sequence (gpt)
+	Dropout float64 `json:"dropout"`
+
+	// Data
+	Data     string  `json:"data"` // path; "" is the embedded synthetic task
+	Workers  int     `json:"workers"`
+	Prefetch int     `json:"prefetch"`
+	ValSplit float64 `json:"val_split"`
+
+	// Schedule
+	Steps    int     `json:"steps"`  // optimizer steps; 0: use Epochs
+	Epochs   int     `json:"epochs"` // used when Steps is 0
+	Batch    int     `json:"batch"`
+	LR       float64 `json:"lr"`
+	Optim    string  `json:"optim"` // sgd, adam or adamw
+	WD       float64 `json:"wd"`
+	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
+	Warmup   int     `json:"warmup"`   // linear warm-up steps
+	Schedule string  `json:"schedule"` // const or cosine
+	Seed     uint64  `json:"seed"`
+
+	// Memory
+	AMP        string   `json:"amp"`         // off, fp16 or bf16
+	Accum      int      `json:"accum"`       // micro-batches per optimizer step
+	Checkpoint string   `json:"checkpoint"`  // off, every, sqrt, N (segments) or a byte budget
+	Freeze     []string `json:"freeze"`      // parameter path patterns
+	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
+	Device     string   `json:"device"`      // cpu or cuda
+	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: unlimited
+
+	// Output
+	EvalEvery int    `json:"eval_every"`
+	Metrics   string `json:"metrics"`
+	MemReport string `json:"mem_report"`
+	Summary   string `json:"summary"`
+	Save      string `json:"save"`
+	SaveEvery int    `json:"save_every"`
+	Resume    string `json:"resume"`
+	Quiet     bool   `json:"quiet"`
+
+	// Planning
+	Plan bool  `json:"plan"`
+	Fit  int64 `json:"fit"` // budget in bytes; 0: off
+}
+
+// Default is the configuration of a bare `train` command: an MLP on the
+// embedded synthetic task, small enough to learn visibly in well under a
+// minute on two cores.
+func Default() Config {
+	return Config{
+		Model: "mlp", Layers: 2, Width: 256, Heads: 4, Context: 64,
+		Workers: 2, Prefetch: 2, ValSplit: 0.1,
+		Epochs: 1, Batch: 64, LR: 1e-3, Optim: "adam", Schedule: "const", Seed: 1,
+		AMP: "off", Accum: 1, Checkpoint: "off", Device: "cpu",
+		EvalEvery: 100,
+	}
+}
+
+// Validate checks every field a user sets and names the first bad one.
+func (c *Config) Validate() error {
+	bad := func(flag string, v any, want string) error {
+		return fmt.Errorf("-%s %v: %s", flag, v, want)
+	}
+	switch c.Model {
+	case "mlp", "cnn", "gpt":
+	default:
+		return bad("model", c.Model, "unknown model (want mlp, cnn or gpt)")
+	}
+	switch {
+	case c.Layers < 1:
+		return bad("layers", c.Layers, "want at least 1")
+	case c.Width < 1:
+		return bad("width", c.Width, "want at least 1")
+	case c.Heads < 1:
+		return bad("heads", c.Heads, "want at least 1")
+	case c.Model == "gpt" && c.Width%c.Heads != 0:
+		return bad("heads", c.Heads, fmt.Sprintf("must divide -width %d", c.Width))
+	case c.Context < 1:
+		return bad("context", c.Context, "want at least 1")
+	case c.Dropout < 0 || c.Dropout >= 1:
+		return bad("dropout", c.Dropout, "want a probability in [0, 1)")
+	case c.Workers < 0:
+		return bad("workers", c.Workers, "want 0 or more")
+	case c.Prefetch < 0:
+		return bad("prefetch", c.Prefetch, "want 0 or more")
+	case c.ValSplit < 0 || c.ValSplit >= 1:
+		return bad("val-split", c.ValSplit, "want a fraction in [0, 1)")
+	case c.Steps < 0:
+		return bad("steps", c.Steps, "want 0 or more")
+	case c.Steps == 0 && c.Epochs < 1:
+		return bad("epochs", c.Epochs, "want at least 1 when -steps is 0")
+	case c.Batch < 1:
+		return bad("batch", c.Batch, "want at least 1")
+	case !(c.LR > 0):
+		return bad("lr", c.LR, "want a positive learning rate")
+	case c.WD < 0:
+		return bad("wd", c.WD, "want 0 or more")
+	case c.Clip < 0:
+		return bad("clip", c.Clip, "want 0 (off) or more")
+	case c.Warmup < 0:
+		return bad("warmup", c.Warmup, "want 0 or more")
+	case c.Accum < 1:
+		return bad("accum", c.Accum, "want at least 1 micro-batch")
+	case c.Accum > c.Batch:
+		return bad("accum", c.Accum, fmt.Sprintf("more micro-batches than -batch %d examples", c.Batch))
+	case c.UnfreezeAt < 0:
+		return bad("unfreeze-at", c.UnfreezeAt, "want 0 (never) or a step")
+	case c.MemLimit < 0:
+		return bad("mem-limit", c.MemLimit, "want a size such as 512MiB")
+	case c.EvalEvery < 0:
+		return bad("eval-every", c.EvalEvery, "want 0 (off) or more")
+	case c.SaveEvery < 0:
+		return bad("save-every", c.SaveEvery, "want 0 (off) or more")
+	case c.Fit < 0:
+		return bad("fit", c.Fit, "want a size such as 512MiB")
+	}
+	switch c.Optim {
+	case "sgd", "adam", "adamw":
+	default:
+		return bad("optim", c.Optim, "unknown optimizer (want sgd, adam or adamw)")
+	}
+	switch c.Schedule {
+	case "const", "cosine":
+	default:
+		return bad("schedule", c.Schedule, "unknown schedule (want const or cosine)")
+	}
+	switch c.AMP {
+	case "off", "bf16", "fp16":
+	default:
+		return bad("amp", c.AMP, "unknown mode (want off, fp16 or bf16)")
+	}
+	switch c.Device {
+	case "cpu", "cuda":
+	default:
+		return bad("device", c.Device, "unknown device (want cpu or cuda)")
+	}
+	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
+		return err
+	}
+	if c.UnfreezeAt > 0 && len(c.Freeze) == 0 {
+		return bad("unfreeze-at", c.UnfreezeAt, "nothing is frozen (set -freeze)")
+	}
+	return nil
+}
+
+// CheckpointSpec is a parsed -checkpoint value.
+type CheckpointSpec struct {
+	Kind     string // off, every, sqrt, segments or budget
+	Segments int
+	Budget   int64
+}
+
+// ParseCheckpoint reads off, every, sqrt, a segment count or a byte budget
+// (a size with a unit, e.g. 300MiB).
+func ParseCheckpoint(s string) (CheckpointSpec, error) {
+	switch strings.ToLower(s) {
+	case "", "off":
+		return CheckpointSpec{Kind: "off"}, nil
+	case "every":
+		return CheckpointSpec{Kind: "every"}, nil
+	case "sqrt":
+		return CheckpointSpec{Kind: "sqrt"}, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 {
+			return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want at least 1 segment", s)
+		}
+		return CheckpointSpec{Kind: "segments", Segments: n}, nil
+	}
+	b, err := memory.ParseBytes(s)
+	if err != nil || b <= 0 {
+		return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want off, every, sqrt, a segment count or a memory budget such as 300MiB", s)
+	}
+	return CheckpointSpec{Kind: "budget", Budget: b}, nil
+}

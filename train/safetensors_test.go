@@ -1,0 +1,67 @@
+package train
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestSafetensorsRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.safetensors")
+	in := map[string]Tensor{
+		"blocks.0.attn.qkv.weight": {Shape: []int{2, 3}, Data: []float32{1, 2, 3, 4, 5, 6}},
+		"final_norm.bias":          {Shape: []int{2}, Data: []float32{-1.5, 0}},
+		"scalar":                   {Shape: []int{}, Data: []float32{7}},
+	}
+	meta := map[string]string{"format": "memfit", "step": "12"}
+	if err := WriteSafetensors(path, in, meta); err != nil {
+		t.Fatal(err)
+	}
+	out, gotMeta, err := ReadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) || !reflect.DeepEqual(gotMeta, meta) {
+		t.Errorf("round trip:\n%v %v\nwant\n%v %v", out, gotMeta, in, meta)
+	}
+	// The header length is a multiple of 8, as the format recommends.
+	b, _ := os.ReadFile(path)
+	if binary.LittleEndian.Uint64(b)%8 != 0 {
+		t.Errorf("header length %d not 8-aligned", binary.LittleEndian.Uint64(b))
+	}
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*"))
+	if len(matches) != 0 {
+		t.Errorf("temporary files left: %v", matches)
+	}
+}
+
+func TestSafetensorsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := WriteSafetensors(good, map[string]Tensor{"w": {Shape: []int{4}, Data: []float32{1, 2, 3, 4}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(good)
+	hlen := binary.LittleEndian.Uint64(b)
+	cases := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "too short for a header"},
+		{"huge header length", append(binary.LittleEndian.AppendUint64(nil, 1<<40), b[8:]...), "does not fit"},
+		{"truncated data", b[:len(b)-4], "do not fit"},
+		{"header not json", append(append([]byte{}, b[:8]...), []byte(strings.Repeat("x", int(hlen)))...), "not JSON"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+		os.WriteFile(p, c.data, 0o644)
+		_, _, err := ReadSafetensors(p)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) && c.name != "empty" {
+			t.Errorf("%s: error %v, want one naming the file and containing %q", c.name, err, c.want)
+		}
+	}
+}
