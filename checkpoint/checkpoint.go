@@ -73,6 +73,7 @@ type Policy struct {
 	kind     policyKind
 	segments int
 	budget   int64
+	state    *budgetState // what Budget learned; shared by copies
 }
 
 type policyKind uint8
@@ -100,7 +101,7 @@ func Segments(k int) Policy { return Policy{kind: fixed, segments: k} }
 
 // Budget picks the fewest recomputed segments whose activation peak fits in
 // bytes, from activation sizes measured on the first step.
-func Budget(bytes int64) Policy { return Policy{kind: budget, budget: bytes} }
+func Budget(bytes int64) Policy { return Policy{kind: budget, budget: bytes, state: &budgetState{}} }
 
 func (p Policy) String() string {
 	switch p.kind {

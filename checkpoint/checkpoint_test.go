@@ -184,3 +184,46 @@ func TestEveryKeepsOnlyBlockInputs(t *testing.T) {
 		t.Errorf("Every peaks at %.1f activations, want <= %d (block inputs + one recomputed block)", float64(every)/float64(act), n+3)
 	}
 }
+
+func TestBudgetPicksFewestSegmentsThatFit(t *testing.T) {
+	dev := cpu.New()
+	const n, d, rows = 9, 64, 64
+	bs := newBlocks(t, dev, n, d, 0)
+	x, _ := tensor.Rand(dev, tensor.F32, []int{rows, d}, device.Uniform, -1, 1, 3, memory.Data)
+	step := func(p checkpoint.Policy) int64 {
+		dev.Memory().ResetPeak()
+		if err := tensor.Step(func(s *tensor.Scope) error {
+			y := p.Runner()(nn.NewRun(s, 1), bs, x)
+			s.Sum(s.Square(y), false).Backward()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range params(bs) {
+			p.SetGrad(nil)
+		}
+		return dev.Memory().Stats().Category(memory.Activation).Peak
+	}
+	peaks := map[int]int64{}
+	for k := 1; k <= n; k++ {
+		peaks[k] = step(checkpoint.Segments(k))
+	}
+	lo, hi := peaks[n], peaks[1]
+	for _, frac := range []float64{0.2, 0.5, 0.8} {
+		budget := lo + int64(frac*float64(hi-lo))
+		p := checkpoint.Budget(budget)
+		step(p) // measures
+		step(p) // decides
+		got := step(p)
+		k := p.Decided()
+		t.Logf("peaks %v budget %d k %d got %d", peaks, budget, k, got)
+		if got > budget {
+			t.Errorf("budget %d: chose %d segments, peak %d exceeds it", budget, k, got)
+		}
+		for j := 1; j < k; j++ {
+			if peaks[j] <= budget {
+				t.Errorf("budget %d: chose %d segments but %d (peak %d) would have fit", budget, k, j, peaks[j])
+			}
+		}
+	}
+}
