@@ -132,6 +132,9 @@ func unary[T float](d *Device, op device.UnaryOp, dst, src device.View, arg floa
 const geluC = 0.7978845608028654 // sqrt(2/pi)
 
 func unaryRow[T float](op device.UnaryOp, y, x []T, arg T) {
+	if x32, ok := any(x).([]float32); ok && unaryRow32(op, any(y).([]float32), x32) {
+		return
+	}
 	x = x[:len(y)]
 	switch op {
 	case device.Neg:
@@ -231,6 +234,10 @@ func unaryBackward[T float](d *Device, op device.UnaryOp, dx, x, y, dy device.Vi
 
 // unaryGradRow computes out = g·f' where v is x or y as UnaryNeeds says.
 func unaryGradRow[T float](op device.UnaryOp, out, v, g []T, arg T) {
+	if v32, ok := any(v).([]float32); ok && op == device.Gelu {
+		geluGrad32(any(out).([]float32), v32, any(g).([]float32))
+		return
+	}
 	v, g = v[:len(out)], g[:len(out)]
 	switch op {
 	case device.Neg:

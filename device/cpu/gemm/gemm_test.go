@@ -101,6 +101,9 @@ func toF64[T float32 | float64](s []T) []float64 {
 // forAll runs f over every shape, transpose combination, stride and scalar case.
 func forAll(t *testing.T, f func(sh shape, tA, tB bool, pad int, sc scal)) {
 	for _, sh := range testShapes {
+		if testing.Short() && sh.m*sh.n*sh.k > 20000 {
+			continue // keeps go test -race -short quick
+		}
 		for _, tA := range []bool{false, true} {
 			for _, tB := range []bool{false, true} {
 				for si, sc := range testScalars {
@@ -278,10 +281,18 @@ func TestPanicsOnShortSlices(t *testing.T) {
 		name string
 		f    func()
 	}{
-		{"short a", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2) }},
-		{"short b", func() { Sgemm(false, true, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 3), 2, 0, make([]float32, 4), 2) }},
-		{"short c", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2) }},
-		{"small ldc", func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 4), 1) }},
+		{"short a", func() {
+			Sgemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		}},
+		{"short b", func() {
+			Sgemm(false, true, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 3), 2, 0, make([]float32, 4), 2)
+		}},
+		{"short c", func() {
+			Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2)
+		}},
+		{"small ldc", func() {
+			Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 4), 1)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -39,7 +39,7 @@ func kernBF16(kq int, a, b []uint16, c []float32, ldc int, alpha, beta float32) 
 var (
 	avx512F32Engine = &engine[float32, float32, float32]{
 		name: "avx512-14x32", mr: 14, nr: 32, kg: 1, mc: 14 * 24, kc: 256, nc: 4096,
-		pack: packCopy[float32], kern: kernAVX512,
+		pack: packF32AVX512, kern: kernAVX512,
 	}
 	avx2F32Engine = &engine[float32, float32, float32]{
 		name: "avx2-6x16", mr: 6, nr: 16, kg: 1, mc: 6 * 32, kc: 256, nc: 4096,

@@ -10,6 +10,23 @@ import (
 func packCopy[T any](dst []T, x mat[T], i0, rows, p0, kc, mr, kg int) {
 	kcp := roundUp(kc, kg)
 	var zero T
+	if x.trans && kg == 1 {
+		// Read each source row once, sequentially, and deal it out to the
+		// panels: far kinder to the prefetchers than panel by panel.
+		for p := 0; p < kc; p++ {
+			src := x.data[(p0+p)*x.ld+i0:][:rows]
+			d := dst[p*mr:]
+			for ir := 0; ir < rows; ir += mr {
+				pd := d[ir*kcp : ir*kcp+mr]
+				if ir+mr <= rows {
+					copy(pd, src[ir:ir+mr])
+				} else {
+					clear(pd[copy(pd, src[ir:]):])
+				}
+			}
+		}
+		return
+	}
 	for ir := 0; ir < rows; ir += mr {
 		nr := min(mr, rows-ir)
 		pan := dst[ir*kcp : ir*kcp+mr*kcp]
@@ -26,12 +43,6 @@ func packCopy[T any](dst []T, x mat[T], i0, rows, p0, kc, mr, kg int) {
 				for p := 0; p < kc; p++ {
 					clear(pan[p*mr+nr : p*mr+mr])
 				}
-			}
-		case x.trans && kg == 1:
-			for p := 0; p < kc; p++ {
-				d := pan[p*mr : p*mr+mr]
-				copy(d, x.data[(p0+p)*x.ld+i0+ir:][:nr])
-				clear(d[nr:])
 			}
 		case !x.trans:
 			for i := 0; i < nr; i++ {

@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -34,16 +35,25 @@ func run[S, D any, C float32 | float64](e *engine[S, D, C], pool *sync.Pool, m, 
 	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc,
 		parts: parts, units: units, splitM: splitM}
 	startWorkers(parts - 1)
-	for p := 1; p < parts; p++ {
+	// Offer the job to parts-1 helpers; everyone, the caller included,
+	// claims parts until none is left, so a helper that wakes late finds
+	// nothing to do instead of holding the caller up.
+	for h := 1; h < parts; h++ {
 		j.wg.Add(1)
+		j.helpers.Add(1)
 		select {
-		case workCh <- workItem{j, p}:
-		default: // no idle worker: do it here
-			j.runPart(p)
+		case workCh <- j:
+		default: // queue full (other GEMMs running): fewer helpers
+			j.helpers.Add(-1)
 			j.wg.Done()
 		}
 	}
-	j.runPart(0)
+	j.work()
+	// Spin briefly before parking: waking a parked goroutine (and the idle
+	// CPU under it) can take ~100µs in a VM, as long as a whole mid-sized GEMM.
+	for i := 0; j.helpers.Load() > 0 && i < spinChecks; i++ {
+		spinPause()
+	}
 	j.wg.Wait()
 	*j = job[S, D, C]{}
 	putJob(j)
@@ -61,7 +71,20 @@ type job[S, D any, C float32 | float64] struct {
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
 	splitM      bool
-	wg          sync.WaitGroup
+	next        atomic.Int64   // next unclaimed part
+	helpers     atomic.Int64   // helpers holding the job
+	wg          sync.WaitGroup // the same, to park on
+}
+
+// work runs unclaimed parts until there are none.
+func (j *job[S, D, C]) work() {
+	for {
+		p := int(j.next.Add(1) - 1)
+		if p >= j.parts {
+			return
+		}
+		j.runPart(p)
+	}
 }
 
 func (j *job[S, D, C]) runPart(p int) {
@@ -104,19 +127,13 @@ func putJob[S, D any, C float32 | float64](j *job[S, D, C]) { jobPool[S, D, C]()
 
 // part is the view of a job that workers need.
 type part interface {
-	runPart(p int)
+	work()
 	done()
 }
 
-type workItem struct {
-	j part
-	p int
-}
-
-// workCh is unbuffered: a send succeeds only when a worker is idle, so
-// concurrent GEMMs never queue behind each other.
+// workCh queues jobs for the workers.
 var (
-	workCh    = make(chan workItem)
+	workCh    = make(chan part, 64)
 	nWorkers  atomic.Int64
 	workersMu sync.Mutex
 )
@@ -135,11 +152,37 @@ func startWorkers(n int) {
 	}
 }
 
+// worker runs jobs. After each it polls for the next one for a while
+// (yielding its P so that nothing else starves) before parking, because a
+// GEMM usually follows a GEMM and waking a parked worker is slow.
 func worker() {
-	for w := range workCh {
-		w.j.runPart(w.p)
-		w.j.done()
+	for {
+		var j part
+		select {
+		case j = <-workCh:
+		default:
+			for i := 0; i < spinChecks && j == nil; i++ {
+				runtime.Gosched()
+				select {
+				case j = <-workCh:
+				default:
+				}
+			}
+			if j == nil {
+				j = <-workCh
+			}
+		}
+		j.work()
+		j.done()
 	}
 }
 
-func (j *job[S, D, C]) done() { j.wg.Done() }
+// spinChecks bounds the polling loops (each check takes roughly 0.1-1µs).
+const spinChecks = 1000
+
+func spinPause() { runtime.Gosched() }
+
+func (j *job[S, D, C]) done() {
+	j.helpers.Add(-1)
+	j.wg.Done()
+}

@@ -1,0 +1,42 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+)
+
+func TestFastMath(t *testing.T) {
+	worst := map[string]float64{}
+	check := func(name string, got float32, want float64, tol float64) {
+		err := math.Abs(float64(got)-want) / math.Max(math.Abs(want), 1e-30)
+		if math.Abs(want) < 1e-30 {
+			err = math.Abs(float64(got) - want)
+		}
+		worst[name] = math.Max(worst[name], err)
+		if err > tol {
+			t.Fatalf("%s: got %g want %g (rel err %g)", name, got, want, err)
+		}
+	}
+	for x := -87.0; x <= 88; x += 0.0137 {
+		check("exp", exp32(float32(x)), math.Exp(float64(float32(x))), 3e-7)
+	}
+	for x := -12.0; x <= 12; x += 0.00117 {
+		f := float64(float32(x))
+		check("tanh", tanh32(float32(x)), math.Tanh(f), 1e-6)
+		check("sigmoid", sigmoid32(float32(x)), 1/(1+math.Exp(-f)), 1e-6)
+	}
+	if !math.IsInf(float64(exp32(100)), 1) || exp32(-100) != 0 || exp32(float32(math.NaN())) == exp32(float32(math.NaN())) {
+		t.Errorf("exp32 edges: %v %v", exp32(100), exp32(-100))
+	}
+	t.Logf("worst relative errors: %v", worst)
+}
+
+func BenchmarkExp32(b *testing.B) {
+	x := float32(0.3)
+	var s float32
+	for range b.N {
+		s += exp32(x)
+		x += 1e-7
+	}
+	_ = s
+}
