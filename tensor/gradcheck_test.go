@@ -94,8 +94,12 @@ var gradCases = []gradCase{
 	{name: "conv2d/stride2", inputs: []input{in("", 1, 2, 6, 6), in("", 2, 2, 2, 2)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.Conv2d(x[0], x[1], nil, tensor.Conv2dOptions{Stride: 2})
 	}},
-	{name: "max_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MaxPool2d(x[0], 2, tensor.Conv2dOptions{}) }},
-	{name: "avg_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.AvgPool2d(x[0], 2, tensor.Conv2dOptions{}) }},
+	{name: "max_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.MaxPool2d(x[0], 2, tensor.Conv2dOptions{})
+	}},
+	{name: "avg_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.AvgPool2d(x[0], 2, tensor.Conv2dOptions{})
+	}},
 	{name: "dropout", inputs: []input{in("", 4, 8)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Dropout(x[0], 0.3, 42) }},
 	{name: "cross_entropy", inputs: []input{in("", 4, 5), in("idx:5", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{})

@@ -34,7 +34,9 @@ func newMLP(t testing.TB, dev device.Device, widths ...int) *mlp {
 	return m
 }
 
-func (m *mlp) params() []*tensor.Tensor { return append(append([]*tensor.Tensor(nil), m.weights...), m.biases...) }
+func (m *mlp) params() []*tensor.Tensor {
+	return append(append([]*tensor.Tensor(nil), m.weights...), m.biases...)
+}
 
 func (m *mlp) paramBytes() int64 {
 	var n int64

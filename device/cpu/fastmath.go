@@ -13,18 +13,18 @@ import (
 // over every activation.
 
 const (
-	expHi  = 88.37626
-	expLo  = -87.33654
-	log2e  = 1.442695
-	ln2Hi  = 0.693359375
-	ln2Lo  = -2.12194440e-4
-	expC1  = 1.0
-	expC2  = 0.5
-	expC3  = 0.16666665
-	expC4  = 0.041666586
-	expC5  = 0.008333598
-	expC6  = 0.0013889148
-	expC7  = 0.00019591706
+	expHi = 88.37626
+	expLo = -87.33654
+	log2e = 1.442695
+	ln2Hi = 0.693359375
+	ln2Lo = -2.12194440e-4
+	expC1 = 1.0
+	expC2 = 0.5
+	expC3 = 0.16666665
+	expC4 = 0.041666586
+	expC5 = 0.008333598
+	expC6 = 0.0013889148
+	expC7 = 0.00019591706
 )
 
 // exp32 is e^x for float32.
