@@ -1,9 +1,18 @@
 package tensor
 
 import (
+	"sync/atomic"
+
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 )
+
+// backwardCalls counts Backward calls in the process, so that code can
+// tell whether a backward pass happened between two points.
+var backwardCalls atomic.Int64
+
+// BackwardCalls is the number of Backward calls made so far.
+func BackwardCalls() int64 { return backwardCalls.Load() }
 
 // node is one recorded op: how to turn the gradient of its output into
 // gradients of its inputs, and what it saved to do so. Nodes are
@@ -167,6 +176,7 @@ func WithGrad(g *Tensor) BackwardOption { return func(c *backwardConfig) { c.gra
 // soon as the node has run, unless RetainGraph is given.
 func (t *Tensor) Backward(opts ...BackwardOption) {
 	t.mustLive("Backward")
+	backwardCalls.Add(1)
 	var cfg backwardConfig
 	for _, o := range opts {
 		o(&cfg)
