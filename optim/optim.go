@@ -1,0 +1,451 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// Group is a set of parameters that share a learning rate and a weight
+// decay. Its fields are used as given: a group with WeightDecay 0 has no
+// decay (biases and norms usually), one with LR 0 is held still.
+type Group struct {
+	Params      []*tensor.Tensor
+	LR          float64 // base learning rate; the schedule multiplies it
+	WeightDecay float64
+}
+
+// rule is one update algorithm: the names of the buffers it keeps per
+// parameter (in order) and the update of one parameter.
+type rule interface {
+	name() string
+	buffers() []string
+	update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs)
+}
+
+// stepArgs are what one parameter's update needs beyond its tensors.
+type stepArgs struct {
+	lr, wd    float64 // scheduled learning rate and the group's decay
+	gradScale float64 // multiplies the gradient (1/loss-scale)
+	t         int     // 1 for the parameter's first update
+}
+
+type group struct {
+	params []*tensor.Tensor
+	lr, wd float64
+}
+
+// paramState is what the optimizer keeps for one parameter once it has
+// seen a gradient: how many updates it received and the rule's buffers.
+type paramState struct {
+	steps int
+	bufs  []*tensor.Tensor
+}
+
+// Optimizer updates parameters from their gradients with one algorithm
+// (SGD, Adam or AdamW; see NewSGD, NewAdam, NewAdamW). It keeps state only
+// for parameters that have received a gradient at a Step, counted as
+// memory.OptimizerState, and releases every temporary it makes.
+type Optimizer struct {
+	rule   rule
+	wd     float64 // the configured decay, given to groups added by AddParams
+	groups []*group
+	state  map[*tensor.Tensor]*paramState
+	steps  int
+	sched  Schedule
+}
+
+func newOptimizer(r rule, cfgName string, params []*tensor.Tensor, lr, wd float64, groups []Group) (*Optimizer, error) {
+	if err := checkNonNeg(cfgName+".LR", lr); err != nil {
+		return nil, err
+	}
+	if err := checkNonNeg(cfgName+".WeightDecay", wd); err != nil {
+		return nil, err
+	}
+	if len(params) > 0 && lr == 0 {
+		return nil, fmt.Errorf("optim: %s.LR is 0; set a learning rate (a schedule multiplies it)", cfgName)
+	}
+	o := &Optimizer{rule: r, wd: wd, state: map[*tensor.Tensor]*paramState{}}
+	if len(params) > 0 {
+		if err := o.addGroup(Group{Params: params, LR: lr, WeightDecay: wd}, false, cfgName); err != nil {
+			return nil, err
+		}
+	}
+	for i, g := range groups {
+		if err := o.addGroup(g, false, fmt.Sprintf("groups[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Name is the algorithm: "sgd", "adam" or "adamw".
+func (o *Optimizer) Name() string { return o.rule.name() }
+
+// Params lists the parameters of every group, group by group. A loss
+// scaler reads their gradients (Grad) to look for inf and NaN.
+func (o *Optimizer) Params() []*tensor.Tensor {
+	var out []*tensor.Tensor
+	for _, g := range o.groups {
+		out = append(out, g.params...)
+	}
+	return out
+}
+
+// Groups returns a copy of the parameter groups with their base learning
+// rates (before the schedule) and weight decays.
+func (o *Optimizer) Groups() []Group {
+	out := make([]Group, len(o.groups))
+	for i, g := range o.groups {
+		out[i] = Group{Params: append([]*tensor.Tensor(nil), g.params...), LR: g.lr, WeightDecay: g.wd}
+	}
+	return out
+}
+
+// Steps is the number of steps taken; the schedule is evaluated at it.
+func (o *Optimizer) Steps() int { return o.steps }
+
+// LR is the learning rate the next Step applies to group i: its base rate
+// times the schedule's factor. It is 0 for an index out of range.
+func (o *Optimizer) LR(i int) float64 {
+	if i < 0 || i >= len(o.groups) {
+		return 0
+	}
+	f := 1.0
+	if o.sched != nil {
+		f = o.sched.Factor(o.steps)
+	}
+	return o.groups[i].lr * f
+}
+
+// SetLR sets the base learning rate of group i.
+func (o *Optimizer) SetLR(i int, lr float64) error {
+	if i < 0 || i >= len(o.groups) {
+		return fmt.Errorf("optim: SetLR: group %d does not exist (the optimizer has %d)", i, len(o.groups))
+	}
+	if err := checkNonNeg(fmt.Sprintf("group %d LR", i), lr); err != nil {
+		return err
+	}
+	o.groups[i].lr = lr
+	return nil
+}
+
+// SetSchedule makes each Step multiply every group's base learning rate by
+// s.Factor(Steps()); nil removes the schedule. A schedule with a Validate
+// method is checked here.
+func (o *Optimizer) SetSchedule(s Schedule) error {
+	if v, ok := s.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	o.sched = s
+	return nil
+}
+
+// AddParams trains more parameters from now on, in a new group with
+// learning rate lr and the optimizer's configured weight decay (gradual
+// unfreezing). Their state is created at their first step. A parameter
+// the optimizer already holds moves to the new group and keeps its state.
+func (o *Optimizer) AddParams(lr float64, params ...*tensor.Tensor) error {
+	if len(params) == 0 {
+		return checkNonNeg("AddParams LR", lr)
+	}
+	return o.addGroup(Group{Params: params, LR: lr, WeightDecay: o.wd}, true, "AddParams")
+}
+
+// AddGroup adds a parameter group. A parameter the optimizer already holds
+// moves to the new group and keeps its state.
+func (o *Optimizer) AddGroup(g Group) error {
+	return o.addGroup(g, true, "AddGroup")
+}
+
+func (o *Optimizer) addGroup(g Group, move bool, where string) error {
+	if err := checkNonNeg(where+" LR", g.LR); err != nil {
+		return err
+	}
+	if err := checkNonNeg(where+" WeightDecay", g.WeightDecay); err != nil {
+		return err
+	}
+	held := map[*tensor.Tensor]bool{}
+	for _, q := range o.Params() {
+		held[q] = true
+	}
+	seen := map[*tensor.Tensor]bool{}
+	for i, p := range g.Params {
+		if p == nil {
+			return fmt.Errorf("optim: %s: parameter %d is nil", where, i)
+		}
+		if p.Released() {
+			return fmt.Errorf("optim: %s: parameter %s is released", where, label(p))
+		}
+		if !p.DType().IsFloat() {
+			return fmt.Errorf("optim: %s: parameter %s is %v; only float parameters can be optimized", where, label(p), p.DType())
+		}
+		if seen[p] {
+			return fmt.Errorf("optim: %s: parameter %s is listed twice", where, label(p))
+		}
+		seen[p] = true
+		if held[p] && !move {
+			return fmt.Errorf("optim: %s: parameter %s is already in another group", where, label(p))
+		}
+	}
+	if move {
+		for _, og := range o.groups {
+			kept := og.params[:0]
+			for _, q := range og.params {
+				if !seen[q] {
+					kept = append(kept, q)
+				}
+			}
+			clear(og.params[len(kept):])
+			og.params = kept
+		}
+	}
+	o.groups = append(o.groups, &group{params: append([]*tensor.Tensor(nil), g.Params...), lr: g.LR, wd: g.WeightDecay})
+	return nil
+}
+
+// DropState frees the optimizer state of params (freezing them frees it);
+// they stay in their groups, and should they receive gradients again their
+// state starts afresh.
+func (o *Optimizer) DropState(params ...*tensor.Tensor) {
+	for _, p := range params {
+		if st := o.state[p]; st != nil {
+			release(st.bufs...)
+			delete(o.state, p)
+		}
+	}
+}
+
+// Release frees all optimizer state. The optimizer stays usable: state is
+// created again at the next Step.
+func (o *Optimizer) Release() {
+	for p, st := range o.state {
+		release(st.bufs...)
+		delete(o.state, p)
+	}
+}
+
+// StateBytes is the device memory held by the optimizer's state.
+func (o *Optimizer) StateBytes() int64 {
+	var n int64
+	for _, st := range o.state {
+		for _, b := range st.bufs {
+			n += b.Bytes()
+		}
+	}
+	return n
+}
+
+// HasState reports whether the optimizer keeps state for p.
+func (o *Optimizer) HasState(p *tensor.Tensor) bool { return o.state[p] != nil }
+
+// ZeroGrad releases the gradient of every parameter (set-to-none): the
+// memory returns to the allocator, and the next backward allocates fresh
+// buffers.
+func (o *Optimizer) ZeroGrad() {
+	for _, p := range o.Params() {
+		p.SetGrad(nil)
+	}
+}
+
+// ZeroGradInPlace sets every existing gradient to zero, keeping its buffer
+// (for code that holds on to gradient tensors). A gradient holding inf or
+// NaN, or one that is not contiguous, is replaced by a fresh zero buffer.
+func (o *Optimizer) ZeroGradInPlace() error {
+	return tensor.Catch(func() error {
+		s := tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
+		defer s.Close()
+		for _, p := range o.Params() {
+			g := p.Grad()
+			if g == nil {
+				continue
+			}
+			if g.IsContiguous() && g.AllFinite() {
+				s.MulScalarInPlace(g, 0).Release()
+				continue
+			}
+			dev, dt, shape := g.Device(), g.DType(), append([]int(nil), g.Shape()...)
+			p.SetGrad(nil)
+			z, err := tensor.New(dev, dt, shape, memory.Gradient)
+			if err != nil {
+				return fmt.Errorf("optim: zeroing the gradient of %s: %w", label(p), err)
+			}
+			p.SetGrad(z)
+		}
+		return nil
+	})
+}
+
+// GradsFinite reports whether every gradient of the optimizer's parameters
+// is free of inf and NaN (one device pass per gradient), so that a loss
+// scaler can skip a step that overflowed.
+func (o *Optimizer) GradsFinite() bool {
+	for _, p := range o.Params() {
+		if g := p.Grad(); g != nil && !g.AllFinite() {
+			return false
+		}
+	}
+	return true
+}
+
+// ClipGradNorm clips the gradients of the optimizer's parameters by their
+// global norm; see the function ClipGradNorm.
+func (o *Optimizer) ClipGradNorm(maxNorm float64) (float64, error) {
+	return ClipGradNorm(o.Params(), maxNorm)
+}
+
+// Step updates every parameter that has a gradient and advances the
+// schedule. Parameters without a gradient are skipped and get no state.
+func (o *Optimizer) Step() error { return o.StepScaled(1) }
+
+// StepScaled is Step with every gradient multiplied by gradScale inside the
+// update, without touching the gradient buffers: a mixed-precision loop
+// passes 1/loss-scale to unscale for free. Check the gradients first
+// (GradsFinite): a step on inf or NaN poisons parameters and state.
+//
+// State for parameters seen for the first time is created before any
+// parameter changes, so running out of memory there leaves the model as it
+// was. An error later in the update (the device failing mid-way) may leave
+// some parameters updated and others not.
+func (o *Optimizer) StepScaled(gradScale float64) error {
+	if !(gradScale > 0) || math.IsInf(gradScale, 0) {
+		return fmt.Errorf("optim: gradient scale %v: want a finite number > 0", gradScale)
+	}
+	factor := 1.0
+	if o.sched != nil {
+		factor = o.sched.Factor(o.steps)
+		if math.IsNaN(factor) || math.IsInf(factor, 0) || factor < 0 {
+			return fmt.Errorf("optim: the schedule gives learning-rate factor %v at step %d; want a finite number >= 0", factor, o.steps)
+		}
+	}
+	type job struct {
+		p, g *tensor.Tensor
+		gr   *group
+	}
+	var jobs []job
+	for _, gr := range o.groups {
+		for _, p := range gr.params {
+			if p.Released() {
+				return fmt.Errorf("optim: parameter %s was released", label(p))
+			}
+			g := p.Grad()
+			if g == nil {
+				continue
+			}
+			if !sameShape(g.Shape(), p.Shape()) {
+				return fmt.Errorf("optim: the gradient of %s has shape %v but the parameter is %v", label(p), g.Shape(), p.Shape())
+			}
+			if !p.IsContiguous() {
+				return fmt.Errorf("optim: parameter %s is not contiguous; optimizers update parameters in place", label(p))
+			}
+			jobs = append(jobs, job{p, g, gr})
+		}
+	}
+	fresh := map[*tensor.Tensor]*paramState{}
+	for _, j := range jobs {
+		if o.state[j.p] != nil || fresh[j.p] != nil {
+			continue
+		}
+		st, err := o.newState(j.p)
+		if err != nil {
+			for _, f := range fresh {
+				release(f.bufs...)
+			}
+			return fmt.Errorf("optim: creating %s state for %s: %w", o.rule.name(), label(j.p), err)
+		}
+		fresh[j.p] = st
+	}
+	for p, st := range fresh {
+		o.state[p] = st
+	}
+	err := tensor.Catch(func() error {
+		for _, j := range jobs {
+			st := o.state[j.p]
+			h := stepArgs{lr: j.gr.lr * factor, wd: j.gr.wd, gradScale: gradScale, t: st.steps + 1}
+			o.updateOne(j.p, j.g, st.bufs, h)
+			st.steps++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("optim: step %d: %w", o.steps, err)
+	}
+	o.steps++
+	return nil
+}
+
+// updateOne runs one parameter's update in a scope of its own, so its
+// temporaries are released before the next parameter's are made.
+func (o *Optimizer) updateOne(p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
+	s := tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
+	defer s.Close()
+	o.rule.update(s, p, g, bufs, h)
+}
+
+// newState allocates the rule's zeroed buffers for p.
+func (o *Optimizer) newState(p *tensor.Tensor) (*paramState, error) {
+	st := &paramState{}
+	for range o.rule.buffers() {
+		b, err := tensor.New(p.Device(), tensor.F32, p.Shape(), memory.OptimizerState)
+		if err != nil {
+			release(st.bufs...)
+			return nil, err
+		}
+		st.bufs = append(st.bufs, b)
+	}
+	return st, nil
+}
+
+// label names a parameter in messages.
+func label(p *tensor.Tensor) string {
+	if p.Name() != "" {
+		return p.Name()
+	}
+	return fmt.Sprintf("(unnamed %v %v)", p.DType(), p.Shape())
+}
+
+func release(ts ...*tensor.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.Release()
+		}
+	}
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func checkNonNeg(field string, v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Errorf("optim: %s = %v is not a finite number", field, v)
+	case v < 0:
+		return fmt.Errorf("optim: %s = %v is negative", field, v)
+	}
+	return nil
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("optim: "+format, args...)
+}
+
+// checkUnit checks that v lies in [0, 1).
+func checkUnit(field string, v float64) error {
+	if math.IsNaN(v) || v < 0 || v >= 1 {
+		return fmt.Errorf("optim: %s = %v is outside [0, 1)", field, v)
+	}
+	return nil
+}

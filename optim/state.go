@@ -1,0 +1,263 @@
+package optim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// State is an optimizer's state as a plain value, for checkpoints. Export
+// makes one; Import restores it exactly. Parameters are named by their
+// paths (tensor Name), so a state applies to any optimizer over a model
+// with the same parameter paths and shapes.
+type State struct {
+	// Algorithm is "sgd", "adam" or "adamw".
+	Algorithm string `json:"algorithm"`
+	// Step is the number of steps taken (where the schedule stands).
+	Step int `json:"step"`
+	// Groups are the parameter groups with their base hyper-parameters.
+	Groups []GroupState `json:"groups"`
+	// ParamSteps is the number of updates each parameter with state has
+	// received (Adam's bias correction, SGD's first momentum step).
+	ParamSteps map[string]int `json:"param_steps,omitempty"`
+	// Tensors holds every buffer, keyed "<parameter path>.<buffer>" with
+	// buffer exp_avg or exp_avg_sq (Adam, AdamW) or momentum_buffer (SGD).
+	Tensors map[string]StateTensor `json:"tensors,omitempty"`
+}
+
+// GroupState is one parameter group in a State.
+type GroupState struct {
+	LR          float64  `json:"lr"` // base learning rate, before the schedule
+	WeightDecay float64  `json:"weight_decay"`
+	Params      []string `json:"params"` // parameter paths
+}
+
+// StateTensor is one F32 state buffer and its shape, the shape of its
+// parameter.
+type StateTensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// Export copies the optimizer's state to the host. Every parameter must
+// have a name, distinct from the others'.
+func (o *Optimizer) Export() (State, error) {
+	st := State{
+		Algorithm:  o.rule.name(),
+		Step:       o.steps,
+		ParamSteps: map[string]int{},
+		Tensors:    map[string]StateTensor{},
+	}
+	named := map[string]*tensor.Tensor{}
+	for gi, g := range o.groups {
+		gs := GroupState{LR: g.lr, WeightDecay: g.wd, Params: make([]string, 0, len(g.params))}
+		for pi, p := range g.params {
+			name := p.Name()
+			if name == "" {
+				return State{}, errorf("Export: parameter %d of group %d (%v %v) has no name; name parameters (SetName) to save their state", pi, gi, p.DType(), p.Shape())
+			}
+			if q := named[name]; q != nil && q != p {
+				return State{}, errorf("Export: two parameters are named %s", name)
+			}
+			named[name] = p
+			gs.Params = append(gs.Params, name)
+		}
+		st.Groups = append(st.Groups, gs)
+	}
+	err := tensor.Catch(func() error {
+		for _, p := range o.Params() {
+			ps := o.state[p]
+			if ps == nil {
+				continue
+			}
+			st.ParamSteps[p.Name()] = ps.steps
+			for i, b := range o.rule.buffers() {
+				st.Tensors[p.Name()+"."+b] = StateTensor{Shape: slices.Clone(p.Shape()), Data: ps.bufs[i].Float32s()}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return State{}, fmt.Errorf("optim: Export: %w", err)
+	}
+	if len(st.Tensors) == 0 {
+		st.Tensors = nil // as JSON decodes an omitted field
+	}
+	if len(st.ParamSteps) == 0 {
+		st.ParamSteps = nil
+	}
+	return st, nil
+}
+
+// Import replaces the optimizer's state with st: the step count, the
+// groups (each parameter moves to the group st puts it in, with that
+// group's learning rate and weight decay; parameters st does not mention
+// keep their own), the per-parameter step counts and every buffer. It
+// checks everything before changing anything: st must be for the same
+// algorithm, and every parameter it names must be one of the optimizer's,
+// with the same shape. Afterwards the optimizer continues exactly where the
+// exported one stood. The old state is freed before the new one is
+// allocated; should the device run out of memory in between, the
+// optimizer is left with no state and the error says whose failed.
+func (o *Optimizer) Import(st State) error {
+	if st.Algorithm != o.rule.name() {
+		return errorf("state is for %q; this optimizer is %s", st.Algorithm, o.rule.name())
+	}
+	if st.Step < 0 {
+		return errorf("state has step %d; want >= 0", st.Step)
+	}
+	byName := map[string]*tensor.Tensor{}
+	dup := map[string]bool{}
+	for _, p := range o.Params() {
+		if n := p.Name(); n != "" {
+			if byName[n] != nil {
+				dup[n] = true
+			}
+			byName[n] = p
+		}
+	}
+	lookup := func(name string) (*tensor.Tensor, error) {
+		switch {
+		case dup[name]:
+			return nil, errorf("state for %s: two parameters of the optimizer have this name", name)
+		case byName[name] == nil:
+			return nil, errorf("state for %s: the optimizer has no parameter of that name", name)
+		}
+		return byName[name], nil
+	}
+
+	groups := o.groups
+	if len(st.Groups) > 0 {
+		groups = nil
+		placed := map[*tensor.Tensor]bool{}
+		for i, gs := range st.Groups {
+			if err := checkNonNeg(fmt.Sprintf("state group %d LR", i), gs.LR); err != nil {
+				return err
+			}
+			if err := checkNonNeg(fmt.Sprintf("state group %d WeightDecay", i), gs.WeightDecay); err != nil {
+				return err
+			}
+			g := &group{lr: gs.LR, wd: gs.WeightDecay}
+			for _, name := range gs.Params {
+				p, err := lookup(name)
+				if err != nil {
+					return err
+				}
+				if placed[p] {
+					return errorf("state puts %s in two groups", name)
+				}
+				placed[p] = true
+				g.params = append(g.params, p)
+			}
+			groups = append(groups, g)
+		}
+		for _, og := range o.groups {
+			g := &group{lr: og.lr, wd: og.wd}
+			for _, p := range og.params {
+				if !placed[p] {
+					g.params = append(g.params, p)
+				}
+			}
+			if len(g.params) > 0 {
+				groups = append(groups, g)
+			}
+		}
+	}
+
+	bufs := o.rule.buffers()
+	data := map[*tensor.Tensor][][]float32{}
+	for _, key := range slices.Sorted(maps.Keys(st.Tensors)) {
+		t := st.Tensors[key]
+		i := strings.LastIndexByte(key, '.')
+		if i < 0 {
+			return errorf("state tensor %q is not named <parameter>.<buffer>", key)
+		}
+		name, buf := key[:i], key[i+1:]
+		bi := slices.Index(bufs, buf)
+		if bi < 0 {
+			keeps := "no buffers"
+			if len(bufs) > 0 {
+				keeps = strings.Join(bufs, " and ")
+			}
+			return errorf("state tensor %s: %s keeps %s, not %s", key, o.describe(), keeps, buf)
+		}
+		p, err := lookup(name)
+		if err != nil {
+			return err
+		}
+		if !sameShape(t.Shape, p.Shape()) {
+			return errorf("state for %s has shape %v but the parameter is %v", name, t.Shape, p.Shape())
+		}
+		if len(t.Data) != p.Len() {
+			return errorf("state tensor %s holds %d values for shape %v (%d elements)", key, len(t.Data), t.Shape, p.Len())
+		}
+		if data[p] == nil {
+			data[p] = make([][]float32, len(bufs))
+		}
+		data[p][bi] = t.Data
+	}
+	steps := map[*tensor.Tensor]int{}
+	for _, name := range slices.Sorted(maps.Keys(st.ParamSteps)) {
+		p, err := lookup(name)
+		if err != nil {
+			return err
+		}
+		if n := st.ParamSteps[name]; n < 0 {
+			return errorf("state for %s has step count %d; want >= 0", name, n)
+		}
+		steps[p] = st.ParamSteps[name]
+	}
+	for p, d := range data {
+		for i, b := range bufs {
+			if d[i] == nil {
+				return errorf("state for %s lacks its %s", p.Name(), b)
+			}
+		}
+		if steps[p] < 1 {
+			return errorf("state for %s has buffers but step count %d; want >= 1", p.Name(), steps[p])
+		}
+	}
+	if len(bufs) > 0 {
+		for p, n := range steps {
+			if n > 0 && data[p] == nil {
+				return errorf("state for %s has step count %d but lacks its %s", p.Name(), n, bufs[0])
+			}
+		}
+	}
+
+	// Everything checked: free the old state first, so that the new one
+	// does not need room beside it.
+	o.Release()
+	o.groups = groups
+	o.steps = st.Step
+	for _, p := range o.Params() {
+		n, ok := steps[p]
+		if !ok {
+			continue
+		}
+		ps := &paramState{steps: n}
+		for _, d := range data[p] {
+			b, err := tensor.FromFloat32(p.Device(), d, p.Shape(), memory.OptimizerState)
+			if err != nil {
+				release(ps.bufs...)
+				o.Release()
+				return fmt.Errorf("optim: restoring the state of %s: %w", p.Name(), err)
+			}
+			ps.bufs = append(ps.bufs, b)
+		}
+		o.state[p] = ps
+	}
+	return nil
+}
+
+// describe names the algorithm and its configuration in messages.
+func (o *Optimizer) describe() string {
+	if r, ok := o.rule.(sgdRule); ok && r.momentum == 0 {
+		return "sgd without momentum"
+	}
+	return o.rule.name()
+}
