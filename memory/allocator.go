@@ -106,6 +106,7 @@ type Block struct {
 	size      int64
 	requested int64
 	cat       atomic.Uint32
+	site      string // creation site, when history and a site function were on
 }
 
 // Ptr is the address of the block's first byte (0 for an empty block).
@@ -221,6 +222,12 @@ type Allocator struct {
 	st       Stats
 	hist     *history
 	step     int64
+
+	// histOn mirrors hist != nil and siteFn holds the SetSiteFunc hook, so
+	// that Alloc can ask for a creation site before taking the lock, and
+	// pays one atomic load when history is off.
+	histOn atomic.Bool
+	siteFn atomic.Pointer[func() string]
 }
 
 // New returns an allocator that takes its segments from raw.
@@ -250,6 +257,11 @@ func (a *Allocator) Alloc(size int64, cat Category) (*Block, error) {
 	b.cat.Store(uint32(cat))
 	if size == 0 {
 		return b, nil
+	}
+	if a.histOn.Load() {
+		if f := a.siteFn.Load(); f != nil {
+			b.site = (*f)()
+		}
 	}
 
 	a.mu.Lock()
@@ -300,7 +312,7 @@ func (a *Allocator) Alloc(size int64, cat Category) (*Block, error) {
 	a.st.LiveBlocks.add(1)
 	a.st.Allocs++
 	if a.hist != nil {
-		a.record(EventAlloc, b.ptr, b.size, size, cat)
+		a.record(Event{Kind: EventAlloc, Ptr: b.ptr, Size: b.size, Requested: size, Category: cat, Site: b.site})
 	}
 	return b, nil
 }
@@ -337,7 +349,7 @@ func (a *Allocator) grow(size, rounded int64, pool Pool, cat Category, capacity 
 	a.st.Segments.add(1)
 	a.st.RawAllocs++
 	if a.hist != nil {
-		a.record(EventSegmentAlloc, p, segSize, size, cat)
+		a.record(Event{Kind: EventSegmentAlloc, Ptr: p, Size: segSize, Requested: size, Category: cat})
 	}
 	return c, nil
 }
@@ -390,7 +402,7 @@ func (a *Allocator) Free(b *Block) {
 	a.st.LiveBlocks.add(-1)
 	a.st.Frees++
 	if a.hist != nil {
-		a.record(EventFree, b.ptr, b.size, b.requested, cat)
+		a.record(Event{Kind: EventFree, Ptr: b.ptr, Size: b.size, Requested: b.requested, Category: cat, Site: b.site})
 	}
 
 	c.block = nil
@@ -442,6 +454,9 @@ func (a *Allocator) Recategorize(b *Block, c Category) {
 	if b.c != nil {
 		a.st.ByCategory[old].add(-b.requested)
 		a.st.ByCategory[c].add(b.requested)
+		if a.hist != nil {
+			a.record(Event{Kind: EventRecategorize, Ptr: b.ptr, Size: b.size, Requested: b.requested, Category: c, From: old, Site: b.site})
+		}
 	}
 	b.cat.Store(uint32(c))
 }
@@ -468,7 +483,7 @@ func (a *Allocator) releaseIdle() {
 		a.st.Segments.add(-1)
 		a.st.RawFrees++
 		if a.hist != nil {
-			a.record(EventSegmentFree, s.base, s.size, 0, Other)
+			a.record(Event{Kind: EventSegmentFree, Ptr: s.base, Size: s.size, Category: Other})
 		}
 	}
 	clear(a.segments[len(kept):])
@@ -497,7 +512,7 @@ func (a *Allocator) oom(requested, size int64, cat Category, cause error) *OOMEr
 		e.ByCategory[i] = a.st.ByCategory[i].Current
 	}
 	if a.hist != nil {
-		a.record(EventOOM, 0, size, requested, cat)
+		a.record(Event{Kind: EventOOM, Size: size, Requested: requested, Category: cat})
 	}
 	return e
 }
@@ -546,9 +561,11 @@ func (a *Allocator) MaxReserved() int64 {
 	return a.st.Reserved.Peak
 }
 
-// record appends an event to the history; a.mu is held and a.hist is set.
-func (a *Allocator) record(k EventKind, p Ptr, size, requested int64, cat Category) {
-	a.hist.add(Event{Kind: k, Ptr: p, Size: size, Requested: requested, Category: cat, Step: a.step, Time: time.Now()})
+// record stamps e with the step and the time and appends it to the history;
+// a.mu is held and a.hist is set.
+func (a *Allocator) record(e Event) {
+	e.Step, e.Time = a.step, time.Now()
+	a.hist.add(e)
 }
 
 // checkInvariants walks every segment and compares what it finds with the

@@ -12,11 +12,13 @@ const (
 	EventSegmentAlloc                  // a segment was taken from Raw
 	EventSegmentFree                   // a segment was returned to Raw
 	EventOOM                           // an allocation failed
+	EventRecategorize                  // a live block moved to another category
 )
 
-var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom"}
+var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom", "recategorize"}
 
-// String returns "alloc", "free", "segment_alloc", "segment_free" or "oom".
+// String returns "alloc", "free", "segment_alloc", "segment_free", "oom" or
+// "recategorize".
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
 		return eventNames[k]
@@ -28,15 +30,20 @@ func (k EventKind) String() string {
 // Requested are the block's; for segments, Ptr and Size are the segment's
 // and Requested and Category those of the request that caused a segment
 // allocation (0 and Other when a segment is freed); for an OOM, Size is what
-// the allocator tried to reserve. Step is the value of the last SetStep.
+// the allocator tried to reserve; for a recategorization, Category is the
+// block's new category and From its old one. Step is the value of the last
+// SetStep. Site is where a block was allocated, as the function given to
+// SetSiteFunc said at the time ("" without one); block events carry it.
 type Event struct {
 	Kind      EventKind
 	Ptr       Ptr
 	Size      int64
 	Requested int64
 	Category  Category
+	From      Category
 	Step      int64
 	Time      time.Time
+	Site      string
 }
 
 // history is a ring buffer of the last len(buf) events.
@@ -63,9 +70,31 @@ func (a *Allocator) EnableHistory(n int) {
 	defer a.mu.Unlock()
 	if n <= 0 {
 		a.hist = nil
+		a.histOn.Store(false)
 		return
 	}
 	a.hist = &history{buf: make([]Event, n)}
+	a.histOn.Store(true)
+}
+
+// HistoryEnabled reports whether events are being recorded.
+func (a *Allocator) HistoryEnabled() bool { return a.histOn.Load() }
+
+// SetSiteFunc installs f to name the creation site of each block: while
+// history is recording, Alloc calls f for every non-empty block, on the
+// allocating goroutine and before taking the allocator's lock, and keeps
+// the result with the block, in its alloc and free events and in
+// Snapshot.Sites. While history is off f is never called. f must be safe
+// for concurrent use and must not call the allocator. nil removes it.
+//
+// The tensor package installs a function that returns the file:line of the
+// code that asked for a tensor (tensor.EnableAllocSites).
+func (a *Allocator) SetSiteFunc(f func() string) {
+	if f == nil {
+		a.siteFn.Store(nil)
+		return
+	}
+	a.siteFn.Store(&f)
 }
 
 // History returns the recorded events, oldest first (nil when recording is
@@ -73,12 +102,16 @@ func (a *Allocator) EnableHistory(n int) {
 func (a *Allocator) History() []Event {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	h := a.hist
-	if h == nil {
+	if a.hist == nil {
 		return nil
 	}
+	return a.hist.events()
+}
+
+// events returns a copy of the recorded events, oldest first.
+func (h *history) events() []Event {
 	if !h.full {
-		return append([]Event(nil), h.buf[:h.next]...)
+		return append([]Event{}, h.buf[:h.next]...)
 	}
 	out := make([]Event, 0, len(h.buf))
 	out = append(out, h.buf[h.next:]...)

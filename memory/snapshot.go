@@ -6,13 +6,23 @@ import (
 )
 
 // Snapshot is the allocator's layout at one moment: every segment held from
-// Raw, in address order, with its blocks, and the statistics.
+// Raw, in address order, with its blocks, and the statistics. While history
+// is recording it also holds the recorded events and the creation sites of
+// live blocks, all taken at the same moment, which is what timelines need
+// (memory/report draws them).
 type Snapshot struct {
 	Device   string
 	Capacity int64
 	Step     int64
 	Stats    Stats
 	Segments []SegmentInfo
+
+	// History is a copy of History(), oldest first; nil when recording is
+	// off.
+	History []Event
+	// Sites maps the address of each live block allocated while history
+	// and a site function (SetSiteFunc) were on to its creation site.
+	Sites map[Ptr]string
 }
 
 // SegmentInfo describes one segment and the blocks that tile it.
@@ -61,10 +71,19 @@ func (a *Allocator) Snapshot() Snapshot {
 			bi := BlockInfo{Offset: int64(c.ptr - seg.base), Size: c.size, Free: c.free()}
 			if b := c.block; b != nil {
 				bi.Requested, bi.Category = b.requested, b.Category()
+				if b.site != "" {
+					if s.Sites == nil {
+						s.Sites = map[Ptr]string{}
+					}
+					s.Sites[b.ptr] = b.site
+				}
 			}
 			info.Blocks = append(info.Blocks, bi)
 		}
 		s.Segments = append(s.Segments, info)
+	}
+	if a.hist != nil {
+		s.History = a.hist.events()
 	}
 	slices.SortFunc(s.Segments, func(x, y SegmentInfo) int { return cmp.Compare(x.Address, y.Address) })
 	return s

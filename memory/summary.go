@@ -15,11 +15,15 @@ const summaryInner = 81 // characters between the outer bars of Summary's table
 // torch.cuda.memory_summary: current, peak and running totals of each byte
 // stat, requested bytes per category, block and segment counts, and the
 // event counters.
-func (a *Allocator) Summary() string {
-	s := a.Stats()
+func (a *Allocator) Summary() string { return summary(a.Device(), a.Capacity(), a.Stats()) }
+
+// Summary renders the snapshot's statistics as Allocator.Summary does.
+func (s Snapshot) Summary() string { return summary(s.Device, s.Capacity, s.Stats) }
+
+func summary(device string, capacityBytes int64, s Stats) string {
 	capacity := "unlimited capacity"
-	if c := a.Capacity(); c > 0 {
-		capacity = "capacity " + FormatBytes(c)
+	if capacityBytes > 0 {
+		capacity = "capacity " + FormatBytes(capacityBytes)
 	}
 	var b strings.Builder
 	rule := func(c byte) { b.WriteString("|" + strings.Repeat(string(c), summaryInner) + "|\n") }
@@ -35,7 +39,7 @@ func (a *Allocator) Summary() string {
 		row(name, [4]string{f(st.Current), f(st.Peak), f(st.Allocated), f(st.Freed)})
 	}
 
-	title := fmt.Sprintf("memfit memory summary: device %s, %s", a.Device(), capacity)
+	title := fmt.Sprintf("memfit memory summary: device %s, %s", device, capacity)
 	pad := max(summaryInner-len(title), 0)
 	rule('=')
 	b.WriteString("|" + strings.Repeat(" ", pad/2) + title + strings.Repeat(" ", pad-pad/2) + "|\n")

@@ -256,28 +256,12 @@ func (o *Optimizer) ZeroGrad() {
 // (for code that holds on to gradient tensors). A gradient holding inf or
 // NaN, or one that is not contiguous, is replaced by a fresh zero buffer.
 func (o *Optimizer) ZeroGradInPlace() error {
-	return tensor.Catch(func() error {
-		s := tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
-		defer s.Close()
-		for _, p := range o.Params() {
-			g := p.Grad()
-			if g == nil {
-				continue
-			}
-			if g.IsContiguous() && g.AllFinite() {
-				s.MulScalarInPlace(g, 0).Release()
-				continue
-			}
-			dev, dt, shape := g.Device(), g.DType(), append([]int(nil), g.Shape()...)
-			p.SetGrad(nil)
-			z, err := tensor.New(dev, dt, shape, memory.Gradient)
-			if err != nil {
-				return fmt.Errorf("optim: zeroing the gradient of %s: %w", label(p), err)
-			}
-			p.SetGrad(z)
+	for _, p := range o.Params() {
+		if g := p.Grad(); g != nil {
+			g.Fill(0)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // GradsFinite reports whether every gradient of the optimizer's parameters

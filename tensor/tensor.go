@@ -394,3 +394,10 @@ func (t *Tensor) AllFinite() bool {
 	t.mustLive("AllFinite")
 	return t.st.dev.AllFinite(t.view())
 }
+
+// Fill sets every element of t to v in place (its version goes up).
+func (t *Tensor) Fill(v float64) {
+	t.mustLive("Fill")
+	t.st.dev.Fill(t.view(), v)
+	t.st.version.Add(1)
+}
