@@ -1,0 +1,128 @@
+package cpu
+
+import (
+	"math"
+	"sort"
+	"testing"
+)
+
+// format describes a 16-bit IEEE-style float: sign, exp bits, mantissa bits.
+type format struct {
+	name    string
+	expBits uint
+	manBits uint
+	toF32   func(uint16) float32
+	fromF32 func(float32) uint16
+}
+
+var formats = []format{
+	{"f16", 5, 10, F32FromF16, F16FromF32},
+	{"bf16", 8, 7, F32FromBF16, BF16FromF32},
+}
+
+// decode is the IEEE definition of a bit pattern's value, written from the
+// definition rather than by bit shuffling.
+func (f format) decode(h uint16) float64 {
+	sign := 1.0
+	if h>>15 == 1 {
+		sign = -1
+	}
+	e := int(h>>f.manBits) & (1<<f.expBits - 1)
+	m := float64(h & (1<<f.manBits - 1))
+	bias := 1<<(f.expBits-1) - 1
+	switch {
+	case e == 1<<f.expBits-1 && m == 0:
+		return sign * math.Inf(1)
+	case e == 1<<f.expBits-1:
+		return math.NaN()
+	case e == 0:
+		return sign * math.Ldexp(m, 1-bias-int(f.manBits))
+	}
+	return sign * math.Ldexp(1+m/float64(uint(1)<<f.manBits), e-bias)
+}
+
+func TestWideningAllPatterns(t *testing.T) {
+	for _, f := range formats {
+		for h := 0; h < 1<<16; h++ {
+			want, got := f.decode(uint16(h)), float64(f.toF32(uint16(h)))
+			if math.IsNaN(want) != math.IsNaN(got) || (!math.IsNaN(want) && want != got) {
+				t.Fatalf("%s %#04x: got %v, want %v", f.name, h, got, want)
+			}
+		}
+	}
+}
+
+// nearest rounds x to f by the IEEE rule: the nearest representable value,
+// ties to the even significand, overflow to infinity past the largest
+// finite value plus half an ulp.
+func (f format) nearest(x float64, finite []float64, bits []uint16) uint16 {
+	neg := math.Signbit(x)
+	ax := math.Abs(x)
+	i := sort.SearchFloat64s(finite, ax)
+	var h uint16
+	switch {
+	case i == len(finite):
+		maxv := finite[len(finite)-1]
+		ulp := maxv - finite[len(finite)-2]
+		if ax >= maxv+ulp/2 {
+			h = uint16((1<<f.expBits - 1) << f.manBits) // inf
+		} else {
+			h = bits[len(bits)-1]
+		}
+	case finite[i] == ax:
+		h = bits[i]
+	default:
+		lo, hi := finite[i-1], finite[i]
+		switch {
+		case ax-lo < hi-ax:
+			h = bits[i-1]
+		case ax-lo > hi-ax:
+			h = bits[i]
+		case bits[i-1]&1 == 0:
+			h = bits[i-1]
+		default:
+			h = bits[i]
+		}
+	}
+	if neg {
+		h |= 1 << 15
+	}
+	return h
+}
+
+func TestNarrowingMatchesIEEE(t *testing.T) {
+	for _, f := range formats {
+		var finite []float64
+		var bits []uint16
+		for h := 0; h < 1<<15; h++ {
+			if v := f.decode(uint16(h)); !math.IsInf(v, 0) && !math.IsNaN(v) {
+				finite = append(finite, v)
+				bits = append(bits, uint16(h))
+			}
+		}
+		var inputs []float32
+		for i, v := range finite {
+			inputs = append(inputs, float32(v))
+			if i+1 < len(finite) {
+				mid := float32((v + finite[i+1]) / 2) // a tie (exact in f32)
+				inputs = append(inputs, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, float32(math.Inf(1))))
+			}
+		}
+		inputs = append(inputs, math.MaxFloat32, math.SmallestNonzeroFloat32, 1e-45, 65504, 65520, 65519.99, 1e38, 3.4e38, 0)
+		for _, x := range inputs {
+			for _, v := range []float32{x, -x} {
+				want := f.nearest(float64(v), finite, bits)
+				if got := f.fromF32(v); got != want {
+					t.Fatalf("%s(%g = %#08x): got %#04x, want %#04x", f.name, v, math.Float32bits(v), got, want)
+				}
+			}
+		}
+		// NaN stays NaN, infinities stay infinite.
+		if h := f.fromF32(float32(math.NaN())); !math.IsNaN(f.decode(h)) {
+			t.Errorf("%s(NaN) = %#04x", f.name, h)
+		}
+		if h := f.fromF32(float32(math.Inf(-1))); !math.IsInf(f.decode(h), -1) {
+			t.Errorf("%s(-inf) = %#04x", f.name, h)
+		}
+	}
+}
