@@ -16,7 +16,8 @@ import (
 // everything else alive at the peak (embeddings, head, loss). The first
 // call runs the cut of smallest predicted footprint and
 // measures c with one extra recorded forward of the first block; the
-// second call reads the first step's activation peak, solves for base, and
+// second call reads the activation peak since then (a watermark, so
+// the training loop may reset the allocator's peaks meanwhile), solves for base, and
 // from then on the policy uses the fewest segments whose predicted peak
 // fits the budget (the smallest footprint when none does).
 type budgetState struct {
@@ -24,6 +25,7 @@ type budgetState struct {
 	phase int // 0: nothing measured; 1: measuring the Every step; 2: decided
 	a, c  int64
 	k     int
+	mark  *memory.Watermark // the measured step's peak
 }
 
 func (p Policy) budgetSegments(r *nn.Run, blocks []nn.Module, x *tensor.Tensor) int {
@@ -52,11 +54,12 @@ func (p Policy) budgetSegments(r *nn.Run, blocks []nn.Module, x *tensor.Tensor) 
 				st.k = k
 			}
 		}
-		mem.ResetPeak()
+		st.mark = mem.NewWatermark()
 		st.phase = 1
 		return st.k
 	case 1:
-		peak := mem.Stats().Category(memory.Activation).Peak
+		peak := st.mark.PeakOf(memory.Activation)
+		st.mark.Close()
 		base := peak - st.blocksPeak(n, st.k)
 		smallest := st.k
 		st.k = smallest

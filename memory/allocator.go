@@ -222,6 +222,7 @@ type Allocator struct {
 	st       Stats
 	hist     *history
 	step     int64
+	marks    []*Watermark // open watermarks, updated on every change
 
 	// histOn mirrors hist != nil and siteFn holds the SetSiteFunc hook, so
 	// that Alloc can ask for a creation site before taking the lock, and
@@ -309,6 +310,9 @@ func (a *Allocator) Alloc(size int64, cat Category) (*Block, error) {
 	a.st.Active.add(c.size)
 	a.st.Requested.add(size)
 	a.st.ByCategory[cat].add(size)
+	if len(a.marks) > 0 {
+		a.observe()
+	}
 	a.st.LiveBlocks.add(1)
 	a.st.Allocs++
 	if a.hist != nil {
@@ -454,6 +458,9 @@ func (a *Allocator) Recategorize(b *Block, c Category) {
 	if b.c != nil {
 		a.st.ByCategory[old].add(-b.requested)
 		a.st.ByCategory[c].add(b.requested)
+		if len(a.marks) > 0 {
+			a.observe()
+		}
 		if a.hist != nil {
 			a.record(Event{Kind: EventRecategorize, Ptr: b.ptr, Size: b.size, Requested: b.requested, Category: c, From: old, Site: b.site})
 		}

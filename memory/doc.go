@@ -34,8 +34,20 @@
 // requested bytes per [Category] (parameters, gradients, optimizer state,
 // activations, temporaries, data, other). [Allocator.Summary] renders them as
 // a table, [Allocator.Snapshot] lists every segment and block, and
-// [Allocator.EnableHistory] keeps a ring buffer of recent events for
-// timelines and leak reports.
+// [Allocator.SegmentMap] draws the segments as bars of their blocks by
+// category, which shows where reserved but unallocated memory sits.
+//
+// # History
+//
+// [Allocator.EnableHistory] keeps a ring buffer of recent events (alloc,
+// free, segment alloc and free, recategorization, OOM), each with its size,
+// category, step ([Allocator.SetStep]) and time. A site function
+// ([Allocator.SetSiteFunc]; tensor.EnableAllocSites installs one) names the
+// code that asked for each block; it is called only while history is on. A
+// Snapshot taken while history is on carries the events and the sites of
+// live blocks, consistent with its segments; package memory/report replays
+// them into a timeline and draws it as SVG, as one self-contained HTML page
+// or as text.
 //
 // # Out of memory
 //

@@ -9,7 +9,9 @@ import (
 // Raw, in address order, with its blocks, and the statistics. While history
 // is recording it also holds the recorded events and the creation sites of
 // live blocks, all taken at the same moment, which is what timelines need
-// (memory/report draws them).
+// (memory/report draws them); copying the history costs time and memory in
+// proportion to its length, so code that only wants numbers should call
+// Stats.
 type Snapshot struct {
 	Device   string
 	Capacity int64

@@ -100,7 +100,9 @@ func (t *Tensor) SetGrad(g *Tensor) {
 // Detach returns a new handle on the same elements with no history.
 func (s *Scope) Detach(t *Tensor) *Tensor {
 	t.mustLive("Detach")
-	return s.own(t.share())
+	d := t.share()
+	track(d)
+	return s.own(d)
 }
 
 // record attaches a node to out when s records and some input needs a

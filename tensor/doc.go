@@ -22,6 +22,12 @@
 // In a NoGrad scope nothing is saved, so a forward pass needs memory for the
 // largest layer rather than for the whole network.
 //
+// Debugging memory: TrackLeaks records where each live tensor was made
+// (LeakReport lists them with file:line); a GrowthDetector watches
+// allocated bytes at step boundaries and names the creation sites of what
+// survives when they keep growing; EnableAllocSites stamps the allocator's
+// event history with the same sites for memory timelines (memory/report).
+//
 // Errors: ops panic with *Error (shapes, lifetimes, autograd misuse),
 // *memory.OOMError or *device.IndexError; Step and Catch recover exactly
 // these and return them, which is what makes out-of-memory recoverable at

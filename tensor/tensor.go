@@ -401,3 +401,20 @@ func (t *Tensor) Fill(v float64) {
 	t.st.dev.Fill(t.view(), v)
 	t.st.version.Add(1)
 }
+
+// SetFloat32s overwrites a contiguous tensor's elements from the host,
+// converting to its dtype (its version goes up). The length must match.
+func (t *Tensor) SetFloat32s(data []float32) error {
+	t.mustLive("SetFloat32s")
+	if len(data) != t.Len() {
+		return errorf("SetFloat32s", "%d values for %s", len(data), t.describe())
+	}
+	src, err := FromFloat32(t.st.dev, data, t.shape, memory.Temporary)
+	if err != nil {
+		return err
+	}
+	defer src.Release()
+	t.st.dev.Copy(t.view(), src.view())
+	t.st.version.Add(1)
+	return nil
+}
