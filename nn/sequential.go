@@ -20,8 +20,9 @@ func RunSequential(r *Run, blocks []Module, x *tensor.Tensor) *tensor.Tensor {
 		h = y
 	}
 	if h == x {
-		// No blocks: hand the caller a handle of its own.
-		return r.Detach(x)
+		// No blocks: hand the caller a handle of its own that keeps x's
+		// history (Detach would cut the graph).
+		return identity(r, x)
 	}
 	return h
 }

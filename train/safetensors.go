@@ -195,3 +195,12 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	}
 	return nil
 }
+
+// WriteFileAtomic writes b to path through a synced temporary file and a
+// rename.
+func WriteFileAtomic(path string, b []byte) error {
+	return writeAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
