@@ -186,4 +186,3 @@ func TestGrowthDetectorDetachedLoss(t *testing.T) {
 		t.Errorf("warning names neither %s nor %s:\n%s", detachSite, site, warnings[0])
 	}
 }
-
