@@ -11,5 +11,5 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.44.0 // indirect
-	gorgonia.org/cu v0.9.6 // indirect
+	gorgonia.org/cu v0.9.6
 )

@@ -1,0 +1,351 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/memfit/memfit/device"
+	_ "github.com/memfit/memfit/device/cuda/internal/probe" // must initialise before gorgonia.org/cu
+	"github.com/memfit/memfit/memory"
+)
+
+// Device is one GPU: its context, streams, cuBLAS handle, kernels and
+// caching allocator. Its methods are safe for concurrent use; all GPU work
+// is issued, in call order, on one stream.
+type Device struct {
+	ordinal      int
+	name         string // "cuda:0"
+	gpu          string // the GPU's own name
+	major, minor int
+	cfg          config
+
+	w       *worker
+	dev     cu.Device
+	ctx     cu.CUContext
+	compute cu.Stream // every kernel, GEMM and synchronous copy
+	copies  cu.Stream // asynchronous copies out of pinned memory
+	blas    *blasHandle
+	scratch cu.DevicePtr // 16 bytes: AllFinite's flag, then the first bad index position
+
+	raw *rawAlloc
+	mem *memory.Allocator
+
+	modOnce sync.Once
+	mod     cu.Module
+	fns     map[string]cu.Function
+	modErr  error
+
+	closeMu sync.Mutex
+	closed  bool
+}
+
+var _ device.Device = (*Device)(nil)
+
+// Available reports whether a CUDA device can be opened.
+func Available() bool {
+	n, err := cu.NumDevices()
+	return err == nil && n > 0
+}
+
+// New opens GPU ordinal. It fails, without exiting, when there is no such
+// GPU or its context, streams or cuBLAS handle cannot be made. Close
+// releases everything.
+func New(ordinal int, opts ...Option) (*Device, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: counting GPUs: %w", err)
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("cuda: no GPU %d (this machine has %d)", ordinal, n)
+	}
+	d := &Device{ordinal: ordinal, name: fmt.Sprintf("cuda:%d", ordinal), cfg: newConfig(opts), dev: cu.Device(ordinal)}
+	if d.gpu, err = d.dev.Name(); err != nil {
+		return nil, d.wrap("cuDeviceGetName", err)
+	}
+	if d.major, d.minor, err = d.dev.ComputeCapability(); err != nil {
+		return nil, d.wrap("compute capability", err)
+	}
+	var total int64
+	d.w, err = startWorker(func() error {
+		var err error
+		if d.ctx, err = d.dev.RetainPrimaryCtx(); err != nil {
+			return d.wrap("cuDevicePrimaryCtxRetain", err)
+		}
+		if err = cu.SetCurrentContext(d.ctx); err != nil {
+			return d.wrap("cuCtxSetCurrent", err)
+		}
+		if _, total, err = cu.MemInfo(); err != nil {
+			return d.wrap("cuMemGetInfo", err)
+		}
+		// Blocking streams: the synchronous copies of Write and Read, on
+		// the legacy default stream, wait for the kernels before them and
+		// hold back the kernels after them.
+		if d.compute, err = cu.MakeStream(cu.DefaultStream); err != nil {
+			return d.wrap("cuStreamCreate", err)
+		}
+		if d.copies, err = cu.MakeStream(cu.DefaultStream); err != nil {
+			return d.wrap("cuStreamCreate", err)
+		}
+		if d.blas, err = newBlas(d.compute); err != nil {
+			return d.wrap("cublasCreate", err)
+		}
+		if d.scratch, err = cu.MemAlloc(16); err != nil {
+			return d.wrap("cuMemAlloc", err)
+		}
+		return nil
+	}, d.release)
+	if err != nil {
+		return nil, err
+	}
+	capacity := total
+	if d.cfg.limit > 0 {
+		capacity = min(d.cfg.limit, total)
+	}
+	d.raw = &rawAlloc{d: d, capacity: capacity, sizes: make(map[memory.Ptr]int64)}
+	d.mem = memory.New(d.raw)
+	return d, nil
+}
+
+// release frees what the worker's init made; it runs on the worker's
+// thread, at Close or after a failed New.
+func (d *Device) release() error {
+	var errs []error
+	if d.mod != (cu.Module{}) {
+		errs = append(errs, d.mod.Unload())
+		d.mod = cu.Module{}
+	}
+	if d.scratch != 0 {
+		errs = append(errs, cu.MemFree(d.scratch))
+		d.scratch = 0
+	}
+	errs = append(errs, d.blas.close())
+	d.blas = nil
+	for _, s := range []*cu.Stream{&d.compute, &d.copies} {
+		if *s != (cu.Stream{}) {
+			errs = append(errs, s.Destroy())
+		}
+	}
+	if d.ctx != (cu.CUContext{}) {
+		errs = append(errs, d.dev.ReleasePrimaryCtx())
+		d.ctx = cu.CUContext{}
+	}
+	return errors.Join(errs...)
+}
+
+// Close waits for the GPU, returns every cached segment and releases the
+// device's streams, cuBLAS handle and context. Memory still allocated is
+// freed too, and reported in the error: that is a leak in the caller.
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	var errs []error
+	errs = append(errs, d.w.do(func() error { return d.compute.Synchronize() }))
+	if live := d.mem.Allocated(); live > 0 {
+		errs = append(errs, fmt.Errorf("%s: closed with %s still allocated", d.name, memory.FormatBytes(live)))
+	}
+	d.mem.EmptyCache()
+	errs = append(errs, d.raw.freeAll())
+	errs = append(errs, d.w.stop())
+	return errors.Join(errs...)
+}
+
+// Name is "cuda:N".
+func (d *Device) Name() string { return d.name }
+
+// GPU is the GPU's model name and compute capability, as in
+// "NVIDIA H100 80GB HBM3 (sm_90)".
+func (d *Device) GPU() string { return fmt.Sprintf("%s (sm_%d%d)", d.gpu, d.major, d.minor) }
+
+// Memory returns the device's caching allocator.
+func (d *Device) Memory() *memory.Allocator { return d.mem }
+
+// Alloc returns size bytes of GPU memory tagged with cat.
+func (d *Device) Alloc(size int64, cat memory.Category) (device.Buffer, error) {
+	b, err := d.mem.Alloc(size, cat)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	return device.Buffer{Block: b}, nil
+}
+
+// Free returns a buffer to the cache. Work already queued on the buffer
+// completes first: the stream runs in order.
+func (d *Device) Free(b device.Buffer) { d.mem.Free(b.Block) }
+
+// Write copies host bytes into dst at byte offset off. It returns when src
+// may be reused.
+func (d *Device) Write(dst device.Buffer, off int64, src []byte) {
+	if len(src) == 0 {
+		return
+	}
+	p := cu.DevicePtr(dst.Block.Ptr()) + cu.DevicePtr(off)
+	d.must("cuMemcpyHtoD", d.w.do(func() error {
+		return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
+	}))
+}
+
+// Read copies bytes of src at byte offset off into dst, after every kernel
+// queued before it.
+func (d *Device) Read(dst []byte, src device.Buffer, off int64) {
+	if len(dst) == 0 {
+		return
+	}
+	p := cu.DevicePtr(src.Block.Ptr()) + cu.DevicePtr(off)
+	d.must("cuMemcpyDtoH", d.w.do(func() error {
+		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), p, int64(len(dst)))
+	}))
+}
+
+// Synchronize waits until the GPU has finished all queued work and returns
+// the first error of that work.
+func (d *Device) Synchronize() error {
+	if err := d.w.do(func() error { return d.compute.Synchronize() }); err != nil {
+		return d.wrap("cuStreamSynchronize", err)
+	}
+	return nil
+}
+
+func (d *Device) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Device: d.name, Op: op, Err: err}
+}
+
+// must panics with an *Error when err is not nil: the kernels' way to fail.
+func (d *Device) must(op string, err error) {
+	if err != nil {
+		panic(d.wrap(op, err))
+	}
+}
+
+// worker is a goroutine locked to one OS thread on which the device's
+// context is current; every driver call runs there.
+type worker struct {
+	mu    sync.Mutex
+	fn    func() error
+	req   chan struct{}
+	resp  chan error
+	fini  func() error
+	alive bool
+}
+
+// startWorker starts the thread and runs init on it; when init fails, fini
+// runs there too and the thread ends.
+func startWorker(init, fini func() error) (*worker, error) {
+	w := &worker{req: make(chan struct{}), resp: make(chan error), fini: fini}
+	ready := make(chan error)
+	go func() {
+		// Never unlocked: the thread holds the context and exits with
+		// the goroutine.
+		runtime.LockOSThread()
+		if err := init(); err != nil {
+			ready <- errors.Join(err, fini())
+			return
+		}
+		ready <- nil
+		for range w.req {
+			w.resp <- w.fn()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	w.alive = true
+	return w, nil
+}
+
+// do runs fn on the worker's thread and returns its error.
+func (w *worker) do(fn func() error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.alive {
+		return errors.New("device is closed")
+	}
+	w.fn = fn
+	w.req <- struct{}{}
+	err := <-w.resp
+	w.fn = nil
+	return err
+}
+
+// stop runs fini on the thread and ends it.
+func (w *worker) stop() error {
+	err := w.do(w.fini)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.alive {
+		w.alive = false
+		close(w.req)
+	}
+	return err
+}
+
+// rawAlloc is the memory under the caching allocator: cuMemAlloc and
+// cuMemFree, refusing to exceed capacity.
+type rawAlloc struct {
+	d        *Device
+	mu       sync.Mutex
+	capacity int64
+	used     int64
+	sizes    map[memory.Ptr]int64
+}
+
+func (r *rawAlloc) Alloc(size int64) (memory.Ptr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.capacity > 0 && r.used+size > r.capacity {
+		return 0, fmt.Errorf("%s: %s requested, %s of %s in use", r.d.name, memory.FormatBytes(size), memory.FormatBytes(r.used), memory.FormatBytes(r.capacity))
+	}
+	var p cu.DevicePtr
+	err := r.d.w.do(func() error {
+		var err error
+		p, err = cu.MemAlloc(size)
+		return err
+	})
+	if err != nil {
+		return 0, r.d.wrap("cuMemAlloc", err)
+	}
+	r.sizes[memory.Ptr(p)] = size
+	r.used += size
+	return memory.Ptr(p), nil
+}
+
+func (r *rawAlloc) Free(p memory.Ptr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	size, ok := r.sizes[p]
+	if !ok {
+		panic(fmt.Sprintf("%s: free of unknown segment %#x", r.d.name, uintptr(p)))
+	}
+	r.d.must("cuMemFree", r.d.w.do(func() error { return cu.MemFree(cu.DevicePtr(p)) }))
+	delete(r.sizes, p)
+	r.used -= size
+}
+
+// freeAll returns every segment still held (at Close).
+func (r *rawAlloc) freeAll() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for p, size := range r.sizes {
+		errs = append(errs, r.d.w.do(func() error { return cu.MemFree(cu.DevicePtr(p)) }))
+		delete(r.sizes, p)
+		r.used -= size
+	}
+	return errors.Join(errs...)
+}
+
+func (r *rawAlloc) Capacity() int64 { return r.capacity }
+func (r *rawAlloc) Device() string  { return r.d.name }

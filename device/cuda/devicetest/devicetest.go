@@ -1,0 +1,561 @@
+// Package devicetest is a conformance suite for memfit devices: Run builds
+// small random inputs, runs every kernel of device.Kernels on a reference
+// device (the CPU) and on the device under test, and compares the results
+// with per-dtype tolerances (f32 1e-5, f16 1e-3, bf16 1e-2 relative to the
+// larger of the value and the result's RMS), exactly where the contract is
+// exact (Dropout's mask, copies, gathers, argmax, index errors). It also
+// checks that both devices' allocators account every buffer the same way and
+// return to where they started.
+//
+// It imports no device implementation, so every device's tests can call it:
+//
+//	devicetest.Run(t, cpu.New(), dev)
+package devicetest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/x448/float16"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// Tolerance is the relative tolerance of results of dtype d.
+func Tolerance(d device.DType) float64 {
+	switch d {
+	case device.BF16:
+		return 1e-2
+	case device.F16:
+		return 1e-3
+	case device.F64:
+		return 1e-12
+	}
+	return 1e-5
+}
+
+// pair is one tensor on both devices.
+type pair struct {
+	ref, dev device.View
+}
+
+// env allocates paired buffers and frees them at the end of a case.
+type env struct {
+	t        *testing.T
+	ref, dev device.Device
+	rng      *rand.Rand
+	bufs     []pair
+}
+
+func (e *env) free() {
+	for _, p := range e.bufs {
+		e.ref.Free(p.ref.Buf)
+		e.dev.Free(p.dev.Buf)
+	}
+	e.bufs = nil
+}
+
+func contiguous(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+func count(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// tensor allocates a contiguous tensor of dtype dt holding vals (rounded to
+// dt) on both devices. vals may be nil for an output (zero-filled).
+func (e *env) tensor(dt device.DType, shape []int, vals []float64) pair {
+	e.t.Helper()
+	n := count(shape)
+	if vals == nil {
+		vals = make([]float64, n)
+	}
+	if len(vals) != n {
+		e.t.Fatalf("devicetest: %d values for shape %v", len(vals), shape)
+	}
+	size := int64(max(n*dt.Size(), 1))
+	rb, err := e.ref.Alloc(size, memory.Temporary)
+	if err != nil {
+		e.t.Fatalf("devicetest: %s: %v", e.ref.Name(), err)
+	}
+	db, err := e.dev.Alloc(size, memory.Temporary)
+	if err != nil {
+		e.ref.Free(rb)
+		e.t.Fatalf("devicetest: %s: %v", e.dev.Name(), err)
+	}
+	raw := encode(dt, vals)
+	e.ref.Write(rb, 0, raw)
+	e.dev.Write(db, 0, raw)
+	st := contiguous(shape)
+	p := pair{
+		ref: device.View{Buf: rb, DType: dt, Shape: shape, Strides: st},
+		dev: device.View{Buf: db, DType: dt, Shape: shape, Strides: st},
+	}
+	e.bufs = append(e.bufs, p)
+	return p
+}
+
+// random returns n values uniform on [lo, hi).
+func (e *env) random(n int, lo, hi float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = lo + (hi-lo)*e.rng.Float64()
+	}
+	return v
+}
+
+// read returns both devices' elements of a contiguous pair.
+func (e *env) read(p pair) (ref, got []float64) {
+	n := count(p.ref.Shape)
+	sz := p.ref.DType.Size()
+	rb := make([]byte, n*sz)
+	db := make([]byte, n*sz)
+	e.ref.Read(rb, p.ref.Buf, int64(p.ref.Offset*sz))
+	e.dev.Read(db, p.dev.Buf, int64(p.dev.Offset*sz))
+	return decode(p.ref.DType, rb), decode(p.dev.DType, db)
+}
+
+// check compares a pair within tol (relative to max(|want|, rms(want))).
+func (e *env) check(name string, p pair, tol float64) {
+	e.t.Helper()
+	want, got := e.read(p)
+	var rms float64
+	for _, w := range want {
+		if !math.IsInf(w, 0) && !math.IsNaN(w) {
+			rms += w * w
+		}
+	}
+	rms = math.Sqrt(rms / float64(max(len(want), 1)))
+	bad := 0
+	for i := range want {
+		w, g := want[i], got[i]
+		if math.IsNaN(w) || math.IsInf(w, 0) {
+			if !(math.IsNaN(w) && math.IsNaN(g)) && w != g {
+				bad++
+				if bad <= 5 {
+					e.t.Errorf("%s[%d] = %v on %s, %v on %s", name, i, g, e.dev.Name(), w, e.ref.Name())
+				}
+			}
+			continue
+		}
+		if math.Abs(g-w) > tol*math.Max(math.Abs(w), rms)+1e-30 || math.IsNaN(g) {
+			bad++
+			if bad <= 5 {
+				e.t.Errorf("%s[%d] = %v on %s, want %v (from %s; tolerance %g)", name, i, g, e.dev.Name(), w, e.ref.Name(), tol)
+			}
+		}
+	}
+	if bad > 5 {
+		e.t.Errorf("%s: %d of %d elements differ", name, bad, len(want))
+	}
+}
+
+// exact compares a pair bit for bit (as values: NaN equals NaN).
+func (e *env) exact(name string, p pair) { e.t.Helper(); e.check(name, p, 0) }
+
+func encode(dt device.DType, vals []float64) []byte {
+	sz := dt.Size()
+	b := make([]byte, len(vals)*sz)
+	for i, v := range vals {
+		o := b[i*sz:]
+		switch dt {
+		case device.F32:
+			binary.LittleEndian.PutUint32(o, math.Float32bits(float32(v)))
+		case device.F64:
+			binary.LittleEndian.PutUint64(o, math.Float64bits(v))
+		case device.F16:
+			binary.LittleEndian.PutUint16(o, float16.Fromfloat32(float32(v)).Bits())
+		case device.BF16:
+			binary.LittleEndian.PutUint16(o, bf16(float32(v)))
+		case device.I32:
+			binary.LittleEndian.PutUint32(o, uint32(int32(v)))
+		case device.I64:
+			binary.LittleEndian.PutUint64(o, uint64(int64(v)))
+		}
+	}
+	return b
+}
+
+func decode(dt device.DType, b []byte) []float64 {
+	sz := dt.Size()
+	v := make([]float64, len(b)/sz)
+	for i := range v {
+		o := b[i*sz:]
+		switch dt {
+		case device.F32:
+			v[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(o)))
+		case device.F64:
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(o))
+		case device.F16:
+			v[i] = float64(float16.Frombits(binary.LittleEndian.Uint16(o)).Float32())
+		case device.BF16:
+			v[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(o)) << 16))
+		case device.I32:
+			v[i] = float64(int32(binary.LittleEndian.Uint32(o)))
+		case device.I64:
+			v[i] = float64(int64(binary.LittleEndian.Uint64(o)))
+		}
+	}
+	return v
+}
+
+// bf16 rounds to nearest even (inputs here are never NaN).
+func bf16(f float32) uint16 {
+	b := math.Float32bits(f)
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// floats are the dtypes every float kernel is checked in.
+var floats = []device.DType{device.F32, device.F16, device.BF16}
+
+// Run checks dev against ref kernel by kernel, one subtest per kernel and
+// dtype.
+func Run(t *testing.T, ref, dev device.Device) {
+	for _, c := range cases {
+		for _, dt := range c.dtypes {
+			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
+				e := &env{t: t, ref: ref, dev: dev, rng: rand.New(rand.NewPCG(1, uint64(dt)))}
+				r0, d0 := ref.Memory().Allocated(), dev.Memory().Allocated()
+				defer func() {
+					e.free()
+					if r, d := ref.Memory().Allocated(), dev.Memory().Allocated(); r != r0 || d != d0 {
+						t.Errorf("allocated after the case: %s %d (was %d), %s %d (was %d)", ref.Name(), r, r0, dev.Name(), d, d0)
+					}
+				}()
+				c.run(e, dt)
+				// Both allocators saw the same requests: the same bytes are
+				// allocated, and under the same category.
+				rs, ds := ref.Memory().Stats(), dev.Memory().Stats()
+				if ra, da := rs.Allocated.Current-r0, ds.Allocated.Current-d0; ra != da {
+					t.Errorf("allocated by the case: %d bytes on %s, %d on %s", ra, ref.Name(), da, dev.Name())
+				}
+				if rc, dc := rs.Category(memory.Temporary).Current, ds.Category(memory.Temporary).Current; rc != dc {
+					t.Errorf("temporaries: %d bytes on %s, %d on %s", rc, ref.Name(), dc, dev.Name())
+				}
+			})
+		}
+	}
+}
+
+type kcase struct {
+	name   string
+	dtypes []device.DType
+	run    func(e *env, dt device.DType)
+}
+
+// both runs a kernel on the two devices.
+func both(e *env, f func(d device.Device, side func(pair) device.View)) {
+	f(e.ref, func(p pair) device.View { return p.ref })
+	f(e.dev, func(p pair) device.View { return p.dev })
+}
+
+var cases = []kcase{
+	{"Fill", append(floats, device.F64, device.I32, device.I64), func(e *env, dt device.DType) {
+		y := e.tensor(dt, []int{3, 5}, nil)
+		both(e, func(d device.Device, v func(pair) device.View) { d.Fill(v(y), 2.75) })
+		e.exact("fill", y)
+	}},
+	{"Copy", floats, func(e *env, dt device.DType) {
+		x := e.tensor(device.F32, []int{4, 6}, e.random(24, -3, 3))
+		y := e.tensor(dt, []int{6, 4}, nil)
+		back := e.tensor(device.F32, []int{6, 4}, nil)
+		both(e, func(d device.Device, v func(pair) device.View) {
+			src := v(x)
+			src.Shape, src.Strides = []int{6, 4}, []int{1, 6} // transposed read
+			d.Copy(v(y), src)
+			d.Copy(v(back), v(y))
+		})
+		e.exact("copy", y)
+		e.exact("copy back", back)
+	}},
+	{"Unary", floats, func(e *env, dt device.DType) {
+		for op := device.UnaryOp(0); op < device.NumUnaryOps; op++ {
+			lo := -2.0
+			if op == device.Log || op == device.Sqrt || op == device.PowScalar || op == device.Recip {
+				lo = 0.25
+			}
+			x := e.tensor(dt, []int{7, 9}, e.random(63, lo, 2))
+			y := e.tensor(dt, []int{7, 9}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) { d.Unary(op, v(y), v(x), 1.5) })
+			e.check(op.String(), y, Tolerance(dt))
+		}
+	}},
+	{"UnaryBackward", floats, func(e *env, dt device.DType) {
+		for op := device.UnaryOp(0); op < device.NumUnaryOps; op++ {
+			x := e.tensor(dt, []int{5, 8}, e.random(40, 0.25, 2))
+			y := e.tensor(dt, []int{5, 8}, nil)
+			dy := e.tensor(dt, []int{5, 8}, e.random(40, -1, 1))
+			dx := e.tensor(dt, []int{5, 8}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Unary(op, v(y), v(x), 1.5)
+				d.UnaryBackward(op, v(dx), v(x), v(y), v(dy), 1.5)
+			})
+			e.check(op.String()+" backward", dx, 2*Tolerance(dt))
+		}
+	}},
+	{"Binary", floats, func(e *env, dt device.DType) {
+		for op := device.BinaryOp(0); op < device.NumBinaryOps; op++ {
+			a := e.tensor(dt, []int{6, 10}, e.random(60, 0.5, 2))
+			b := e.tensor(dt, []int{10}, e.random(10, 0.5, 2))
+			y := e.tensor(dt, []int{6, 10}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				bb := v(b)
+				bb.Shape, bb.Strides = []int{6, 10}, []int{0, 1} // broadcast a row
+				d.Binary(op, v(y), v(a), bb)
+			})
+			e.check(op.String(), y, Tolerance(dt))
+		}
+	}},
+	{"Reduce", floats, func(e *env, dt device.DType) {
+		for _, op := range []device.ReduceOp{device.Sum, device.Max, device.Min} {
+			for _, out := range [][]int{{1, 300}, {4, 1}, {1, 1}, {300}} {
+				x := e.tensor(dt, []int{4, 300}, e.random(1200, -1, 1))
+				y := e.tensor(dt, out, nil)
+				both(e, func(d device.Device, v func(pair) device.View) { d.Reduce(op, v(y), v(x)) })
+				e.check(fmt.Sprintf("reduce %d into %v", op, out), y, Tolerance(dt))
+			}
+		}
+	}},
+	{"Gemm", floats, func(e *env, dt device.DType) {
+		m, n, k, batch := 5, 7, 33, 3
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			for _, cdt := range []device.DType{device.F32, dt} {
+				a := e.tensor(dt, []int{batch, m * k}, e.random(batch*m*k, -1, 1))
+				b := e.tensor(dt, []int{k * n}, e.random(k*n, -1, 1))
+				c := e.tensor(cdt, []int{batch, m, n}, e.random(batch*m*n, -1, 1))
+				lda, ldb := k, n
+				if tr[0] {
+					lda = m
+				}
+				if tr[1] {
+					ldb = k
+				}
+				both(e, func(d device.Device, v func(pair) device.View) {
+					d.Gemm(device.Gemm{TransA: tr[0], TransB: tr[1], M: m, N: n, K: k, Batch: batch,
+						Alpha: 0.5, Beta: 0.25, A: v(a), B: v(b), C: v(c), LDA: lda, LDB: ldb, LDC: n,
+						StrideA: m * k, StrideB: 0, StrideC: m * n})
+				})
+				e.check(fmt.Sprintf("gemm trans %v into %v", tr, cdt), c, math.Max(Tolerance(dt), Tolerance(cdt)))
+			}
+		}
+	}},
+	{"Softmax", floats, func(e *env, dt device.DType) {
+		for _, lg := range []bool{false, true} {
+			x := e.tensor(dt, []int{6, 300}, e.random(1800, -4, 4))
+			y := e.tensor(dt, []int{6, 300}, nil)
+			dy := e.tensor(dt, []int{6, 300}, e.random(1800, -1, 1))
+			dx := e.tensor(dt, []int{6, 300}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Softmax(v(y), v(x), lg)
+				d.SoftmaxBackward(v(dx), v(y), v(dy), lg)
+			})
+			e.check(fmt.Sprintf("softmax log=%v", lg), y, Tolerance(dt))
+			e.check(fmt.Sprintf("softmax backward log=%v", lg), dx, 2*Tolerance(dt))
+		}
+	}},
+	{"LayerNorm", floats, func(e *env, dt device.DType) {
+		rows, n := 5, 96
+		x := e.tensor(dt, []int{rows, n}, e.random(rows*n, -2, 3))
+		gamma := e.tensor(dt, []int{n}, e.random(n, 0.5, 1.5))
+		beta := e.tensor(dt, []int{n}, e.random(n, -0.5, 0.5))
+		y := e.tensor(dt, []int{rows, n}, nil)
+		mean := e.tensor(device.F32, []int{rows}, nil)
+		rstd := e.tensor(device.F32, []int{rows}, nil)
+		dy := e.tensor(dt, []int{rows, n}, e.random(rows*n, -1, 1))
+		dx := e.tensor(dt, []int{rows, n}, nil)
+		dgamma := e.tensor(dt, []int{n}, e.random(n, -1, 1))
+		dbeta := e.tensor(dt, []int{n}, e.random(n, -1, 1))
+		both(e, func(d device.Device, v func(pair) device.View) {
+			d.LayerNorm(v(y), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
+			d.LayerNormBackward(v(dx), v(dgamma), v(dbeta), v(dy), v(x), v(mean), v(rstd), v(gamma))
+		})
+		tol := Tolerance(dt)
+		e.check("y", y, tol)
+		e.check("mean", mean, tol)
+		e.check("rstd", rstd, tol)
+		e.check("dx", dx, 4*tol)
+		e.check("dgamma", dgamma, 4*tol)
+		e.check("dbeta", dbeta, 4*tol)
+	}},
+	{"Embedding", floats, func(e *env, dt device.DType) {
+		vocab, dim := 11, 24
+		for _, it := range []device.DType{device.I32, device.I64} {
+			table := e.tensor(dt, []int{vocab, dim}, e.random(vocab*dim, -1, 1))
+			idx := e.tensor(it, []int{9}, []float64{3, 0, 10, 3, 3, 7, 1, 0, 5})
+			out := e.tensor(dt, []int{9, dim}, nil)
+			grad := e.tensor(dt, []int{vocab, dim}, e.random(vocab*dim, -1, 1))
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Gather(v(out), v(table), v(idx))
+				d.ScatterAdd(v(grad), v(idx), v(out))
+			})
+			e.exact("gather", out)
+			e.check("scatter-add", grad, Tolerance(dt))
+		}
+		// An index past the table panics with the same IndexError.
+		table := e.tensor(dt, []int{vocab, dim}, nil)
+		idx := e.tensor(device.I32, []int{4}, []float64{1, 2, 11, 12})
+		out := e.tensor(dt, []int{4, dim}, nil)
+		want := catchIndex(func() { e.ref.Gather(out.ref, table.ref, idx.ref) })
+		got := catchIndex(func() { e.dev.Gather(out.dev, table.dev, idx.dev) })
+		if want == nil || got == nil || *want != *got {
+			e.t.Errorf("gather of index 11 of 11 rows: %s panics with %v, %s with %v", e.dev.Name(), got, e.ref.Name(), want)
+		}
+	}},
+	{"Conv", floats, func(e *env, dt device.DType) {
+		g := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 3, KW: 2, StrideH: 2, StrideW: 1, PadH: 1, PadW: 1}
+		g.OH = (g.H+2*g.PadH-g.KH)/g.StrideH + 1
+		g.OW = (g.W+2*g.PadW-g.KW)/g.StrideW + 1
+		xn := g.N * g.C * g.H * g.W
+		cn := g.N * g.C * g.KH * g.KW * g.OH * g.OW
+		x := e.tensor(dt, []int{xn}, e.random(xn, -1, 1))
+		col := e.tensor(dt, []int{cn}, nil)
+		dx := e.tensor(dt, []int{xn}, nil)
+		both(e, func(d device.Device, v func(pair) device.View) {
+			d.Im2Col(v(col), v(x), g)
+			d.Col2Im(v(dx), v(col), g)
+		})
+		e.exact("im2col", col)
+		e.check("col2im", dx, Tolerance(dt))
+		for _, op := range []device.PoolOp{device.MaxPool, device.AvgPool} {
+			pg := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+			pg.OH, pg.OW = (pg.H-pg.KH)/pg.StrideH+1, (pg.W-pg.KW)/pg.StrideW+1
+			on := pg.N * pg.C * pg.OH * pg.OW
+			y := e.tensor(dt, []int{on}, nil)
+			am := e.tensor(device.I32, []int{on}, nil)
+			dy := e.tensor(dt, []int{on}, e.random(on, -1, 1))
+			pdx := e.tensor(dt, []int{xn}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Pool(op, v(y), v(am), v(x), pg)
+				d.PoolBackward(op, v(pdx), v(am), v(dy), pg)
+			})
+			e.check(fmt.Sprintf("pool %d", op), y, Tolerance(dt))
+			if op == device.MaxPool {
+				e.exact("argmax", am)
+			}
+			e.check(fmt.Sprintf("pool %d backward", op), pdx, Tolerance(dt))
+		}
+	}},
+	{"CrossEntropy", floats, func(e *env, dt device.DType) {
+		rows, c := 6, 37
+		for _, s := range []float64{0, 0.1} {
+			logits := e.tensor(dt, []int{rows, c}, e.random(rows*c, -3, 3))
+			tg := e.tensor(device.I64, []int{rows}, []float64{0, 36, -100, 5, 17, 2})
+			loss := e.tensor(dt, []int{rows}, nil)
+			dloss := e.tensor(dt, []int{rows}, e.random(rows, 0.5, 1.5))
+			dlogits := e.tensor(dt, []int{rows, c}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.CrossEntropy(v(loss), v(logits), v(tg), -100, s)
+				d.CrossEntropyBackward(v(dlogits), v(logits), v(tg), v(dloss), -100, s)
+			})
+			e.check(fmt.Sprintf("loss smoothing %v", s), loss, Tolerance(dt))
+			e.check(fmt.Sprintf("dlogits smoothing %v", s), dlogits, 2*Tolerance(dt))
+		}
+	}},
+	{"Dropout", append(floats, device.F64), func(e *env, dt device.DType) {
+		x := e.tensor(dt, []int{33, 65}, e.random(33*65, 0.5, 2))
+		y := e.tensor(dt, []int{33, 65}, nil)
+		both(e, func(d device.Device, v func(pair) device.View) { d.Dropout(v(y), v(x), 0.3, 12345) })
+		want, got := e.read(y)
+		for i := range want {
+			if (want[i] == 0) != (got[i] == 0) {
+				e.t.Fatalf("dropout mask differs at %d: %v on %s, %v on %s", i, got[i], e.dev.Name(), want[i], e.ref.Name())
+			}
+		}
+		e.check("dropout", y, Tolerance(dt))
+	}},
+	{"Random", append(floats, device.F64), func(e *env, dt device.DType) {
+		for _, dist := range []device.Distribution{device.Uniform, device.Normal} {
+			y := e.tensor(dt, []int{17, 31}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) { d.Random(v(y), dist, -1, 2, 99) })
+			e.check(fmt.Sprintf("random %d", dist), y, Tolerance(dt))
+		}
+	}},
+	{"Masks", floats, func(e *env, dt device.DType) {
+		x := e.tensor(dt, []int{2, 5, 5}, e.random(50, -1, 1))
+		mv := e.random(25, 0, 2)
+		for i := range mv {
+			mv[i] = math.Floor(mv[i])
+		}
+		mask := e.tensor(dt, []int{5, 5}, mv)
+		y := e.tensor(dt, []int{2, 5, 5}, nil)
+		z := e.tensor(dt, []int{2, 5, 5}, nil)
+		both(e, func(d device.Device, v func(pair) device.View) {
+			m := v(mask)
+			m.Shape, m.Strides = []int{2, 5, 5}, []int{0, 5, 1}
+			d.MaskedFill(v(y), v(x), m, -7)
+			d.CausalFill(v(z), v(x), -9)
+		})
+		e.exact("masked fill", y)
+		e.exact("causal fill", z)
+	}},
+	{"AllFinite", floats, func(e *env, dt device.DType) {
+		ok := e.tensor(dt, []int{100}, e.random(100, -1, 1))
+		vals := e.random(100, -1, 1)
+		vals[77] = math.Inf(1)
+		bad := e.tensor(dt, []int{100}, vals)
+		vals[77] = math.NaN()
+		nan := e.tensor(dt, []int{100}, vals)
+		for _, c := range []struct {
+			p    pair
+			want bool
+		}{{ok, true}, {bad, false}, {nan, false}} {
+			if r, g := e.ref.AllFinite(c.p.ref), e.dev.AllFinite(c.p.dev); r != c.want || g != c.want {
+				e.t.Errorf("AllFinite = %v on %s, %v on %s, want %v", g, e.dev.Name(), r, e.ref.Name(), c.want)
+			}
+		}
+	}},
+	{"Optimizers", floats, func(e *env, dt device.DType) {
+		n := 300
+		for _, dec := range []bool{false, true} {
+			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
+			g := e.tensor(dt, []int{n}, e.random(n, -1, 1))
+			m := e.tensor(device.F32, []int{n}, e.random(n, -0.1, 0.1))
+			v := e.tensor(device.F32, []int{n}, e.random(n, 0, 0.01))
+			h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
+				BiasCorrection1: 1 - 0.9*0.9, BiasCorrection2: 1 - 0.999*0.999, GradScale: 0.5}
+			both(e, func(d device.Device, s func(pair) device.View) { d.AdamStep(s(p), s(g), s(m), s(v), h) })
+			e.check("adam param", p, 1e-5)
+			e.check("adam m", m, 1e-5)
+			e.check("adam v", v, 1e-5)
+		}
+		for _, first := range []bool{true, false} {
+			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
+			g := e.tensor(dt, []int{n}, e.random(n, -1, 1))
+			buf := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
+			h := device.SGDHyper{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 0.01, Nesterov: !first, FirstStep: first, GradScale: 2}
+			both(e, func(d device.Device, s func(pair) device.View) { d.SGDStep(s(p), s(g), s(buf), h) })
+			e.check("sgd param", p, 1e-5)
+			e.check("sgd momentum", buf, 1e-5)
+		}
+	}},
+}
+
+func catchIndex(f func()) (ie *device.IndexError) {
+	defer func() {
+		if r := recover(); r != nil {
+			err, ok := r.(error)
+			if !ok || !errors.As(err, &ie) {
+				panic(r)
+			}
+		}
+	}()
+	f()
+	return nil
+}

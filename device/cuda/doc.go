@@ -1,0 +1,54 @@
+// Package cuda is memfit's NVIDIA GPU device, built on gorgonia.org/cu
+// (the CUDA driver API), cuBLAS and NVRTC.
+//
+// The device is compiled only with the cuda build tag:
+//
+//	go build -tags cuda ./...
+//
+// which needs cgo, the CUDA 12 toolkit's headers and libraries (libcuda,
+// libcublas, libnvrtc) and, to run, a driver and a GPU. Without the tag,
+// [New] returns an error that says how to rebuild and [Available] reports
+// false, so that programs such as cmd/train compile everywhere.
+//
+// # What lives where
+//
+// Files without a build tag hold the logic that needs no GPU and is unit
+// tested in every build: the CUDA C kernel source (kernels.cu, embedded) and
+// the prelude generated from Go's constants, the packing of views into the
+// kernels' argument structs (shapes and strides after merging dimensions),
+// launch geometry, and the mapping of memfit's row-major GEMM onto cuBLAS's
+// column-major one. Files tagged cuda hold the cgo and gorgonia glue:
+//
+//   - one CUDA context per Device (the device's primary context), current
+//     on one OS thread that a goroutine holds locked; every driver call runs
+//     there;
+//   - a raw allocator over cuMemAlloc/cuMemFree under the same caching
+//     allocator as every device (memory.New), its capacity the GPU's total
+//     memory or the limit given with [MemLimit];
+//   - a compute stream on which every kernel, GEMM and copy runs in order,
+//     and a copy stream for asynchronous host-to-device copies out of
+//     [PinnedBuffer]s, which the compute stream waits for with an event;
+//   - kernels compiled from kernels.cu by NVRTC on first use, for the GPU's
+//     compute capability, and kept for the device's lifetime;
+//   - GEMM through cuBLAS (cublasGemmEx and cublasGemmStridedBatchedEx with
+//     f32 accumulation for f16 and bf16), called through this package's own
+//     cgo because gorgonia.org/cu/blas has neither these nor cublasSetStream.
+//
+// # Errors
+//
+// New, Close, Synchronize and the pinned-memory calls return errors. Kernels
+// have no error result (see device.Kernels): a failing CUDA call panics with
+// an [*Error], and an out-of-range index with a *device.IndexError, as on the
+// CPU. CUDA reports many failures of asynchronous work at a later call; an
+// illegal address leaves the context unusable and every later call fails.
+//
+// # Without a driver
+//
+// gorgonia.org/cu calls cuInit in its package init and exits the process
+// when it fails. This package's internal/probe initialises first (Go
+// initialises packages in import-path order where dependencies allow) and
+// replaces that exit with one clear message: a test binary exits 0 after
+// printing that the CUDA tests were skipped; any other binary exits 1 after
+// saying that it was built with -tags cuda on a machine without a usable
+// driver.
+package cuda

@@ -1,0 +1,885 @@
+// memfit CUDA kernels: every kernel of device.Kernels but GEMM (cuBLAS).
+//
+// Compiled at run time by NVRTC after a prelude generated from Go constants
+// (MAXD, MAXOPS, BLOCK, DT_*, UN_*, BIN_*, RED_*, DIST_*, POOL_*; see
+// source.go). No header is included: f16 and bf16 values are handled as
+// 16-bit patterns and converted with PTX instructions (f16) or by hand
+// (bf16, with the CPU device's rounding and NaN rule), so the result does
+// not depend on the toolkit's headers.
+//
+// Semantics follow device/cpu exactly; the comments say where the order of
+// floating-point operations differs. Kernels whose arithmetic depends on
+// the data type are templates over the type they compute in (float or
+// double, chosen on the Go side as the CPU device chooses) with extern "C"
+// entry points NAME_f32 and NAME_f64 made by TYPED.
+//
+// Arguments: every struct holds only 8-byte fields, so the Go side packs
+// them as words without padding (geom.go).
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+
+// Op is one operand: base address of the buffer, element offset of the
+// view, dtype code.
+struct Op {
+    char* p;
+    i64 off;
+    i64 dt;
+};
+
+// Ew is the geometry of an elementwise kernel: n elements over a row-major
+// shape of rank dimensions; str[k] are the strides of operand k.
+struct Ew {
+    i64 n;
+    i64 rank;
+    i64 shape[MAXD];
+    i64 str[MAXOPS][MAXD];
+};
+
+// Red is the geometry of a reduction: nout outputs over the kept
+// dimensions (strides in src and dst), each reducing nred elements of src
+// over the reduced dimensions.
+struct Red {
+    i64 nout, nred, orank, rrank;
+    i64 oshape[MAXD];
+    i64 osrc[MAXD];
+    i64 odst[MAXD];
+    i64 rshape[MAXD];
+    i64 rstr[MAXD];
+};
+
+// Conv is device.ConvGeom.
+struct Conv {
+    i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+};
+
+#define GRID_STRIDE(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+#define ROWS(r, rows) for (i64 r = blockIdx.x; r < (rows); r += gridDim.x)
+
+#define TYPED(name, params, call)                                     \
+    extern "C" __global__ void name##_f32 params { name<float> call; } \
+    extern "C" __global__ void name##_f64 params { name<double> call; }
+
+// ---------------------------------------------------------------- numbers
+
+#ifndef MEMFIT_HOST_CHECK
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#endif
+
+__device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((unsigned)h) << 16); }
+
+// f2bf rounds to nearest even; a NaN keeps its sign and becomes quiet, as
+// cpu.BF16FromF32 does.
+__device__ __forceinline__ u16 f2bf(float f) {
+    unsigned b = __float_as_uint(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (u16)((b >> 16) | 0x40u);
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (u16)(b >> 16);
+}
+
+__device__ __forceinline__ float xexp(float x) { return expf(x); }
+__device__ __forceinline__ double xexp(double x) { return exp(x); }
+__device__ __forceinline__ float xlog(float x) { return logf(x); }
+__device__ __forceinline__ double xlog(double x) { return log(x); }
+__device__ __forceinline__ float xsqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double xsqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float xtanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double xtanh(double x) { return tanh(x); }
+__device__ __forceinline__ float xabs(float x) { return fabsf(x); }
+__device__ __forceinline__ double xabs(double x) { return fabs(x); }
+__device__ __forceinline__ float xpow(float x, float y) { return (float)pow((double)x, (double)y); }
+__device__ __forceinline__ double xpow(double x, double y) { return pow(x, y); }
+
+// xmax and xmin are Go's max and min: NaN wins, and +0 > -0.
+template <class T>
+__device__ __forceinline__ T xmax(T a, T b) {
+    if (a != a || b != b) return a + b;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+template <class T>
+__device__ __forceinline__ T xmin(T a, T b) {
+    if (a != a || b != b) return a + b;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+
+// ld reads element rel (relative to the view's offset) as T, converting as
+// the CPU device's load does; st writes v converted to the operand's dtype
+// (f16 and bf16 from float: a double is rounded to float first, as on the
+// CPU).
+template <class T>
+__device__ __forceinline__ T ld(const Op& o, i64 rel) {
+    i64 i = o.off + rel;
+    switch (o.dt) {
+    case DT_F32: return (T)((const float*)o.p)[i];
+    case DT_F64: return (T)((const double*)o.p)[i];
+    case DT_F16: return (T)h2f(((const u16*)o.p)[i]);
+    case DT_BF16: return (T)bf2f(((const u16*)o.p)[i]);
+    case DT_I32: return (T)((const int*)o.p)[i];
+    case DT_I64: return (T)((const i64*)o.p)[i];
+    }
+    return (T)0;
+}
+
+template <class T>
+__device__ __forceinline__ void st(const Op& o, i64 rel, T v) {
+    i64 i = o.off + rel;
+    switch (o.dt) {
+    case DT_F32: ((float*)o.p)[i] = (float)v; break;
+    case DT_F64: ((double*)o.p)[i] = (double)v; break;
+    case DT_F16: ((u16*)o.p)[i] = f2h((float)v); break;
+    case DT_BF16: ((u16*)o.p)[i] = f2bf((float)v); break;
+    case DT_I32: ((int*)o.p)[i] = (int)v; break;
+    case DT_I64: ((i64*)o.p)[i] = (i64)v; break;
+    }
+}
+
+// ldi reads an index (I32 or I64).
+__device__ __forceinline__ i64 ldi(const Op& o, i64 rel) {
+    i64 i = o.off + rel;
+    if (o.dt == DT_I64) return ((const i64*)o.p)[i];
+    return (i64)((const int*)o.p)[i];
+}
+
+__device__ __forceinline__ void ew_offsets(const Ew& g, i64 i, int nops, i64* o) {
+    for (int k = 0; k < nops; k++) o[k] = 0;
+    for (int d = (int)g.rank - 1; d >= 0; d--) {
+        i64 s = g.shape[d];
+        i64 c = i % s;
+        i /= s;
+        for (int k = 0; k < nops; k++) o[k] += c * g.str[k][d];
+    }
+}
+
+// ---------------------------------------------------------------- block reductions
+
+__device__ __forceinline__ double identity(i64 op) {
+    const double inf = __longlong_as_double(0x7ff0000000000000LL);
+    if (op == RED_MAX) return -inf;
+    if (op == RED_MIN) return inf;
+    return 0;
+}
+
+template <class A>
+__device__ __forceinline__ A combine(i64 op, A a, A b) {
+    if (op == RED_MAX) return xmax(a, b);
+    if (op == RED_MIN) return xmin(a, b);
+    return a + b;
+}
+
+// block_reduce combines one value per thread of a block of a power-of-two
+// number of threads (at most BLOCK); every thread gets the result. sh holds
+// BLOCK values.
+template <class A>
+__device__ A block_reduce(A v, i64 op, A* sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = combine(op, sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    A r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// ---------------------------------------------------------------- random numbers
+
+// splitmix64 and uniform01 are device/cpu's, bit for bit: element i of a
+// seeded draw is a pure function of (seed, i).
+__device__ __forceinline__ u64 splitmix64(u64 x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ double uniform01(u64 seed, u64 i) {
+    return (double)(splitmix64(seed ^ splitmix64(i)) >> 11) / 9007199254740992.0;  // 2^53
+}
+
+// ---------------------------------------------------------------- fill, copy, casts
+
+template <class T>
+__device__ void k_fill(Ew g, Op dst, double v) {
+    i64 o[1];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 1, o);
+        st<T>(dst, o[0], (T)v);
+    }
+}
+TYPED(k_fill, (Ew g, Op dst, double v), (g, dst, v))
+
+// k_convert copies between dtypes through T.
+template <class T>
+__device__ void k_convert(Ew g, Op dst, Op src) {
+    i64 o[2];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 2, o);
+        st<T>(dst, o[0], ld<T>(src, o[1]));
+    }
+}
+TYPED(k_convert, (Ew g, Op dst, Op src), (g, dst, src))
+
+// k_copyN copy elements of N bytes unchanged (same dtype on both sides).
+#define COPY_RAW(name, type)                                              \
+    extern "C" __global__ void name(Ew g, Op dst, Op src) {              \
+        i64 o[2];                                                         \
+        GRID_STRIDE(i, g.n) {                                             \
+            ew_offsets(g, i, 2, o);                                       \
+            ((type*)dst.p)[dst.off + o[0]] = ((const type*)src.p)[src.off + o[1]]; \
+        }                                                                 \
+    }
+COPY_RAW(k_copy2, u16)
+COPY_RAW(k_copy4, unsigned)
+COPY_RAW(k_copy8, u64)
+
+// ---------------------------------------------------------------- unary, binary
+
+#define GELU_C 0.7978845608028654  // sqrt(2/pi)
+
+template <class T>
+__device__ __forceinline__ T unary_f(i64 op, T x, T arg) {
+    switch (op) {
+    case UN_NEG: return -x;
+    case UN_EXP: return xexp(x);
+    case UN_LOG: return xlog(x);
+    case UN_SQRT: return xsqrt(x);
+    case UN_TANH: return xtanh(x);
+    case UN_SIGMOID: return (T)1 / ((T)1 + xexp(-x));
+    case UN_RELU: return x > (T)0 ? x : (T)0;
+    case UN_GELU: return (T)0.5 * x * ((T)1 + xtanh((T)GELU_C * (x + (T)0.044715 * x * x * x)));
+    case UN_ABS: return xabs(x);
+    case UN_SQUARE: return x * x;
+    case UN_RECIP: return (T)1 / x;
+    case UN_POW: return xpow(x, arg);
+    case UN_ADD_SCALAR: return x + arg;
+    case UN_MUL_SCALAR: return x * arg;
+    }
+    return x;
+}
+
+template <class T>
+__device__ void k_unary(Ew g, Op dst, Op src, i64 op, double arg) {
+    i64 o[2];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 2, o);
+        st<T>(dst, o[0], unary_f<T>(op, ld<T>(src, o[1]), (T)arg));
+    }
+}
+TYPED(k_unary, (Ew g, Op dst, Op src, i64 op, double arg), (g, dst, src, op, arg))
+
+// unary_grad is dy·f' where v is x or y as device.UnaryNeeds says.
+template <class T>
+__device__ __forceinline__ T unary_grad(i64 op, T v, T g, T arg) {
+    switch (op) {
+    case UN_NEG: return -g;
+    case UN_EXP: return g * v;
+    case UN_LOG: return g / v;
+    case UN_SQRT: return g * (T)0.5 / v;
+    case UN_TANH: return g * ((T)1 - v * v);
+    case UN_SIGMOID: return g * v * ((T)1 - v);
+    case UN_RELU: return v > (T)0 ? g : (T)0;
+    case UN_GELU: {
+        T u = (T)GELU_C * (v + (T)0.044715 * v * v * v);
+        T t = xtanh(u);
+        T du = (T)GELU_C * ((T)1 + (T)(3 * 0.044715) * v * v);
+        return g * ((T)0.5 * ((T)1 + t) + (T)0.5 * v * ((T)1 - t * t) * du);
+    }
+    case UN_ABS: return v > (T)0 ? g : (v < (T)0 ? -g : (T)0);
+    case UN_SQUARE: return (T)2 * v * g;
+    case UN_RECIP: return -g * v * v;
+    case UN_POW: return g * arg * xpow(v, arg - (T)1);
+    case UN_ADD_SCALAR: return g;
+    case UN_MUL_SCALAR: return g * arg;
+    }
+    return g;
+}
+
+// Operand order: dx, dy, in (x or y, or dy again when op needs neither).
+template <class T>
+__device__ void k_unary_bwd(Ew g, Op dx, Op dy, Op in, i64 op, double arg) {
+    i64 o[3];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 3, o);
+        st<T>(dx, o[0], unary_grad<T>(op, ld<T>(in, o[2]), ld<T>(dy, o[1]), (T)arg));
+    }
+}
+TYPED(k_unary_bwd, (Ew g, Op dx, Op dy, Op in, i64 op, double arg), (g, dx, dy, in, op, arg))
+
+template <class T>
+__device__ __forceinline__ T binary_f(i64 op, T a, T b) {
+    switch (op) {
+    case BIN_ADD: return a + b;
+    case BIN_SUB: return a - b;
+    case BIN_MUL: return a * b;
+    case BIN_DIV: return a / b;
+    case BIN_MAXIMUM: return xmax(a, b);
+    case BIN_MINIMUM: return xmin(a, b);
+    case BIN_EQUAL: return a == b ? (T)1 : (T)0;
+    }
+    return a;
+}
+
+template <class T>
+__device__ void k_binary(Ew g, Op dst, Op a, Op b, i64 op) {
+    i64 o[3];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 3, o);
+        st<T>(dst, o[0], binary_f<T>(op, ld<T>(a, o[1]), ld<T>(b, o[2])));
+    }
+}
+TYPED(k_binary, (Ew g, Op dst, Op a, Op b, i64 op), (g, dst, a, b, op))
+
+template <class T>
+__device__ void k_masked_fill(Ew g, Op dst, Op src, Op mask, double value) {
+    i64 o[3];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 3, o);
+        T v = ld<T>(mask, o[2]) != (T)0 ? (T)value : ld<T>(src, o[1]);
+        st<T>(dst, o[0], v);
+    }
+}
+TYPED(k_masked_fill, (Ew g, Op dst, Op src, Op mask, double value), (g, dst, src, mask, value))
+
+// k_causal_fill: element i of dst's shape lies above the diagonal of the
+// last two dimensions (rows × cols) when i%cols > (i/cols)%rows.
+template <class T>
+__device__ void k_causal_fill(Ew g, Op dst, Op src, double value, i64 rows, i64 cols) {
+    i64 o[2];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 2, o);
+        T v = (i % cols > (i / cols) % rows) ? (T)value : ld<T>(src, o[1]);
+        st<T>(dst, o[0], v);
+    }
+}
+TYPED(k_causal_fill, (Ew g, Op dst, Op src, double value, i64 rows, i64 cols), (g, dst, src, value, rows, cols))
+
+// ---------------------------------------------------------------- dropout, random, finiteness
+
+// k_dropout: element i is dropped when uniform01(seed, i) < p, where i is
+// its position in dst's shape, as on the CPU; scale is 1/(1-p) computed on
+// the host in double.
+template <class T>
+__device__ void k_dropout(Ew g, Op dst, Op src, double p, double scale, u64 seed) {
+    i64 o[2];
+    T s = (T)scale;
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 2, o);
+        T v = uniform01(seed, (u64)i) < p ? (T)0 : ld<T>(src, o[1]) * s;
+        st<T>(dst, o[0], v);
+    }
+}
+TYPED(k_dropout, (Ew g, Op dst, Op src, double p, double scale, u64 seed), (g, dst, src, p, scale, seed))
+
+extern "C" __global__ void k_random(Ew g, Op dst, i64 dist, double a, double b, u64 seed) {
+    i64 o[1];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 1, o);
+        double y;
+        if (dist == DIST_NORMAL) {
+            // Box-Muller on two independent draws of the same element.
+            double u1 = uniform01(seed, 2 * (u64)i);
+            double u2 = uniform01(seed, 2 * (u64)i + 1);
+            y = a + b * sqrt(-2 * log(1 - u1)) * cos(2 * 3.141592653589793 * u2);
+        } else {
+            y = a + (b - a) * uniform01(seed, (u64)i);
+        }
+        st<double>(dst, o[0], y);
+    }
+}
+
+// k_all_finite sets *flag to 1 when an element is inf or NaN.
+extern "C" __global__ void k_all_finite(Ew g, Op src, u64 flag) {
+    i64 o[1];
+    GRID_STRIDE(i, g.n) {
+        ew_offsets(g, i, 1, o);
+        double v = ld<double>(src, o[0]);
+        if (v != v || v - v != 0) {
+            *(volatile int*)flag = 1;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- reductions
+
+__device__ __forceinline__ void red_out(const Red& r, i64 o, i64* so, i64* dof) {
+    *so = 0;
+    *dof = 0;
+    for (int d = (int)r.orank - 1; d >= 0; d--) {
+        i64 c = o % r.oshape[d];
+        o /= r.oshape[d];
+        *so += c * r.osrc[d];
+        *dof += c * r.odst[d];
+    }
+}
+
+__device__ __forceinline__ i64 red_in(const Red& r, i64 j) {
+    i64 s = 0;
+    for (int d = (int)r.rrank - 1; d >= 0; d--) {
+        i64 c = j % r.rshape[d];
+        j /= r.rshape[d];
+        s += c * r.rstr[d];
+    }
+    return s;
+}
+
+// One block per output element; the sum accumulates in double, as the CPU
+// device's row reduction does (in a different order).
+template <class T>
+__device__ void k_reduce_block(Red r, Op dst, Op src, i64 op) {
+    __shared__ double sh[BLOCK];
+    ROWS(o, r.nout) {
+        i64 so, dof;
+        red_out(r, o, &so, &dof);
+        double acc = identity(op);
+        for (i64 j = threadIdx.x; j < r.nred; j += blockDim.x) acc = combine(op, acc, (double)ld<T>(src, so + red_in(r, j)));
+        acc = block_reduce(acc, op, sh);
+        if (threadIdx.x == 0) st<T>(dst, dof, (T)acc);
+    }
+}
+TYPED(k_reduce_block, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
+
+// One thread per output element, for short reductions.
+template <class T>
+__device__ void k_reduce_thread(Red r, Op dst, Op src, i64 op) {
+    GRID_STRIDE(o, r.nout) {
+        i64 so, dof;
+        red_out(r, o, &so, &dof);
+        double acc = identity(op);
+        for (i64 j = 0; j < r.nred; j++) acc = combine(op, acc, (double)ld<T>(src, so + red_in(r, j)));
+        st<T>(dst, dof, (T)acc);
+    }
+}
+TYPED(k_reduce_thread, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
+
+// ---------------------------------------------------------------- softmax
+
+// One block per row of n contiguous elements. Exponentials are taken in T,
+// sums accumulate in double.
+template <class T>
+__device__ void k_softmax(i64 rows, i64 n, Op dst, Op src, i64 lg) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 base = r * n;
+        double m = identity(RED_MAX);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = xmax(m, (double)ld<T>(src, base + i));
+        m = block_reduce(m, RED_MAX, sh);
+        double s = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += (double)xexp(ld<T>(src, base + i) - (T)m);
+        s = block_reduce(s, RED_SUM, sh);
+        if (lg) {
+            double lse = m + log(s);
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, (T)((double)ld<T>(src, base + i) - lse));
+        } else {
+            double inv = 1 / s;
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x)
+                st<T>(dst, base + i, (T)((double)xexp(ld<T>(src, base + i) - (T)m) * inv));
+        }
+    }
+}
+TYPED(k_softmax, (i64 rows, i64 n, Op dst, Op src, i64 lg), (rows, n, dst, src, lg))
+
+template <class T>
+__device__ void k_softmax_bwd(i64 rows, i64 n, Op dx, Op y, Op dy, i64 lg) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 base = r * n;
+        double s = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            double g = (double)ld<T>(dy, base + i);
+            s += lg ? g : g * (double)ld<T>(y, base + i);
+        }
+        s = block_reduce(s, RED_SUM, sh);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            double g = (double)ld<T>(dy, base + i);
+            double yy = (double)ld<T>(y, base + i);
+            double v = lg ? g - (double)xexp((T)yy) * s : yy * (g - s);
+            st<T>(dx, base + i, (T)v);
+        }
+    }
+}
+TYPED(k_softmax_bwd, (i64 rows, i64 n, Op dx, Op y, Op dy, i64 lg), (rows, n, dx, y, dy, lg))
+
+// ---------------------------------------------------------------- layer norm
+
+template <class T>
+__device__ void k_layernorm(i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 base = r * n;
+        double mu = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mu += (double)ld<T>(x, base + i);
+        mu = block_reduce(mu, RED_SUM, sh) / (double)n;
+        double vr = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            double d = (double)ld<T>(x, base + i) - mu;
+            vr += d * d;
+        }
+        vr = block_reduce(vr, RED_SUM, sh);
+        double rs = 1 / sqrt(vr / (double)n + eps);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            T xh = (T)(((double)ld<T>(x, base + i) - mu) * rs);
+            st<T>(y, base + i, xh * ld<T>(gamma, i) + ld<T>(beta, i));
+        }
+        if (threadIdx.x == 0) {
+            st<T>(mean, r, (T)mu);
+            st<T>(rstd, r, (T)rs);
+        }
+    }
+}
+TYPED(k_layernorm, (i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps),
+      (rows, n, y, mean, rstd, x, gamma, beta, eps))
+
+// dx of layer norm, one block per row.
+template <class T>
+__device__ void k_layernorm_bwd_dx(i64 rows, i64 n, Op dx, Op dy, Op x, Op mean, Op rstd, Op gamma) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 base = r * n;
+        double mu = (double)ld<T>(mean, r);
+        double rs = (double)ld<T>(rstd, r);
+        double s1 = 0, s2 = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            double xh = ((double)ld<T>(x, base + i) - mu) * rs;
+            double gg = (double)ld<T>(dy, base + i) * (double)ld<T>(gamma, i);
+            s1 += gg;
+            s2 += gg * xh;
+        }
+        s1 = block_reduce(s1, RED_SUM, sh) / (double)n;
+        s2 = block_reduce(s2, RED_SUM, sh) / (double)n;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            double xh = ((double)ld<T>(x, base + i) - mu) * rs;
+            double gg = (double)ld<T>(dy, base + i) * (double)ld<T>(gamma, i);
+            st<T>(dx, base + i, (T)(rs * (gg - s1 - xh * s2)));
+        }
+    }
+}
+TYPED(k_layernorm_bwd_dx, (i64 rows, i64 n, Op dx, Op dy, Op x, Op mean, Op rstd, Op gamma),
+      (rows, n, dx, dy, x, mean, rstd, gamma))
+
+// dgamma and dbeta of layer norm, one thread per column summing over every
+// row in order (deterministic), added to what the buffers hold. A null
+// dgamma or dbeta is skipped.
+template <class T>
+__device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd) {
+    GRID_STRIDE(i, n) {
+        double dg = 0, db = 0;
+        for (i64 r = 0; r < rows; r++) {
+            double g = (double)ld<T>(dy, r * n + i);
+            double xh = ((double)ld<T>(x, r * n + i) - (double)ld<T>(mean, r)) * (double)ld<T>(rstd, r);
+            dg += g * xh;
+            db += g;
+        }
+        if (dgamma.p) st<T>(dgamma, i, (T)((double)ld<T>(dgamma, i) + dg));
+        if (dbeta.p) st<T>(dbeta, i, (T)((double)ld<T>(dbeta, i) + db));
+    }
+}
+TYPED(k_layernorm_bwd_param, (i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd),
+      (rows, n, dgamma, dbeta, dy, x, mean, rstd))
+
+// ---------------------------------------------------------------- embeddings
+
+// k_check_index records in *bad the smallest position whose index lies
+// outside [0, limit) (positions holding ignore are exempt when use_ignore).
+extern "C" __global__ void k_check_index(i64 n, Op idx, i64 limit, i64 ignore, i64 use_ignore, u64 bad) {
+    GRID_STRIDE(i, n) {
+        i64 t = ldi(idx, i);
+        if (use_ignore && t == ignore) continue;
+        if (t < 0 || t >= limit) atomicMin((u64*)bad, (u64)i);
+    }
+}
+
+// k_gather copies row idx[r] of table into row r of dst (n rows of dim).
+extern "C" __global__ void k_gather(i64 n, i64 dim, Op dst, Op table, Op idx) {
+    GRID_STRIDE(e, n * dim) {
+        i64 r = e / dim, j = e % dim;
+        i64 t = ldi(idx, r);
+        if (dst.dt == table.dt) {
+            i64 di = dst.off + e, si = table.off + t * dim + j;
+            switch (dst.dt) {
+            case DT_F16:
+            case DT_BF16: ((u16*)dst.p)[di] = ((const u16*)table.p)[si]; break;
+            case DT_F32:
+            case DT_I32: ((unsigned*)dst.p)[di] = ((const unsigned*)table.p)[si]; break;
+            default: ((u64*)dst.p)[di] = ((const u64*)table.p)[si]; break;
+            }
+        } else {
+            st<double>(dst, e, ld<double>(table, t * dim + j));
+        }
+    }
+}
+
+// atomic_add16 adds v to the f16 or bf16 at a by compare-and-swap on the
+// aligned 32-bit word that holds it.
+__device__ void atomic_add16(u16* a, float v, bool bf) {
+    unsigned* w = (unsigned*)((u64)a & ~(u64)3);
+    unsigned shift = ((u64)a & 2) ? 16 : 0;
+    unsigned old = *w, assumed;
+    do {
+        assumed = old;
+        u16 h = (u16)(assumed >> shift);
+        float f = (bf ? bf2f(h) : h2f(h)) + v;
+        u16 nh = bf ? f2bf(f) : f2h(f);
+        unsigned nw = (assumed & ~(0xffffu << shift)) | ((unsigned)nh << shift);
+        old = atomicCAS(w, assumed, nw);
+    } while (assumed != old);
+}
+
+__device__ void atomic_add_f64(double* a, double v) {
+#if !defined(MEMFIT_HOST_CHECK) && __CUDA_ARCH__ >= 600
+    atomicAdd(a, v);
+#else
+    u64* w = (u64*)a;
+    u64 old = *w, assumed;
+    do {
+        assumed = old;
+        old = atomicCAS(w, assumed, (u64)__double_as_longlong(__longlong_as_double((i64)assumed) + v));
+    } while (assumed != old);
+#endif
+}
+
+template <class T>
+__device__ __forceinline__ void atomic_add(const Op& o, i64 rel, T v) {
+    i64 i = o.off + rel;
+    switch (o.dt) {
+    case DT_F32: atomicAdd(&((float*)o.p)[i], (float)v); break;
+    case DT_F64: atomic_add_f64(&((double*)o.p)[i], (double)v); break;
+    case DT_F16: atomic_add16(&((u16*)o.p)[i], (float)v, false); break;
+    case DT_BF16: atomic_add16(&((u16*)o.p)[i], (float)v, true); break;
+    }
+}
+
+// k_scatter_add adds row i of src into row idx[i] of dst. Repeated indices
+// meet in atomics, so the order of additions (and the last bit of a sum)
+// varies from run to run, unlike on the CPU.
+template <class T>
+__device__ void k_scatter_add(i64 n, i64 dim, Op dst, Op idx, Op src) {
+    GRID_STRIDE(e, n * dim) {
+        i64 r = e / dim, j = e % dim;
+        atomic_add<T>(dst, ldi(idx, r) * dim + j, ld<T>(src, e));
+    }
+}
+TYPED(k_scatter_add, (i64 n, i64 dim, Op dst, Op idx, Op src), (n, dim, dst, idx, src))
+
+// ---------------------------------------------------------------- convolution helpers
+
+// k_im2col: one thread per element of col ([N, C·KH·KW, OH·OW]).
+template <class T>
+__device__ void k_im2col(Conv g, Op col, Op x) {
+    i64 total = g.N * g.C * g.KH * g.KW * g.OH * g.OW;
+    GRID_STRIDE(e, total) {
+        i64 t = e;
+        i64 ow = t % g.OW; t /= g.OW;
+        i64 oh = t % g.OH; t /= g.OH;
+        i64 kw = t % g.KW; t /= g.KW;
+        i64 kh = t % g.KH; t /= g.KH;
+        i64 nc = t;  // n*C + c
+        i64 ih = oh * g.SH - g.PH + kh, iw = ow * g.SW - g.PW + kw;
+        T v = (T)0;
+        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = ld<T>(x, (nc * g.H + ih) * g.W + iw);
+        st<T>(col, e, v);
+    }
+}
+TYPED(k_im2col, (Conv g, Op col, Op x), (g, col, x))
+
+// k_col2im: one thread per element of dx, summing the columns that read it
+// in the CPU device's order (kh, then kw).
+template <class T>
+__device__ void k_col2im(Conv g, Op dx, Op col) {
+    i64 total = g.N * g.C * g.H * g.W, outLen = g.OH * g.OW;
+    GRID_STRIDE(e, total) {
+        i64 iw = e % g.W, ih = (e / g.W) % g.H, nc = e / (g.H * g.W);
+        i64 n = nc / g.C, c = nc % g.C;
+        T acc = (T)0;
+        for (i64 kh = 0; kh < g.KH; kh++) {
+            i64 th = ih + g.PH - kh;
+            if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
+            i64 oh = th / g.SH;
+            for (i64 kw = 0; kw < g.KW; kw++) {
+                i64 tw = iw + g.PW - kw;
+                if (tw < 0 || tw % g.SW != 0 || tw / g.SW >= g.OW) continue;
+                i64 ow = tw / g.SW;
+                i64 row = (c * g.KH + kh) * g.KW + kw;
+                acc += ld<T>(col, (n * g.C * g.KH * g.KW + row) * outLen + oh * g.OW + ow);
+            }
+        }
+        st<T>(dx, e, acc);
+    }
+}
+TYPED(k_col2im, (Conv g, Op dx, Op col), (g, dx, col))
+
+// k_pool: one thread per output; argmax gets the index of the maximum in
+// its H×W plane (first maximum in window order).
+template <class T>
+__device__ void k_pool(Conv g, i64 op, Op y, Op argmax, Op x) {
+    i64 outLen = g.OH * g.OW, plane = g.H * g.W;
+    GRID_STRIDE(e, g.N * g.C * outLen) {
+        i64 o = e % outLen, nc = e / outLen;
+        i64 oh = o / g.OW, ow = o % g.OW;
+        double best = identity(RED_MAX), sum = 0;
+        i64 at = -1;
+        for (i64 kh = 0; kh < g.KH; kh++) {
+            i64 ih = oh * g.SH - g.PH + kh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (i64 kw = 0; kw < g.KW; kw++) {
+                i64 iw = ow * g.SW - g.PW + kw;
+                if (iw < 0 || iw >= g.W) continue;
+                double v = (double)ld<T>(x, nc * plane + ih * g.W + iw);
+                sum += v;
+                if (v > best || at < 0) {
+                    best = v;
+                    at = ih * g.W + iw;
+                }
+            }
+        }
+        if (op == POOL_MAX) {
+            st<T>(y, e, (T)best);
+            ((int*)argmax.p)[argmax.off + e] = (int)at;
+        } else {
+            st<T>(y, e, (T)(sum / (double)(g.KH * g.KW)));
+        }
+    }
+}
+TYPED(k_pool, (Conv g, i64 op, Op y, Op argmax, Op x), (g, op, y, argmax, x))
+
+// k_pool_bwd: one thread per element of dx, summing the windows that cover
+// it in output order (as the CPU device adds them).
+template <class T>
+__device__ void k_pool_bwd(Conv g, i64 op, Op dx, Op argmax, Op dy) {
+    i64 outLen = g.OH * g.OW, plane = g.H * g.W;
+    GRID_STRIDE(e, g.N * g.C * plane) {
+        i64 p = e % plane, nc = e / plane;
+        i64 ih = p / g.W, iw = p % g.W;
+        T acc = (T)0;
+        for (i64 kh = g.KH - 1; kh >= 0; kh--) {
+            i64 th = ih + g.PH - kh;
+            if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
+            i64 oh = th / g.SH;
+            for (i64 kw = g.KW - 1; kw >= 0; kw--) {
+                i64 tw = iw + g.PW - kw;
+                if (tw < 0 || tw % g.SW != 0 || tw / g.SW >= g.OW) continue;
+                i64 o = oh * g.OW + tw / g.SW;
+                if (op == POOL_MAX) {
+                    if (((const int*)argmax.p)[argmax.off + nc * outLen + o] == p) acc += ld<T>(dy, nc * outLen + o);
+                } else {
+                    acc += ld<T>(dy, nc * outLen + o) / (T)(g.KH * g.KW);
+                }
+            }
+        }
+        st<T>(dx, e, acc);
+    }
+}
+TYPED(k_pool_bwd, (Conv g, i64 op, Op dx, Op argmax, Op dy), (g, op, dx, argmax, dy))
+
+// ---------------------------------------------------------------- cross entropy
+
+// Row statistics of logits row r: max, log-sum-exp and sum.
+template <class T>
+__device__ void xent_row(i64 c, const Op& logits, i64 base, double* sh, double* lse, double* sx) {
+    double m = identity(RED_MAX);
+    for (i64 i = threadIdx.x; i < c; i += blockDim.x) m = xmax(m, (double)ld<T>(logits, base + i));
+    m = block_reduce(m, RED_MAX, sh);
+    double se = 0, s = 0;
+    for (i64 i = threadIdx.x; i < c; i += blockDim.x) {
+        T v = ld<T>(logits, base + i);
+        se += (double)xexp(v - (T)m);
+        s += (double)v;
+    }
+    se = block_reduce(se, RED_SUM, sh);
+    *sx = block_reduce(s, RED_SUM, sh);
+    *lse = m + log(se);
+}
+
+// loss = -(1-s)·logp[t] - s/C·Σ logp, 0 where the target is ignore.
+template <class T>
+__device__ void k_xent(i64 rows, i64 c, Op loss, Op logits, Op targets, i64 ignore, double s) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 t = ldi(targets, r);
+        if (t == ignore) {
+            if (threadIdx.x == 0) st<T>(loss, r, (T)0);
+            continue;
+        }
+        double lse, sx;
+        xent_row<T>(c, logits, r * c, sh, &lse, &sx);
+        if (threadIdx.x == 0) {
+            double xt = (double)ld<T>(logits, r * c + t);
+            st<T>(loss, r, (T)(-(1 - s) * (xt - lse) - s / (double)c * (sx - (double)c * lse)));
+        }
+    }
+}
+TYPED(k_xent, (i64 rows, i64 c, Op loss, Op logits, Op targets, i64 ignore, double s),
+      (rows, c, loss, logits, targets, ignore, s))
+
+// dlogits = dloss·(softmax - (1-s)·onehot - s/C), 0 where ignored.
+template <class T>
+__device__ void k_xent_bwd(i64 rows, i64 c, Op dlogits, Op logits, Op targets, Op dloss, i64 ignore, double s) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        i64 t = ldi(targets, r);
+        if (t == ignore) {
+            for (i64 i = threadIdx.x; i < c; i += blockDim.x) st<T>(dlogits, r * c + i, (T)0);
+            continue;
+        }
+        double lse, sx;
+        xent_row<T>(c, logits, r * c, sh, &lse, &sx);
+        double up = (double)ld<T>(dloss, r);
+        for (i64 i = threadIdx.x; i < c; i += blockDim.x) {
+            double p = exp((double)ld<T>(logits, r * c + i) - lse);
+            double q = s / (double)c + (i == t ? 1 - s : 0);
+            st<T>(dlogits, r * c + i, (T)(up * (p - q)));
+        }
+    }
+}
+TYPED(k_xent_bwd, (i64 rows, i64 c, Op dlogits, Op logits, Op targets, Op dloss, i64 ignore, double s),
+      (rows, c, dlogits, logits, targets, dloss, ignore, s))
+
+// ---------------------------------------------------------------- optimizers
+
+// k_adam: one Adam/AdamW step per element, in double as on the CPU.
+// step = lr/bc1, sqrtbc2 = sqrt(bc2), both computed on the host.
+extern "C" __global__ void k_adam(i64 n, Op p, Op g, Op m, Op v, double lr, double b1, double b2, double eps,
+                                  double wd, i64 decoupled, double step, double sqrtbc2, double scale) {
+    GRID_STRIDE(i, n) {
+        double gi = ld<double>(g, i) * scale;
+        double pi = ld<double>(p, i);
+        if (wd != 0) {
+            if (decoupled) pi -= lr * wd * pi;
+            else gi += wd * pi;
+        }
+        double mi = b1 * ld<double>(m, i) + (1 - b1) * gi;
+        double vi = b2 * ld<double>(v, i) + (1 - b2) * gi * gi;
+        pi -= step * mi / (sqrt(vi) / sqrtbc2 + eps);
+        st<double>(p, i, pi);
+        st<double>(m, i, mi);
+        st<double>(v, i, vi);
+    }
+}
+
+// k_sgd: one SGD step per element (PyTorch's definition), in double.
+extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double momentum, double dampening,
+                                 double wd, i64 nesterov, i64 first, double scale) {
+    GRID_STRIDE(i, n) {
+        double pi = ld<double>(p, i);
+        double gi = ld<double>(g, i) * scale + wd * pi;
+        if (momentum != 0) {
+            double bi = first ? gi : momentum * ld<double>(buf, i) + (1 - dampening) * gi;
+            st<double>(buf, i, bi);
+            gi = nesterov ? gi + momentum * bi : bi;
+        }
+        st<double>(p, i, pi - lr * gi);
+    }
+}
