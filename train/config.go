@@ -62,14 +62,15 @@ type Config struct {
 	Fit  int64 `json:"fit"` // budget in bytes; 0: off
 }
 
-// Default is the configuration of a bare `train` command: an MLP on the
-// embedded synthetic task, small enough to learn visibly in well under a
-// minute on two cores.
+// Default is the configuration of a bare `train` command: the reference
+// MLP (784-1024-1024-1024-10 on Fashion-MNIST: 3 hidden layers of 1024,
+// Adam 1e-3, batch 256, one epoch), here on the embedded synthetic task,
+// where it learns visibly in well under a minute on two cores.
 func Default() Config {
 	return Config{
-		Model: "mlp", Layers: 2, Width: 256, Heads: 4, Context: 64,
+		Model: "mlp", Layers: 3, Width: 1024, Heads: 4, Context: 64,
 		Workers: 2, Prefetch: 2, ValSplit: 0.1,
-		Epochs: 1, Batch: 64, LR: 1e-3, Optim: "adam", Schedule: "const", Seed: 1,
+		Epochs: 1, Batch: 256, LR: 1e-3, Optim: "adam", Schedule: "const", Seed: 1,
 		AMP: "off", Accum: 1, Checkpoint: "off", Device: "cpu",
 		EvalEvery: 100,
 	}

@@ -56,7 +56,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	// model
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model: mlp, cnn or gpt")
 	fs.IntVar(&cfg.Layers, "layers", cfg.Layers, "hidden layers (mlp) or transformer blocks (gpt)")
-	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or base channels (cnn)")
+	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or fully connected width (cnn; its convolutions get width/16 and width/8 channels)")
 	fs.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads (gpt)")
 	fs.IntVar(&cfg.Context, "context", cfg.Context, "tokens per sequence (gpt)")
 	fs.Float64Var(&cfg.Dropout, "dropout", cfg.Dropout, "dropout probability")
@@ -80,10 +80,10 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.AMP, "amp", cfg.AMP, "mixed precision: off, fp16 (with loss scaling) or bf16")
 	fs.IntVar(&cfg.Accum, "accum", cfg.Accum, "micro-batches per optimizer step (gradient accumulation)")
 	fs.StringVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "activation checkpointing: off, every, sqrt, N segments or a budget such as 300MiB")
-	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path patterns to freeze, e.g. embed.*,blocks.[0-2].*")
+	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
-	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, e.g. 512MiB or 2GiB (0: unlimited)")
+	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: unlimited)")
 	// output
 	fs.IntVar(&cfg.EvalEvery, "eval-every", cfg.EvalEvery, "evaluate every N steps in inference mode (0: only at the end)")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "write per-step metrics to this .csv or .jsonl file")
@@ -95,10 +95,41 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no progress bar")
 	// planning
 	fs.BoolVar(&cfg.Plan, "plan", cfg.Plan, "print the predicted peak memory by category and exit")
-	fs.Var(sizeFlag{&cfg.Fit}, "fit", "choose techniques so the run fits this size, print the choice, then train")
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: train [flags]\n\nTrains a model with memory-saving techniques and reports where every byte goes.\nWith no flags it trains an MLP on an embedded synthetic task.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs.Var(sizeFlag{&cfg.Fit}, "fit", "choose techniques so the run fits this `size`, print the choice, then train")
+	fs.Usage = func() { usage(fs) }
 	return fs
+}
+
+// flagGroups orders the help by concern.
+var flagGroups = []struct {
+	title string
+	names []string
+}{
+	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
+	{"data", []string{"data", "workers", "prefetch", "val-split"}},
+	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
+	{"memory", []string{"amp", "accum", "checkpoint", "freeze", "unfreeze-at", "device", "mem-limit"}},
+	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "quiet"}},
+	{"planning", []string{"plan", "fit"}},
+}
+
+// usage prints every flag on one line, grouped, with its default.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: train [flags]\n\nTrains a model with memory-saving techniques and reports where every byte goes.\nWith no flags it trains the reference MLP on an embedded synthetic task.\n")
+	for _, g := range flagGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			f := fs.Lookup(name)
+			typ, help := flag.UnquoteUsage(f)
+			if typ != "" {
+				typ = " " + typ
+			}
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(w, "  %-22s %s%s\n", "-"+name+typ, help, def)
+		}
+	}
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/train"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := runCmd(t, "-h")
+	if code != 0 {
+		t.Fatalf("-h exited %d", code)
+	}
+	golden(t, "help.golden", out)
+	for _, f := range []string{"-model", "-layers", "-width", "-heads", "-context", "-data", "-workers", "-prefetch", "-val-split",
+		"-steps", "-epochs", "-batch", "-lr", "-optim", "-wd", "-clip", "-warmup", "-schedule", "-seed",
+		"-amp", "-accum", "-checkpoint", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
+		"-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
+		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
+			t.Errorf("-h does not list %s", f)
+		}
+	}
+}
+
+func TestPlanReport(t *testing.T) {
+	code, out, errs := runCmd(t, "-plan", "-model", "gpt", "-layers", "2", "-width", "64", "-heads", "4", "-context", "32", "-batch", "8")
+	if code != 0 {
+		t.Fatalf("-plan exited %d: %s", code, errs)
+	}
+	golden(t, "plan.golden", out)
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt")
+	os.Mkdir(corrupt, 0o755)
+	os.WriteFile(filepath.Join(corrupt, "train-images-idx3-ubyte"), []byte{0, 0, 8, 3, 0, 0, 0, 9}, 0o644)
+	os.WriteFile(filepath.Join(corrupt, "train-labels-idx1-ubyte"), []byte{0, 0, 8, 1, 0, 0, 0, 9}, 0o644)
+	// A checkpoint of a small MLP, to resume a GPT from.
+	ckpt := filepath.Join(dir, "mlp.safetensors")
+	if code, _, errs := runCmd(t, "-quiet", "-steps", "2", "-eval-every", "0", "-save", ckpt); code != 0 {
+		t.Fatalf("making a checkpoint: %d %s", code, errs)
+	}
+	summary := filepath.Join(dir, "summary.json")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown model", []string{"-model", "rnn"}, "-model rnn: unknown model"},
+		{"accum 0", []string{"-accum", "0"}, "-accum 0"},
+		{"mem-limit", []string{"-mem-limit", "12XB"}, "mem-limit"},
+		{"unknown flag", []string{"-learning-rate", "1"}, "flag provided but not defined: -learning-rate"},
+		{"missing data", []string{"-data", filepath.Join(dir, "nope")}, "nope"},
+		{"corrupt data", []string{"-data", corrupt}, "train-images-idx3-ubyte"},
+		{"resume another model", []string{"-model", "gpt", "-resume", ckpt}, "checkpoint is for"},
+		{"unsupported device", []string{"-amp", "fp16", "-device", "cuda"}, "-tags cuda"},
+		{"impossible budget", []string{"-fit", "1KiB"}, "nothing fits"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"-quiet", "-steps", "2", "-summary", summary}, c.args...)
+			code, _, errs := runCmd(t, args...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2; stderr:\n%s", code, errs)
+			}
+			if lines := strings.Count(strings.TrimSpace(errs), "\n") + 1; lines != 1 || !strings.HasPrefix(errs, "train: ") {
+				t.Errorf("stderr is not one train: line:\n%s", errs)
+			}
+			if !strings.Contains(errs, c.want) {
+				t.Errorf("stderr %q does not mention %q", errs, c.want)
+			}
+			if _, err := os.Stat(summary); err == nil {
+				t.Errorf("a failed run left %s", summary)
+			}
+		})
+	}
+}
+
+func TestDefaultLearns(t *testing.T) {
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "m.jsonl")
+	summary := filepath.Join(dir, "s.json")
+	code, out, errs := runCmd(t, "-quiet", "-steps", "150", "-metrics", metrics, "-summary", summary)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var first, last train.Record
+	json.Unmarshal([]byte(lines[0]), &first)
+	json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+	if !(last.Loss < 0.6*first.Loss) {
+		t.Errorf("loss %.3f at step 1, %.3f at step %d: not falling", first.Loss, last.Loss, last.Step)
+	}
+	var s map[string]any
+	sb, _ := os.ReadFile(summary)
+	if err := json.Unmarshal(sb, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"steps", "final_loss", "eval", "samples_per_sec", "peak_bytes", "config"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("summary lacks %q", k)
+		}
+	}
+	pb, _ := s["peak_bytes"].(map[string]any)
+	for _, k := range []string{"total", "parameter", "gradient", "optimizer_state", "activation", "temporary", "data"} {
+		if _, ok := pb[k]; !ok {
+			t.Errorf("summary peak_bytes lacks %q", k)
+		}
+	}
+	if !strings.Contains(out, "eval accuracy") {
+		t.Errorf("final line lacks accuracy: %q", out)
+	}
+}

@@ -1,0 +1,170 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/memfit/memfit/data"
+)
+
+// loaderBatches delivers a loader's batches epoch after epoch.
+type loaderBatches struct {
+	l    *data.Loader
+	next func() (*data.Batch, error, bool)
+	stop func()
+}
+
+func (b *loaderBatches) Next(ctx context.Context) (*data.Batch, error) {
+	for range 2 {
+		if b.next == nil {
+			b.next, b.stop = iter.Pull2(b.l.All(ctx))
+		}
+		batch, err, ok := b.next()
+		if ok {
+			return batch, err
+		}
+		b.close() // the epoch is over; the loader's position is the next one
+	}
+	return nil, fmt.Errorf("data: the loader delivered no batch")
+}
+
+func (b *loaderBatches) close() {
+	if b.stop != nil {
+		b.stop()
+	}
+	b.next, b.stop = nil, nil
+}
+
+func (b *loaderBatches) Position() data.Position { return b.l.Position() }
+func (b *loaderBatches) PerEpoch() int           { return b.l.Len() }
+
+func (b *loaderBatches) Seek(p data.Position) error {
+	b.close()
+	return b.l.Seek(p)
+}
+
+// dataset is what the trainer learns from: training and validation sets
+// and what the model must fit (input shape, classes or vocabulary).
+type dataset struct {
+	train, val data.Dataset
+	tokens     bool
+	inShape    []int // one example's input shape
+	classes    int   // classes, or vocabulary size for tokens
+}
+
+// openData resolves -data: "" is the embedded synthetic task for the
+// model; a directory of IDX files (Fashion-MNIST/MNIST names), a
+// directory of class folders, a token-shard glob or .bin file, or any
+// other file as a byte corpus.
+func openData(cfg Config) (*dataset, error) {
+	ds := &dataset{}
+	var all data.Dataset
+	path := cfg.Data
+	switch {
+	case path == "" && cfg.Model == "gpt":
+		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Context, Seed: cfg.Seed})
+		if err != nil {
+			return nil, err
+		}
+		all, ds.tokens, ds.classes = t, true, t.Vocab()
+	case path == "":
+		dim := 32
+		if cfg.Model == "cnn" {
+			dim = 28 * 28
+		}
+		s, err := data.NewSpirals(data.SpiralsConfig{N: 60000, Dim: dim, Seed: cfg.Seed})
+		if err != nil {
+			return nil, err
+		}
+		all, ds.classes = s, s.NumClasses()
+	default:
+		st, err := os.Stat(strings.TrimRight(path, "*"))
+		isGlob := strings.ContainsAny(path, "*?[")
+		switch {
+		case isGlob || strings.HasSuffix(path, ".bin"):
+			t, err := data.OpenShards(path, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			all, ds.tokens, ds.classes = t, true, 50304
+		case err != nil:
+			return nil, fmt.Errorf("-data %s: %v", path, err)
+		case st.IsDir() && hasIDX(path):
+			tr, err := data.FashionMNIST(path, true)
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			te, err := data.FashionMNIST(path, false)
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			ds.train, ds.val, ds.classes = tr, te, 10
+		case st.IsDir():
+			f, err := data.OpenImageFolder(path, data.ImageFolderOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			all, ds.classes = f, f.NumClasses()
+		default:
+			t, err := data.OpenCorpus([]string{path}, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			all, ds.tokens, ds.classes = t, true, 256
+		}
+	}
+	if ds.train == nil {
+		if cfg.ValSplit > 0 {
+			tr, va, err := data.Split(all, cfg.ValSplit, cfg.Seed)
+			if err != nil {
+				return nil, fmt.Errorf("-val-split: %v", err)
+			}
+			ds.train, ds.val = tr, va
+		} else {
+			ds.train = all
+		}
+	}
+	if ds.train.Len() == 0 {
+		return nil, fmt.Errorf("-data %s: no examples", path)
+	}
+	ex, err := ds.train.Get(0)
+	if err != nil {
+		return nil, fmt.Errorf("-data %s: %v", path, err)
+	}
+	switch e := ex.(type) {
+	case data.Image:
+		ds.inShape = append([]int(nil), e.Shape...)
+	case *data.Image:
+		ds.inShape = append([]int(nil), e.Shape...)
+	case data.Window:
+		ds.inShape = []int{len(e.Input)}
+	case *data.Window:
+		ds.inShape = []int{len(e.Input)}
+	default:
+		return nil, fmt.Errorf("-data %s: examples of type %T are not supported", path, ex)
+	}
+	if ds.tokens != (cfg.Model == "gpt") {
+		kind := "images or vectors"
+		if ds.tokens {
+			kind = "tokens"
+		}
+		return nil, fmt.Errorf("-data %s holds %s, which -model %s does not take", displayPath(path), kind, cfg.Model)
+	}
+	return ds, nil
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "(synthetic)"
+	}
+	return p
+}
+
+func hasIDX(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*-idx*-ubyte*"))
+	return len(m) > 0
+}

@@ -1,0 +1,151 @@
+package train
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// Record is one line of the metrics log: what happened at a step.
+type Record struct {
+	Step        int     `json:"step"`
+	Epoch       int     `json:"epoch"`
+	Loss        float64 `json:"loss"`
+	LR          float64 `json:"lr"`
+	GradNorm    float64 `json:"grad_norm"`
+	LossScale   float64 `json:"loss_scale"`
+	Skipped     int     `json:"skipped_steps"`
+	SamplesPerS float64 `json:"samples_per_sec"`
+	Accum       int     `json:"accum"`
+	Allocated   int64   `json:"allocated"`
+	Reserved    int64   `json:"reserved"`
+	Peak        int64   `json:"peak"`
+	// Peak bytes by category during the step.
+	PeakByCategory map[string]int64 `json:"peak_by_category"`
+	EvalLoss       *float64         `json:"eval_loss,omitempty"`
+	EvalAccuracy   *float64         `json:"eval_accuracy,omitempty"`
+}
+
+// metricsLog writes Records as CSV or JSON Lines, chosen by the file's
+// extension, flushing after every record so an interrupted run keeps its
+// log.
+type metricsLog struct {
+	f    *os.File
+	w    *bufio.Writer
+	csv  *csv.Writer
+	head bool
+}
+
+func openMetrics(path string) (*metricsLog, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if !strings.HasSuffix(path, ".csv") && !strings.HasSuffix(path, ".jsonl") {
+		return nil, fmt.Errorf("-metrics %s: want a .csv or .jsonl file", path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %v", err)
+	}
+	m := &metricsLog{f: f, w: bufio.NewWriter(f)}
+	if strings.HasSuffix(path, ".csv") {
+		m.csv = csv.NewWriter(m.w)
+	}
+	return m, nil
+}
+
+var csvHeader = []string{"step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped_steps", "samples_per_sec", "accum", "allocated", "reserved", "peak",
+	"peak_parameter", "peak_gradient", "peak_optimizer_state", "peak_activation", "peak_temporary", "peak_data", "eval_loss", "eval_accuracy"}
+
+func (m *metricsLog) write(r Record) error {
+	if m == nil {
+		return nil
+	}
+	if m.csv == nil {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		m.w.Write(append(b, '\n'))
+		return m.w.Flush()
+	}
+	if !m.head {
+		m.csv.Write(csvHeader)
+		m.head = true
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	opt := func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return f(*v)
+	}
+	row := []string{strconv.Itoa(r.Step), strconv.Itoa(r.Epoch), f(r.Loss), f(r.LR), f(r.GradNorm), f(r.LossScale), strconv.Itoa(r.Skipped), f(r.SamplesPerS), strconv.Itoa(r.Accum),
+		strconv.FormatInt(r.Allocated, 10), strconv.FormatInt(r.Reserved, 10), strconv.FormatInt(r.Peak, 10)}
+	for _, c := range []memory.Category{memory.Parameter, memory.Gradient, memory.OptimizerState, memory.Activation, memory.Temporary, memory.Data} {
+		row = append(row, strconv.FormatInt(r.PeakByCategory[c.String()], 10))
+	}
+	row = append(row, opt(r.EvalLoss), opt(r.EvalAccuracy))
+	m.csv.Write(row)
+	m.csv.Flush()
+	if err := m.csv.Error(); err != nil {
+		return err
+	}
+	return m.w.Flush()
+}
+
+func (m *metricsLog) close() error {
+	if m == nil {
+		return nil
+	}
+	m.w.Flush()
+	return m.f.Close()
+}
+
+// Summary is the -summary JSON: other tools read these keys.
+type Summary struct {
+	Steps         int       `json:"steps"`
+	FinalLoss     float64   `json:"final_loss"`
+	Eval          EvalStats `json:"eval"`
+	SamplesPerSec float64   `json:"samples_per_sec"`
+	PeakBytes     PeakBytes `json:"peak_bytes"`
+	Config        Config    `json:"config"`
+	OOMRetries    int       `json:"oom_retries"`
+	SkippedSteps  int       `json:"skipped_steps"`
+	Checkpoint    string    `json:"checkpoint,omitempty"`
+}
+
+// EvalStats is the last evaluation's result.
+type EvalStats struct {
+	Loss     float64  `json:"loss"`
+	Accuracy *float64 `json:"accuracy,omitempty"`
+}
+
+// PeakBytes are the allocator's peaks over the run, in bytes.
+type PeakBytes struct {
+	Total          int64 `json:"total"`
+	Parameter      int64 `json:"parameter"`
+	Gradient       int64 `json:"gradient"`
+	OptimizerState int64 `json:"optimizer_state"`
+	Activation     int64 `json:"activation"`
+	Temporary      int64 `json:"temporary"`
+	Data           int64 `json:"data"`
+}
+
+func peakBytes(st memory.Stats) PeakBytes {
+	return PeakBytes{
+		Total:          st.Requested.Peak,
+		Parameter:      st.Category(memory.Parameter).Peak,
+		Gradient:       st.Category(memory.Gradient).Peak,
+		OptimizerState: st.Category(memory.OptimizerState).Peak,
+		Activation:     st.Category(memory.Activation).Peak,
+		Temporary:      st.Category(memory.Temporary).Peak,
+		Data:           st.Category(memory.Data).Peak,
+	}
+}

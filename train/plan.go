@@ -1,0 +1,181 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/device/meta"
+	"github.com/memfit/memfit/memory"
+)
+
+// The planner predicts the peak memory of a configuration without
+// training: it builds the same model, optimizer and techniques on the meta
+// device — whose allocator accounts every byte exactly as a real device's
+// does but whose kernels do nothing — and runs real training steps on
+// batches of the right shape. Because the same allocator sees the same
+// requests in the same order, the prediction is the measured peak, not an
+// estimate; it takes milliseconds even for models far larger than the
+// machine.
+
+// planSteps is how many steps a plan traces: the first creates optimizer
+// state; the next ones show the steady state (and let a Budget checkpoint
+// policy settle).
+const planSteps = 3
+
+// shapeBatches delivers zero-filled batches shaped like a dataset's.
+type shapeBatches struct {
+	ds  *dataset
+	cfg Config
+	pos data.Position
+}
+
+func (s *shapeBatches) Next(context.Context) (*data.Batch, error) {
+	b := &data.Batch{Epoch: s.pos.Epoch, Index: s.pos.Batch, Indices: make([]int, s.cfg.Batch)}
+	per := 1
+	for _, d := range s.ds.inShape {
+		per *= d
+	}
+	b.InputShape = append([]int{s.cfg.Batch}, s.ds.inShape...)
+	if s.ds.tokens {
+		b.Tokens = make([]int32, s.cfg.Batch*per)
+		b.Targets = make([]int32, s.cfg.Batch*per)
+		b.TargetShape = []int{s.cfg.Batch, per}
+	} else {
+		b.Inputs = make([]float32, s.cfg.Batch*per)
+		b.Targets = make([]int32, s.cfg.Batch)
+		b.TargetShape = []int{s.cfg.Batch}
+	}
+	s.pos.Batch++
+	return b, nil
+}
+
+func (s *shapeBatches) Position() data.Position    { return s.pos }
+func (s *shapeBatches) Seek(p data.Position) error { s.pos = p; return nil }
+func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Len()/s.cfg.Batch) }
+
+// Plan predicts the peak bytes by category of training with cfg.
+func Plan(cfg Config) (PeakBytes, error) {
+	if err := cfg.Validate(); err != nil {
+		return PeakBytes{}, err
+	}
+	ds, err := openData(cfg)
+	if err != nil {
+		return PeakBytes{}, err
+	}
+	return planWith(cfg, ds)
+}
+
+func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
+	cfg.Resume, cfg.Save, cfg.Metrics, cfg.Quiet = "", "", "", true
+	dev := meta.New(0)
+	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil)
+	if err != nil {
+		return PeakBytes{}, err
+	}
+	defer t.Close()
+	mem := dev.Memory()
+	for i := 0; i < planSteps; i++ {
+		b, _ := t.train.Next(context.Background())
+		mem.ResetPeak()
+		if _, err := t.tryStep(b); err != nil {
+			return PeakBytes{}, err
+		}
+		t.step++
+		t.notePeaks(mem.Stats())
+	}
+	return t.runPeaks, nil
+}
+
+// WritePlan renders a prediction as a table.
+func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
+	fmt.Fprintf(w, "memfit plan: %s; batch %d in %d micro-batch(es); amp %s; checkpoint %s; optimizer %s",
+		modelKey(cfg), cfg.Batch, cfg.Accum, cfg.AMP, cfg.Checkpoint, cfg.Optim)
+	if len(cfg.Freeze) > 0 {
+		fmt.Fprintf(w, "; frozen %s", strings.Join(cfg.Freeze, ","))
+	}
+	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
+	rows := []struct {
+		name string
+		v    int64
+	}{
+		{memory.Parameter.String(), p.Parameter},
+		{memory.Gradient.String(), p.Gradient},
+		{memory.OptimizerState.String(), p.OptimizerState},
+		{memory.Activation.String(), p.Activation},
+		{memory.Temporary.String(), p.Temporary},
+		{memory.Data.String(), p.Data},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
+	}
+	fmt.Fprintf(w, "%-16s %14s  (peak of the sum; categories peak at different times)\n", "total", memory.FormatBytes(p.Total))
+}
+
+// Choice is a configuration Fit found, with its predicted peak.
+type Choice struct {
+	Config Config
+	Peak   PeakBytes
+	Cost   float64 // estimated step time relative to the configuration as given
+}
+
+// Fit chooses the cheapest change to cfg whose predicted peak fits budget
+// bytes: more micro-batches (cheap), activation checkpointing (recompute,
+// about a third more compute), bf16 autocast, and their combinations. It
+// says why when nothing fits.
+func Fit(cfg Config, budget int64) (Choice, error) {
+	if err := cfg.Validate(); err != nil {
+		return Choice{}, err
+	}
+	ds, err := openData(cfg)
+	if err != nil {
+		return Choice{}, err
+	}
+	var cands []Choice
+	amps := []string{cfg.AMP}
+	if cfg.AMP == "off" {
+		amps = append(amps, "bf16")
+	}
+	ckpts := []string{cfg.Checkpoint}
+	if cfg.Checkpoint == "off" && cfg.Model != "cnn" {
+		ckpts = append(ckpts, "sqrt", "every")
+	}
+	for accum := cfg.Accum; accum <= cfg.Batch; accum *= 2 {
+		for _, ck := range ckpts {
+			for _, a := range amps {
+				c := cfg
+				c.Accum, c.Checkpoint, c.AMP = accum, ck, a
+				cost := 1 + 0.05*math.Log2(float64(accum)/float64(cfg.Accum))
+				if ck != cfg.Checkpoint {
+					cost *= 1.33
+				}
+				if a != cfg.AMP {
+					cost *= 1.02 // numerics change: prefer the others at equal speed
+				}
+				cands = append(cands, Choice{Config: c, Cost: cost})
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Cost < cands[j].Cost })
+	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
+	for _, c := range cands {
+		p, err := planWith(c.Config, ds)
+		if err != nil {
+			return Choice{}, err
+		}
+		c.Peak = p
+		if p.Total <= budget {
+			return c, nil
+		}
+		if p.Total < best.Peak.Total {
+			best = c
+		}
+	}
+	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",
+		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Config.Accum, best.Config.Checkpoint, best.Config.AMP,
+		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState))
+}

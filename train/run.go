@@ -1,0 +1,171 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// ErrInterrupted is returned by Run when its context was cancelled (for
+// example by SIGINT): the run stopped at a step boundary and, when a save
+// path is set, saved its state first.
+var ErrInterrupted = errors.New("training interrupted")
+
+// Run trains for the configured number of steps. When ctx is cancelled it
+// stops at the next step boundary, saves (if Config.Save is set) and
+// returns ErrInterrupted wrapped with where the state went.
+func (t *Trainer) Run(ctx context.Context) (Summary, error) {
+	cfg := t.Config
+	mem := t.Device.Memory()
+	metrics, err := openMetrics(cfg.Metrics)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer metrics.close()
+	var bar *progressbar.ProgressBar
+	if !cfg.Quiet {
+		bar = progressbar.NewOptions(t.total,
+			progressbar.OptionSetDescription("training"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(24),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish())
+		bar.Set(t.step)
+	}
+	for t.step < t.total {
+		if ctx.Err() != nil {
+			return t.interrupted()
+		}
+		if err := t.unfreezeIfDue(); err != nil {
+			return Summary{}, err
+		}
+		b, err := t.train.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return t.interrupted()
+			}
+			return Summary{}, err
+		}
+		mem.ResetPeak()
+		mem.SetStep(int64(t.step + 1))
+		start := time.Now()
+		res, err := t.trainStep(b)
+		if err != nil {
+			return Summary{}, err
+		}
+		elapsed := time.Since(start)
+		t.trainTime += elapsed
+		t.samples += int64(b.Len())
+		t.step++
+		t.lastLoss = res.loss
+		st := mem.Stats()
+		t.notePeaks(st)
+		rec := Record{
+			Step: t.step, Epoch: b.Epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
+			SamplesPerS: float64(b.Len()) / elapsed.Seconds(), Accum: t.accum,
+			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
+			PeakByCategory: map[string]int64{},
+		}
+		for c := memory.Category(0); c < memory.NumCategories; c++ {
+			rec.PeakByCategory[c.String()] = st.Category(c).Peak
+		}
+		if t.Scaler != nil {
+			rec.LossScale, rec.Skipped = t.Scaler.LossScale(), t.Scaler.Skipped()
+		}
+		if cfg.EvalEvery > 0 && t.step%cfg.EvalEvery == 0 && t.step < t.total {
+			e, err := t.Evaluate(ctx)
+			if err != nil {
+				return Summary{}, err
+			}
+			t.lastEval = e
+			rec.EvalLoss, rec.EvalAccuracy = &e.Loss, e.Accuracy
+			if t.Hooks.AfterEval != nil {
+				if err := t.Hooks.AfterEval(t, e); err != nil {
+					return Summary{}, err
+				}
+			}
+		}
+		if err := metrics.write(rec); err != nil {
+			return Summary{}, fmt.Errorf("-metrics: %v", err)
+		}
+		if t.Hooks.AfterStep != nil {
+			if err := t.Hooks.AfterStep(t, rec); err != nil {
+				return Summary{}, err
+			}
+		}
+		if bar != nil {
+			bar.Describe(fmt.Sprintf("loss %.4f | %.0f samples/s | %s", res.loss, float64(t.samples)/t.trainTime.Seconds(), memory.FormatBytes(st.Requested.Current)))
+			bar.Set(t.step)
+		}
+		if cfg.Save != "" && cfg.SaveEvery > 0 && t.step%cfg.SaveEvery == 0 && t.step < t.total {
+			if err := t.Save(cfg.Save); err != nil {
+				return Summary{}, err
+			}
+		}
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	e, err := t.Evaluate(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	t.lastEval = e
+	if cfg.Save != "" {
+		if err := t.Save(cfg.Save); err != nil {
+			return Summary{}, err
+		}
+	}
+	return t.summary(), nil
+}
+
+func (t *Trainer) notePeaks(st memory.Stats) {
+	p := peakBytes(st)
+	r := &t.runPeaks
+	r.Total = max(r.Total, p.Total)
+	r.Parameter = max(r.Parameter, p.Parameter)
+	r.Gradient = max(r.Gradient, p.Gradient)
+	r.OptimizerState = max(r.OptimizerState, p.OptimizerState)
+	r.Activation = max(r.Activation, p.Activation)
+	r.Temporary = max(r.Temporary, p.Temporary)
+	r.Data = max(r.Data, p.Data)
+}
+
+// Peaks are the per-category peaks over the steps run so far.
+func (t *Trainer) Peaks() PeakBytes { return t.runPeaks }
+
+func (t *Trainer) summary() Summary {
+	s := Summary{
+		Steps: t.step, FinalLoss: t.lastLoss, Eval: t.lastEval,
+		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount,
+	}
+	if t.trainTime > 0 {
+		s.SamplesPerSec = float64(t.samples) / t.trainTime.Seconds()
+	}
+	if t.Scaler != nil {
+		s.SkippedSteps = t.Scaler.Skipped()
+	}
+	if t.Config.Save != "" {
+		s.Checkpoint = t.Config.Save
+	}
+	return s
+}
+
+// interrupted saves (when a path is set) and reports where.
+func (t *Trainer) interrupted() (Summary, error) {
+	s := t.summary()
+	if t.Config.Save == "" {
+		return s, fmt.Errorf("%w at step %d (no -save path: state not saved)", ErrInterrupted, t.step)
+	}
+	if err := t.Save(t.Config.Save); err != nil {
+		return s, fmt.Errorf("%w at step %d; saving failed: %v", ErrInterrupted, t.step, err)
+	}
+	return s, fmt.Errorf("%w at step %d; state saved to %s (continue with -resume %s)", ErrInterrupted, t.step, t.Config.Save, t.Config.Save)
+}
+
+var _ = context.Background

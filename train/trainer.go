@@ -1,0 +1,342 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/memfit/memfit/accumulate"
+	"github.com/memfit/memfit/amp"
+	"github.com/memfit/memfit/checkpoint"
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/freeze"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+// Model is what the trainer trains: a module whose repeated blocks run
+// through a replaceable runner (how checkpoint policies apply).
+type Model interface {
+	nn.Module
+	SetBlockRunner(nn.BlockRunner)
+}
+
+// Batches delivers training batches in order; the data loader is one, the
+// planner's shape-only batches another.
+type Batches interface {
+	Next(ctx context.Context) (*data.Batch, error)
+	Position() data.Position
+	Seek(data.Position) error
+	PerEpoch() int
+}
+
+// Hooks let custom code run inside the loop. A hook's error stops training.
+type Hooks struct {
+	AfterStep func(t *Trainer, r Record) error
+	AfterEval func(t *Trainer, e EvalStats) error
+}
+
+// Trainer runs the training loop of a Config. The library API for custom
+// loops stays usable on its own; the Trainer only combines it.
+type Trainer struct {
+	Config Config
+	Device device.Device
+	Model  Model
+	Opt    *optim.Optimizer
+	Scaler *amp.GradScaler // nil unless -amp fp16
+	Hooks  Hooks
+	Log    io.Writer // one line per notable event (OOM recovery, saves); nil: discard
+
+	task     task
+	train    Batches
+	val      data.Dataset
+	policy   checkpoint.Policy
+	autocast device.DType
+	unfreeze []*tensor.Tensor // frozen parameters that train again at UnfreezeAt
+
+	step      int // optimizer steps done
+	accum     int // micro-batches per step now (grows on OOM)
+	oomCount  int
+	total     int // steps to run
+	lastLoss  float64
+	lastEval  EvalStats
+	runPeaks  PeakBytes
+	samples   int64
+	trainTime time.Duration
+}
+
+// task says how a batch becomes a loss: classification (one label per
+// example) or language modelling (one target per token).
+type task struct {
+	tokens  bool // inputs are token ids, targets per position
+	classes int
+}
+
+func (t *Trainer) logf(format string, args ...any) {
+	if t.Log != nil {
+		fmt.Fprintf(t.Log, format+"\n", args...)
+	}
+}
+
+// Step is the number of optimizer steps done.
+func (t *Trainer) Step() int { return t.step }
+
+// Accum is the number of micro-batches each step is now cut into.
+func (t *Trainer) Accum() int { return t.accum }
+
+// ErrNonFinite reports a NaN or infinite loss.
+var ErrNonFinite = errors.New("non-finite loss")
+
+// toDevice copies a host batch into Data tensors.
+func toDevice(dev device.Device, b *data.Batch) (in, tg *tensor.Tensor, err error) {
+	if b.Tokens != nil {
+		in, err = tensor.FromInt32(dev, b.Tokens, b.InputShape, memory.Data)
+	} else {
+		in, err = tensor.FromFloat32(dev, b.Inputs, b.InputShape, memory.Data)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	tg, err = tensor.FromInt32(dev, b.Targets, b.TargetShape, memory.Data)
+	if err != nil {
+		in.Release()
+		return nil, nil, err
+	}
+	return in, tg, nil
+}
+
+// loss is the mean cross-entropy of the model on a (micro-)batch.
+func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor {
+	logits := t.Model.Forward(r, inputs)
+	defer logits.Release()
+	if t.task.tokens {
+		v := logits.Shape()[logits.Dim()-1]
+		flat := r.Reshape(logits, -1, v)
+		defer flat.Release()
+		tflat := r.Reshape(targets, -1)
+		defer tflat.Release()
+		return r.CrossEntropy(flat, tflat, tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: -1})
+	}
+	return r.CrossEntropy(logits, targets, tensor.CrossEntropyOptions{})
+}
+
+// stepSeed keys the dropout masks of micro-batch i of step n, so a resumed
+// run draws exactly the masks of an uninterrupted one.
+func stepSeed(seed uint64, step, micro int) uint64 {
+	x := seed ^ uint64(step)*0x9e3779b97f4a7c15 ^ uint64(micro)*0xc2b2ae3d27d4eb4f
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	return x ^ x>>33
+}
+
+// stepResult is what one optimizer step reports.
+type stepResult struct {
+	loss     float64
+	gradNorm float64
+	stepped  bool
+}
+
+// trainStep runs one optimizer step on a batch, recovering from running
+// out of memory by cutting the batch into more micro-batches.
+func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
+	for {
+		res, err := t.tryStep(b)
+		if err == nil || !tensor.IsOOM(err) {
+			return res, err
+		}
+		t.Opt.ZeroGrad()
+		t.Device.Memory().EmptyCache()
+		rows := b.Len()
+		if t.accum >= rows {
+			return res, fmt.Errorf("step %d: out of memory with micro-batches of 1 example: %w", t.step+1, err)
+		}
+		next := min(t.accum*2, rows)
+		t.logf("step %d: out of memory with %d micro-batch(es) of %d examples; retrying with %d of %d (-accum %d)",
+			t.step+1, t.accum, (rows+t.accum-1)/t.accum, next, (rows+next-1)/next, next)
+		t.accum = next
+		t.oomCount++
+	}
+}
+
+func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
+	var res stepResult
+	in, tg, err := toDevice(t.Device, b)
+	if err != nil {
+		return res, err
+	}
+	defer in.Release()
+	defer tg.Release()
+	accum := min(t.accum, b.Len())
+	var micro []accumulate.Micro
+	if t.task.tokens {
+		micro, err = accumulate.SplitTokens(in, tg, accum, -1)
+	} else {
+		micro, err = accumulate.Split(in, tg, accum)
+	}
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		for _, m := range micro {
+			m.Release()
+		}
+	}()
+	var opts []tensor.ScopeOption
+	if t.autocast != device.Invalid {
+		opts = append(opts, tensor.Autocast(t.autocast))
+	}
+	i := 0
+	var scale func(s *tensor.Scope, l *tensor.Tensor) *tensor.Tensor
+	if t.Scaler != nil {
+		scale = t.Scaler.Scale
+	}
+	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
+		r := nn.NewRun(s, stepSeed(t.Config.Seed, t.step, i))
+		i++
+		return t.loss(r, m.Inputs, m.Targets)
+	}, scale, opts...)
+	if err != nil {
+		return res, err
+	}
+	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
+		t.Opt.ZeroGrad()
+		return res, fmt.Errorf("step %d: loss is %v: %w", t.step+1, res.loss, ErrNonFinite)
+	}
+	err = tensor.Catch(func() error {
+		if t.Scaler != nil {
+			if err := t.Scaler.Unscale(t.Opt); err != nil {
+				return err
+			}
+		}
+		if t.Config.Clip > 0 {
+			n, err := t.Opt.ClipGradNorm(t.Config.Clip)
+			if err != nil {
+				return err
+			}
+			res.gradNorm = n
+		} else if t.Config.Metrics != "" {
+			n, err := optim.GradNorm(t.Opt.Params())
+			if err != nil {
+				return err
+			}
+			res.gradNorm = n
+		}
+		if t.Scaler != nil {
+			ok, err := t.Scaler.Step(t.Opt)
+			t.Scaler.Update()
+			res.stepped = ok
+			return err
+		}
+		res.stepped = true
+		return t.Opt.Step()
+	})
+	t.Opt.ZeroGrad()
+	return res, err
+}
+
+// unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
+func (t *Trainer) unfreezeIfDue() error {
+	if t.Config.UnfreezeAt == 0 || t.step+1 != t.Config.UnfreezeAt || len(t.unfreeze) == 0 {
+		return nil
+	}
+	var newly []*tensor.Tensor
+	for _, p := range t.unfreeze {
+		if !p.RequiresGrad() {
+			p.SetRequiresGrad(true)
+			newly = append(newly, p)
+		}
+	}
+	t.logf("step %d: unfreezing %d parameters", t.step+1, len(newly))
+	return t.Opt.AddParams(t.Config.LR, newly...)
+}
+
+// freezeModel applies -freeze.
+func freezeModel(m nn.Module, opt *optim.Optimizer, patterns []string) ([]*tensor.Tensor, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	ps, err := freeze.Apply(m, opt, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("-freeze: %v", err)
+	}
+	return ps, nil
+}
+
+// Evaluate runs the validation set in inference mode (no graph) and
+// returns the mean loss and, for classification, the accuracy.
+func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
+	var st EvalStats
+	if t.val == nil || t.val.Len() == 0 {
+		return st, nil
+	}
+	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch})
+	if err != nil {
+		return st, err
+	}
+	var lossSum float64
+	var n, correct int
+	var opts []tensor.ScopeOption
+	opts = append(opts, tensor.NoGrad())
+	if t.autocast != device.Invalid {
+		opts = append(opts, tensor.Autocast(t.autocast))
+	}
+	for b, err := range loader.All(ctx) {
+		if err != nil {
+			return st, err
+		}
+		err = tensor.Step(func(s *tensor.Scope) error {
+			in, tg, err := toDevice(t.Device, b)
+			if err != nil {
+				return err
+			}
+			defer in.Release()
+			defer tg.Release()
+			r := nn.Eval(s)
+			logits := t.Model.Forward(r, in)
+			defer logits.Release()
+			var l *tensor.Tensor
+			if t.task.tokens {
+				v := logits.Shape()[logits.Dim()-1]
+				l = s.CrossEntropy(s.Reshape(logits, -1, v), s.Reshape(tg, -1), tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: -1})
+			} else {
+				l = s.CrossEntropy(logits, tg, tensor.CrossEntropyOptions{})
+				correct += countCorrect(logits.Float32s(), b.Targets, t.task.classes)
+			}
+			lossSum += l.Item() * float64(b.Len())
+			n += b.Len()
+			return nil
+		}, opts...)
+		if err != nil {
+			return st, err
+		}
+	}
+	st.Loss = lossSum / float64(max(n, 1))
+	if !t.task.tokens {
+		acc := float64(correct) / float64(max(n, 1))
+		st.Accuracy = &acc
+	}
+	return st, nil
+}
+
+func countCorrect(logits []float32, targets []int32, classes int) int {
+	c := 0
+	for i, y := range targets {
+		row := logits[i*classes : (i+1)*classes]
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		if best == int(y) {
+			c++
+		}
+	}
+	return c
+}
