@@ -16,7 +16,7 @@ import (
 //
 // Forward follows the tensor ownership rules: it returns a tensor the
 // caller owns, releases every temporary it makes, and never releases its
-// input.
+// input nor writes into it.
 type Module interface {
 	Forward(r *Run, x *tensor.Tensor) *tensor.Tensor
 	Parameters() []*tensor.Tensor

@@ -27,7 +27,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		if len(ds.inShape) != 3 && in != 28*28 {
 			return nil, fmt.Errorf("-model cnn takes 28x28 single-channel images; -data %s has examples of shape %v", displayPath(cfg.Data), ds.inShape)
 		}
-		m, err = models.NewCNN(dev, models.CNNConfig{Conv1: max(cfg.Width/16, 1), Conv2: max(cfg.Width/8, 1), Hidden: cfg.Width, Classes: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed})
+		m, err = models.NewCNN(dev, models.CNNConfig{Conv1: max(cfg.Width/64, 1), Conv2: max(cfg.Width/32, 1), Hidden: max(cfg.Width/8, 1), Classes: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed})
 	case "gpt":
 		m, err = models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Width, Context: cfg.Context, Vocab: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed})
 	}

@@ -56,7 +56,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	// model
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model: mlp, cnn or gpt")
 	fs.IntVar(&cfg.Layers, "layers", cfg.Layers, "hidden layers (mlp) or transformer blocks (gpt)")
-	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or fully connected width (cnn; its convolutions get width/16 and width/8 channels)")
+	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or width/64 and width/32 channels and a width/8 hidden layer (cnn)")
 	fs.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads (gpt)")
 	fs.IntVar(&cfg.Context, "context", cfg.Context, "tokens per sequence (gpt)")
 	fs.Float64Var(&cfg.Dropout, "dropout", cfg.Dropout, "dropout probability")

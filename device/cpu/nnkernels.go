@@ -320,29 +320,42 @@ func (d *Device) Im2Col(col, x device.View, g device.ConvGeom) {
 
 func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 	plane := g.H * g.W
+	outLen := g.OH * g.OW
 	d.rowsParallel(g.N*g.C, plane*g.KH*g.KW, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		outLen := g.OH * g.OW
 		for nc := r0; nc < r1; nc++ {
 			n, c := nc/g.C, nc%g.C
 			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
-			out := rowScratch(sc.b[:], outLen)
 			for kh := 0; kh < g.KH; kh++ {
 				for kw := 0; kw < g.KW; kw++ {
 					row := (c*g.KH+kh)*g.KW + kw
+					at := col.Offset + (n*g.C*g.KH*g.KW+row)*outLen
+					out := target(col, at, outLen, 1, rowScratch(sc.b[:], outLen))
+					// Output columns whose input column lies inside the
+					// image: lo <= ow < hi.
+					lo := max(0, (g.PadW-kw+g.StrideW-1)/g.StrideW)
+					hi := min(g.OW, (g.W+g.PadW-kw+g.StrideW-1)/g.StrideW)
 					for oh := 0; oh < g.OH; oh++ {
+						dst := out[oh*g.OW : (oh+1)*g.OW]
 						ih := oh*g.StrideH - g.PadH + kh
-						for ow := 0; ow < g.OW; ow++ {
-							iw := ow*g.StrideW - g.PadW + kw
-							var v T
-							if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
-								v = img[ih*g.W+iw]
-							}
-							out[oh*g.OW+ow] = v
+						if ih < 0 || ih >= g.H || lo >= hi {
+							clear(dst)
+							continue
+						}
+						clear(dst[:lo])
+						clear(dst[hi:])
+						src := img[ih*g.W:]
+						base := lo*g.StrideW - g.PadW + kw
+						if g.StrideW == 1 {
+							copy(dst[lo:hi], src[base:base+hi-lo])
+							continue
+						}
+						for ow := lo; ow < hi; ow++ {
+							dst[ow] = src[base+(ow-lo)*g.StrideW]
 						}
 					}
-					store(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, 1, out)
+					store(col, at, 1, out)
 				}
 			}
 		}
@@ -413,33 +426,35 @@ func pool[T float](d *Device, op device.PoolOp, y, argmax, x device.View, g devi
 			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
 			out := rowScratch(sc.b[:], outLen)
 			for oh := 0; oh < g.OH; oh++ {
+				h0 := oh*g.StrideH - g.PadH
+				kh0, kh1 := max(0, -h0), min(g.KH, g.H-h0)
 				for ow := 0; ow < g.OW; ow++ {
-					best, bestAt := math.Inf(-1), -1
-					var sum float64
-					for kh := 0; kh < g.KH; kh++ {
-						ih := oh*g.StrideH - g.PadH + kh
-						if ih < 0 || ih >= g.H {
-							continue
-						}
-						for kw := 0; kw < g.KW; kw++ {
-							iw := ow*g.StrideW - g.PadW + kw
-							if iw < 0 || iw >= g.W {
-								continue
-							}
-							v := float64(img[ih*g.W+iw])
-							sum += v
-							if v > best || bestAt < 0 {
-								best, bestAt = v, ih*g.W+iw
-							}
-						}
-					}
+					w0 := ow*g.StrideW - g.PadW
+					kw0, kw1 := max(0, -w0), min(g.KW, g.W-w0)
 					o := oh*g.OW + ow
 					if op == device.MaxPool {
-						out[o] = T(best)
+						bestAt := (h0+kh0)*g.W + w0 + kw0
+						best := img[bestAt]
+						for kh := kh0; kh < kh1; kh++ {
+							rowAt := (h0+kh)*g.W + w0
+							for kw := kw0; kw < kw1; kw++ {
+								if v := img[rowAt+kw]; v > best {
+									best, bestAt = v, rowAt+kw
+								}
+							}
+						}
+						out[o] = best
 						am[argmax.Offset+nc*outLen+o] = int32(bestAt)
-					} else {
-						out[o] = T(sum / float64(g.KH*g.KW))
+						continue
 					}
+					var sum T
+					for kh := kh0; kh < kh1; kh++ {
+						rowAt := (h0+kh)*g.W + w0
+						for kw := kw0; kw < kw1; kw++ {
+							sum += img[rowAt+kw]
+						}
+					}
+					out[o] = sum / T(g.KH*g.KW)
 				}
 			}
 			store(y, y.Offset+nc*outLen, 1, out)

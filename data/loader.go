@@ -1,0 +1,269 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+)
+
+// LoaderConfig says how a Loader batches its dataset.
+type LoaderConfig struct {
+	// Batch is the number of examples per batch (at least 1).
+	Batch int
+	// DropLast drops the last batch of an epoch when it is smaller than
+	// Batch; otherwise it is delivered short.
+	DropLast bool
+	// Shuffle visits the examples of each epoch in a random order drawn
+	// from Seed and the epoch number; otherwise in index order.
+	Shuffle bool
+	// Seed keys the shuffling and the random streams of Transforms.
+	Seed uint64
+	// Workers is the number of goroutines that read and assemble batches;
+	// 0 reads each batch in the consumer's goroutine when it is asked for.
+	Workers int
+	// Prefetch is the most batches held ready or in preparation beyond the
+	// one in use (ignored when Workers is 0). With Prefetch 0 the next
+	// batch is read only once the consumer asks for it; at most
+	// min(Workers, Prefetch) batches are read at once.
+	Prefetch int
+	// Transforms are applied in order to every example after Get, each
+	// given a random stream that depends only on (Seed, epoch, dataset
+	// index), so augmentation is reproducible and differs between epochs.
+	Transforms []Transform
+}
+
+// Position is where a loader stands: the next batch it delivers is batch
+// Batch of epoch Epoch. It is what a checkpoint saves to resume a run.
+type Position struct {
+	Epoch int `json:"epoch"`
+	Batch int `json:"batch"`
+}
+
+// Loader turns a Dataset into batches. It is used by one goroutine at a
+// time; the worker goroutines it starts end before All returns.
+type Loader struct {
+	ds  Dataset
+	cfg LoaderConfig
+	n   int // examples
+	nb  int // batches per epoch
+	pos Position
+}
+
+// NewLoader returns a loader over ds positioned at the first batch of
+// epoch 0. It fails on an invalid configuration or an empty dataset.
+func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
+	switch {
+	case ds == nil:
+		return nil, errors.New("data: loader: no dataset")
+	case cfg.Batch < 1:
+		return nil, fmt.Errorf("data: loader: batch size %d: want at least 1", cfg.Batch)
+	case cfg.Workers < 0:
+		return nil, fmt.Errorf("data: loader: %d workers: want 0 or more", cfg.Workers)
+	case cfg.Prefetch < 0:
+		return nil, fmt.Errorf("data: loader: prefetch %d: want 0 or more", cfg.Prefetch)
+	}
+	l := &Loader{ds: ds, cfg: cfg, n: ds.Len()}
+	l.nb = l.n / cfg.Batch
+	if !cfg.DropLast && l.n%cfg.Batch != 0 {
+		l.nb++
+	}
+	if l.nb == 0 {
+		return nil, fmt.Errorf("data: loader: dataset of %d examples gives no batch of %d (drop-last %v)", l.n, cfg.Batch, cfg.DropLast)
+	}
+	return l, nil
+}
+
+// Len returns the number of batches in an epoch.
+func (l *Loader) Len() int { return l.nb }
+
+// Dataset returns the dataset the loader reads.
+func (l *Loader) Dataset() Dataset { return l.ds }
+
+// Position returns the position of the next batch to be delivered. Inside
+// the body of a range over All it is already past the batch in hand, so a
+// checkpoint written after a step resumes with the step's successor.
+func (l *Loader) Position() Position { return l.pos }
+
+// Seek moves the loader to p, a position returned by Position (possibly by
+// another loader over the same dataset and configuration).
+func (l *Loader) Seek(p Position) error {
+	if p.Epoch < 0 || p.Batch < 0 || p.Batch > l.nb {
+		return fmt.Errorf("data: loader: position epoch %d batch %d: want epoch >= 0 and batch in [0, %d]", p.Epoch, p.Batch, l.nb)
+	}
+	if p.Batch == l.nb {
+		p = Position{p.Epoch + 1, 0}
+	}
+	l.pos = p
+	return nil
+}
+
+// index returns the dataset index of the example at position i of an epoch.
+func (l *Loader) index(perm *permutation, i int) int {
+	if perm == nil {
+		return i
+	}
+	return perm.at(i)
+}
+
+func (l *Loader) perm(epoch int) *permutation {
+	if !l.cfg.Shuffle {
+		return nil
+	}
+	p := newPermutation(l.n, mix(l.cfg.Seed, uint64(epoch)))
+	return &p
+}
+
+// Load reads batch k of an epoch in the calling goroutine, independently
+// of the loader's position.
+func (l *Loader) Load(ctx context.Context, epoch, k int) (*Batch, error) {
+	if k < 0 || k >= l.nb || epoch < 0 {
+		return nil, fmt.Errorf("data: loader: batch %d of epoch %d: want epoch >= 0 and batch in [0, %d)", k, epoch, l.nb)
+	}
+	return l.load(ctx, l.perm(epoch), epoch, k)
+}
+
+func (l *Loader) load(ctx context.Context, perm *permutation, epoch, k int) (*Batch, error) {
+	start := k * l.cfg.Batch
+	n := min(l.cfg.Batch, l.n-start)
+	b := &Batch{Epoch: epoch, Index: k, Indices: make([]int, n)}
+	for j := range n {
+		if j%16 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		idx := l.index(perm, start+j)
+		b.Indices[j] = idx
+		ex, err := l.ds.Get(idx)
+		if err == nil && len(l.cfg.Transforms) > 0 {
+			rng := exampleRand(l.cfg.Seed, epoch, idx)
+			for _, t := range l.cfg.Transforms {
+				if ex, err = t.Apply(ex, rng); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			err = b.put(j, n, ex)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("data: epoch %d, batch %d, example %d: %w", epoch, k, idx, err)
+		}
+	}
+	return b, nil
+}
+
+// advance records that batch k of the current epoch has been delivered.
+func (l *Loader) advance(k int) {
+	if k+1 == l.nb {
+		l.pos = Position{l.pos.Epoch + 1, 0}
+	} else {
+		l.pos.Batch = k + 1
+	}
+}
+
+type result struct {
+	b   *Batch
+	err error
+}
+
+// All yields the remaining batches of the current epoch in order, from
+// Position to the epoch's end, after which the loader stands at the start
+// of the next epoch; range over All once per epoch. Iteration stops at the
+// first error, which is yielded with a nil batch: a record that could not
+// be read (its file and index named), or the context's error once it is
+// cancelled. Breaking out of the loop stops the workers; the batch in hand
+// counts as delivered.
+func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
+	return func(yield func(*Batch, error) bool) {
+		epoch, start := l.pos.Epoch, l.pos.Batch
+		perm := l.perm(epoch)
+		if l.cfg.Workers == 0 {
+			for k := start; k < l.nb; k++ {
+				b, err := l.load(ctx, perm, epoch, k)
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				l.advance(k)
+				if !yield(b, nil) {
+					return
+				}
+			}
+			return
+		}
+
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
+
+		// A batch takes a slot before a worker starts it and gives it
+		// back when the consumer receives it (with Prefetch 0: when the
+		// consumer asks for the next one), so at most depth batches exist
+		// besides the one in use, and batch k's result can only land in
+		// ring[k%depth] once batch k-depth has left it.
+		depth := max(l.cfg.Prefetch, 1)
+		slots := make(chan struct{}, depth)
+		ring := make([]chan result, depth)
+		for i := range ring {
+			ring[i] = make(chan result, 1)
+		}
+		tickets := make(chan int)
+		wg.Go(func() {
+			defer close(tickets)
+			for k := start; k < l.nb; k++ {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				select {
+				case tickets <- k:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		for range l.cfg.Workers {
+			wg.Go(func() {
+				for k := range tickets {
+					b, err := l.load(ctx, perm, epoch, k)
+					ring[k%depth] <- result{b, err}
+				}
+			})
+		}
+
+		for k := start; k < l.nb; k++ {
+			if err := ctx.Err(); err != nil {
+				yield(nil, err)
+				return
+			}
+			var r result
+			select {
+			case r = <-ring[k%depth]:
+			case <-ctx.Done():
+				yield(nil, ctx.Err())
+				return
+			}
+			if l.cfg.Prefetch > 0 {
+				<-slots
+			}
+			if r.err != nil {
+				yield(nil, r.err)
+				return
+			}
+			l.advance(k)
+			if !yield(r.b, nil) {
+				return
+			}
+			if l.cfg.Prefetch == 0 {
+				<-slots
+			}
+		}
+	}
+}

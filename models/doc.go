@@ -1,0 +1,89 @@
+// Package models holds ready-made models built from package nn: an MLP, a
+// LeNet-style CNN for 28×28 images and a GPT-style decoder-only
+// transformer.
+//
+// Each constructor takes a device and a config struct and returns the model
+// or an error naming the config field that is wrong (zero sizes, Dim not
+// divisible by Heads, a dropout probability outside [0, 1), ...):
+//
+//	mlp, err := models.NewMLP(dev, models.MLPConfig{Widths: []int{784, 256, 10}, Dropout: 0.1, Seed: 1})
+//	cnn, err := models.NewCNN(dev, models.CNNConfig{Conv1: 6, Conv2: 16, Hidden: 120, Classes: 10, Seed: 1})
+//	gpt, err := models.NewGPT(dev, models.GPTConfig{Layers: 6, Heads: 6, Dim: 384, Context: 256, Vocab: 256, Dropout: 0.1, Seed: 1})
+//
+// Parameters are F32 (config DType F64 is for gradient checks on CPU). Each
+// one is drawn with a seed derived from the config's Seed and the
+// parameter's path (nn.ParamSeed), so one config gives bit-identical
+// weights on every run and device.
+//
+// # Inputs, outputs and errors
+//
+//   - MLP.Forward takes [B, Widths[0]], or any [B, …] with Widths[0]
+//     elements per example (such as [B, 1, 28, 28], which it flattens), and
+//     returns [B, Widths[len-1]].
+//   - CNN.Forward takes [B, 1, 28, 28] and returns logits [B, Classes].
+//   - GPT.Forward takes integer tokens [B, T] (I32 or I64) with T <= Context
+//     and returns logits [B, T, Vocab].
+//
+// Forward follows the tensor ops' error policy: an input of the wrong shape
+// (for GPT, also a sequence longer than Context) panics with *tensor.Error,
+// a token outside the vocabulary with *device.IndexError; tensor.Step and
+// tensor.Catch, the step boundary, return both as errors. Forward returns a
+// tensor the caller owns, never releases or writes into its input, and
+// releases every intermediate as soon as it has been consumed; in a NoGrad
+// scope it saves nothing, so its peak is that of one layer, not of the
+// whole model.
+//
+// # Blocks
+//
+// Every model implements nn.Model: Blocks returns its repeated blocks in
+// order and SetBlockRunner replaces the nn.RunSequential that Forward runs
+// them with (package checkpoint's policies plug in there). For the MLP and
+// the CNN the blocks are the layers; for GPT, the transformer blocks.
+//
+// # Parameter paths
+//
+// Paths are stable: checkpoints, freezing patterns and summaries use them.
+//
+// MLP, with n = len(Widths)-1 linear layers (hidden layer i is
+// relu(dropout(linear)), one layer in the sequence):
+//
+//	layers.N.weight   [Widths[N+1], Widths[N]]   N = 0 … n-1
+//	layers.N.bias     [Widths[N+1]]
+//
+// CNN (N is the index in its seven-layer sequence; pools and flatten have
+// no parameters):
+//
+//	layers.0.weight   [Conv1, 1, 5, 5]           conv, pad 2, ReLU
+//	layers.0.bias     [Conv1]
+//	                                             layers.1: max pool 2
+//	layers.2.weight   [Conv2, Conv1, 5, 5]       conv, ReLU
+//	layers.2.bias     [Conv2]
+//	                                             layers.3: max pool 2, layers.4: flatten
+//	layers.5.weight   [Hidden, Conv2·25]         linear, ReLU (dropout)
+//	layers.5.bias     [Hidden]
+//	layers.6.weight   [Classes, Hidden]          linear
+//	layers.6.bias     [Classes]
+//
+// GPT (N = 0 … Layers-1, D = Dim):
+//
+//	embed.tokens.weight       [Vocab, D]     also the output head (tied)
+//	embed.positions.weight    [Context, D]
+//	blocks.N.ln1.weight       [D]            blocks.N.ln1.bias [D]
+//	blocks.N.attn.qkv.weight  [3·D, D]       blocks.N.attn.qkv.bias [3·D]
+//	blocks.N.attn.proj.weight [D, D]         blocks.N.attn.proj.bias [D]
+//	blocks.N.ln2.weight       [D]            blocks.N.ln2.bias [D]
+//	blocks.N.mlp.fc.weight    [4·D, D]       blocks.N.mlp.fc.bias [4·D]
+//	blocks.N.mlp.proj.weight  [D, 4·D]       blocks.N.mlp.proj.bias [D]
+//	final_norm.weight         [D]            final_norm.bias [D]
+//
+// # Memory
+//
+// With Run.InPlace (nn.NewRun turns it on) the models write into tensors
+// they made and nobody saved instead of allocating new ones: the MLP's and
+// CNN's dropout and ReLU write into their layer's output (the MLP applies
+// dropout before ReLU, which gives the same values and keeps one activation
+// per hidden layer instead of two), GPT's residual sums and dropouts write
+// into the branch outputs and attention scales q in place. The tensor
+// package's version counters turn any mistake here into an error in
+// backward, never a wrong gradient.
+package models

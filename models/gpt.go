@@ -1,0 +1,196 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
+)
+
+// GPTConfig configures a decoder-only transformer.
+type GPTConfig struct {
+	Layers  int // transformer blocks
+	Heads   int // attention heads; must divide Dim
+	Dim     int // model width
+	Context int // longest sequence (position embeddings)
+	Vocab   int // token ids are in [0, Vocab)
+	// Dropout is applied while training after the embeddings, to the
+	// attention probabilities and to each residual branch (0: none).
+	Dropout float64
+	Seed    uint64
+	// DType of the parameters: F32 (default) or F64 for gradient checks.
+	DType tensor.DType
+}
+
+// GPT is a decoder-only transformer in the GPT-2 layout: token and
+// position embeddings, pre-LayerNorm blocks of causal self-attention and a
+// GELU MLP of width 4·Dim, a final LayerNorm, and an output head tied to
+// the token embedding (logits = h·Eᵀ).
+type GPT struct {
+	Config            GPTConfig
+	Tokens, Positions *nn.Embedding
+	FinalNorm         *nn.LayerNorm
+	blocks            []nn.Module
+	embedDrop         *nn.Dropout
+	runner            nn.BlockRunner
+}
+
+var _ nn.Model = (*GPT)(nil)
+
+// GPTBlock is one pre-LN transformer block:
+//
+//	h   = x + attn(ln1(x))
+//	out = h + dropout(proj(gelu(fc(ln2(h)))))
+//
+// Both residual sums are written into the branch's output when the run
+// allows in-place ops (nn.Residual); the block never writes into x.
+type GPTBlock struct {
+	LN1, LN2 *nn.LayerNorm
+	Attn     *nn.CausalSelfAttention
+	FC, Proj *nn.Linear
+	mlpIn    *nn.Fused // FC, GELU
+	mlpOut   *nn.Fused // Proj, dropout
+}
+
+// NewGPT builds a GPT on dev. Weights are N(0, 0.02) (the projections into
+// the residual stream N(0, (0.02/√(2·Layers))²)), biases 0, LayerNorms 1
+// and 0.
+func NewGPT(dev device.Device, c GPTConfig) (*GPT, error) {
+	const name = "GPTConfig"
+	if err := checkDevice(name, dev); err != nil {
+		return nil, err
+	}
+	if err := checkPositive(name, "Layers", c.Layers, "Heads", c.Heads, "Dim", c.Dim, "Context", c.Context, "Vocab", c.Vocab); err != nil {
+		return nil, err
+	}
+	if c.Dim%c.Heads != 0 {
+		return nil, fieldError(name, "Heads", "is %d, which does not divide Dim %d", c.Heads, c.Dim)
+	}
+	if err := checkDropout(name, c.Dropout); err != nil {
+		return nil, err
+	}
+	if err := checkDType(name, c.DType); err != nil {
+		return nil, err
+	}
+	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType}
+	fail := func(err error) (*GPT, error) {
+		b.Abort()
+		return nil, fmt.Errorf("models: gpt: %w", err)
+	}
+	w := nn.Normal(0, 0.02)
+	resid := nn.GPTResidual(c.Layers)
+	g := &GPT{Config: c}
+	var err error
+	if g.Tokens, err = nn.NewEmbedding(b, "embed.tokens", nn.EmbeddingConfig{Num: c.Vocab, Dim: c.Dim, Init: w}); err != nil {
+		return fail(err)
+	}
+	if g.Positions, err = nn.NewEmbedding(b, "embed.positions", nn.EmbeddingConfig{Num: c.Context, Dim: c.Dim, Init: w}); err != nil {
+		return fail(err)
+	}
+	if g.embedDrop, err = nn.NewDropout("embed.dropout", c.Dropout); err != nil {
+		return fail(err)
+	}
+	for i := 0; i < c.Layers; i++ {
+		p := fmt.Sprintf("blocks.%d", i)
+		blk := &GPTBlock{}
+		if blk.LN1, err = nn.NewLayerNorm(b, p+".ln1", c.Dim); err != nil {
+			return fail(err)
+		}
+		if blk.Attn, err = nn.NewCausalSelfAttention(b, p+".attn", nn.AttentionConfig{Dim: c.Dim, Heads: c.Heads, Dropout: c.Dropout, QKV: w, Proj: resid}); err != nil {
+			return fail(err)
+		}
+		if blk.LN2, err = nn.NewLayerNorm(b, p+".ln2", c.Dim); err != nil {
+			return fail(err)
+		}
+		if blk.FC, err = nn.NewLinear(b, p+".mlp.fc", nn.LinearConfig{In: c.Dim, Out: 4 * c.Dim, Weight: w}); err != nil {
+			return fail(err)
+		}
+		if blk.Proj, err = nn.NewLinear(b, p+".mlp.proj", nn.LinearConfig{In: 4 * c.Dim, Out: c.Dim, Weight: resid}); err != nil {
+			return fail(err)
+		}
+		blk.mlpIn = &nn.Fused{Layer: blk.FC, Then: []nn.Pointwise{nn.GELU{}}}
+		blk.mlpOut = &nn.Fused{Layer: blk.Proj}
+		if c.Dropout > 0 {
+			drop, err := nn.NewDropout(p+".mlp.dropout", c.Dropout)
+			if err != nil {
+				return fail(err)
+			}
+			blk.mlpOut.Then = []nn.Pointwise{drop}
+		}
+		g.blocks = append(g.blocks, blk)
+	}
+	if g.FinalNorm, err = nn.NewLayerNorm(b, "final_norm", c.Dim); err != nil {
+		return fail(err)
+	}
+	return g, nil
+}
+
+// Forward maps tokens [B, T] (I32 or I64, T <= Context) to logits
+// [B, T, Vocab]. Tokens of another shape, or more than Context of them,
+// panic with *tensor.Error, and a token outside [0, Vocab) with
+// *device.IndexError; tensor.Catch and tensor.Step return both as errors.
+func (g *GPT) Forward(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
+	nn.CheckInference(r)
+	c := g.Config
+	if tokens.Dim() != 2 || tokens.Len() == 0 || (tokens.DType() != tensor.I32 && tokens.DType() != tensor.I64) {
+		panic(shapeError("gpt", "tokens %v must be non-empty i32 or i64 [batch, time]", tokens))
+	}
+	t := tokens.Shape()[1]
+	if t > c.Context {
+		panic(shapeError("gpt", "%d tokens per sequence exceed the context of %d (GPTConfig.Context)", t, c.Context))
+	}
+	tok := g.Tokens.Forward(r, tokens) // [B, T, D], a new tensor nobody saved
+	pos := r.Narrow(g.Positions.Weight, 0, 0, t)
+	sum := nn.Residual(r, tok, pos)
+	tok.Release()
+	pos.Release()
+	h := g.embedDrop.Overwrite(r, sum)
+	sum.Release()
+	out := runBlocks(g.runner, r, g.blocks, h)
+	h.Release()
+	n := g.FinalNorm.Forward(r, out)
+	out.Release()
+	logits := r.Linear(n, g.Tokens.Weight, nil) // tied head
+	n.Release()
+	return logits
+}
+
+// Parameters lists embed.tokens.weight, embed.positions.weight, the blocks'
+// parameters in order, then final_norm.weight and final_norm.bias.
+func (g *GPT) Parameters() []*tensor.Tensor {
+	ps := append(g.Tokens.Parameters(), g.Positions.Parameters()...)
+	ps = append(ps, parametersOf(g.blocks...)...)
+	return append(ps, g.FinalNorm.Parameters()...)
+}
+
+// Blocks returns the transformer blocks (*GPTBlock), blocks.0 first.
+func (g *GPT) Blocks() []nn.Module { return g.blocks }
+
+// SetBlockRunner makes Forward run the blocks through b (nil:
+// nn.RunSequential): how activation checkpointing plugs in.
+func (g *GPT) SetBlockRunner(b nn.BlockRunner) { g.runner = b }
+
+// Forward maps x [B, T, Dim] to [B, T, Dim].
+func (k *GPTBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+	a := k.LN1.Forward(r, x)
+	y := k.Attn.Forward(r, a)
+	a.Release()
+	h := nn.Residual(r, y, x) // y: the attention's output, nobody saved it
+	y.Release()
+	m := k.LN2.Forward(r, h)
+	f := k.mlpIn.Forward(r, m)
+	m.Release()
+	z := k.mlpOut.Forward(r, f) // projection, dropout in place
+	f.Release()
+	out := nn.Residual(r, z, h)
+	z.Release()
+	h.Release()
+	return out
+}
+
+// Parameters lists ln1, attn.qkv, attn.proj, ln2, mlp.fc and mlp.proj
+// (weight, then bias).
+func (k *GPTBlock) Parameters() []*tensor.Tensor {
+	return parametersOf(k.LN1, k.Attn, k.LN2, k.FC, k.Proj)
+}

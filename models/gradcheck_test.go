@@ -1,0 +1,114 @@
+package models_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
+)
+
+// perturb adds delta to element j of p in a NoGrad scope, as an optimizer
+// writes parameters.
+func perturb(t *testing.T, p *tensor.Tensor, j int, delta float64) {
+	d := make([]float64, p.Len())
+	d[j] = delta
+	dt, err := tensor.FromFloat64(p.Device(), d, p.Shape(), memory.Temporary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tensor.NewScope(tensor.NoGrad())
+	s.AddInPlace(p, dt)
+	s.Close()
+	dt.Release()
+}
+
+// Whole models with F64 parameters, in training mode (dropout on, in-place
+// ops on): every parameter's gradient of the cross-entropy loss matches
+// central finite differences. This checks the composition — GPT's tied
+// head, position slice, in-place residuals and dropouts — beyond the
+// layers' own checks.
+func TestModelGradients(t *testing.T) {
+	const h, tol = 1e-6, 1e-6
+	cases := []struct {
+		name  string
+		build func(dev device.Device) (nn.Module, error)
+		batch func(dev device.Device) (x, y *tensor.Tensor)
+	}{
+		{"mlp", func(dev device.Device) (nn.Module, error) {
+			return models.NewMLP(dev, models.MLPConfig{Widths: []int{5, 6, 4, 3}, Dropout: 0.2, Seed: 1, DType: tensor.F64})
+		}, func(dev device.Device) (x, y *tensor.Tensor) {
+			x, _ = tensor.Rand(dev, tensor.F64, []int{4, 5}, device.Normal, 0, 1, 2, memory.Data)
+			return x, mustI32(t, dev, []int32{0, 2, 1, 2}, 4)
+		}},
+		{"cnn", func(dev device.Device) (nn.Module, error) {
+			return models.NewCNN(dev, models.CNNConfig{Conv1: 1, Conv2: 2, Hidden: 3, Classes: 2, Dropout: 0.2, Seed: 1, DType: tensor.F64})
+		}, func(dev device.Device) (x, y *tensor.Tensor) {
+			x, _ = tensor.Rand(dev, tensor.F64, []int{2, 1, 28, 28}, device.Uniform, 0, 1, 2, memory.Data)
+			return x, mustI32(t, dev, []int32{1, 0}, 2)
+		}},
+		{"gpt", func(dev device.Device) (nn.Module, error) {
+			return models.NewGPT(dev, models.GPTConfig{Layers: 2, Heads: 2, Dim: 4, Context: 4, Vocab: 5, Dropout: 0.2, Seed: 1, DType: tensor.F64})
+		}, func(dev device.Device) (x, y *tensor.Tensor) {
+			return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2}, 2, 3), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0}, 2, 3)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dev := cpu.New()
+			m, err := c.build(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Move every parameter off its structured initial value (zero
+			// biases, unit LayerNorm scales) so every path matters, and so
+			// that no ReLU input sits exactly on the kink: with zero
+			// biases, a convolution over an all-zero patch (ReLU then
+			// pooling make many) is exactly 0, where relu has no
+			// derivative and central differences see 1/2.
+			for i, p := range m.Parameters() {
+				noise, _ := tensor.Rand(dev, p.DType(), p.Shape(), device.Normal, 0, 0.1, uint64(100+i), memory.Temporary)
+				s := tensor.NewScope(tensor.NoGrad())
+				s.AddInPlace(p, noise)
+				s.Close()
+				noise.Release()
+			}
+			x, y := c.batch(dev)
+			loss := func(s *tensor.Scope) *tensor.Tensor {
+				return nn.CrossEntropy(s, m.Forward(nn.NewRun(s, 3), x), y)
+			}
+			eval := func() float64 {
+				s := tensor.NewScope(tensor.NoGrad())
+				defer s.Close()
+				return loss(s).Item()
+			}
+			s := tensor.NewScope()
+			loss(s).Backward()
+			s.Close()
+			for _, p := range m.Parameters() {
+				analytic := p.Grad().Float64s()
+				for j := range analytic {
+					perturb(t, p, j, h)
+					up := eval()
+					perturb(t, p, j, -2*h)
+					down := eval()
+					perturb(t, p, j, h)
+					numeric := (up - down) / (2 * h)
+					if math.Abs(numeric-analytic[j]) > tol*math.Max(1, math.Abs(numeric)) {
+						t.Errorf("%s[%d]: analytic %.9g, numeric %.9g", p.Name(), j, analytic[j], numeric)
+					}
+				}
+			}
+			x.Release()
+			y.Release()
+			nn.Release(m)
+			if n := dev.Memory().Stats().Requested.Current; n != 0 {
+				t.Errorf("%d bytes left", n)
+			}
+		})
+	}
+}

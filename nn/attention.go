@@ -1,0 +1,164 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memfit/memfit/tensor"
+)
+
+// AttentionConfig configures a CausalSelfAttention layer.
+type AttentionConfig struct {
+	Dim, Heads int
+	// Dropout is applied, while training, to the attention probabilities
+	// and to the output.
+	Dropout float64
+	// QKV and Proj initialise the weights of the two projections (default
+	// Normal(0, 0.02)); biases start at zero.
+	QKV, Proj Init
+}
+
+// CausalSelfAttention is multi-head self-attention in which position t
+// sees positions 0..t only. Parameters: <path>.qkv.weight [3·Dim, Dim],
+// <path>.qkv.bias, <path>.proj.weight [Dim, Dim], <path>.proj.bias.
+type CausalSelfAttention struct {
+	QKV, Proj *Linear
+	Heads     int
+	Dropout   float64
+
+	attnSalt, outSalt uint64
+}
+
+// NewCausalSelfAttention makes the layer under path.
+func NewCausalSelfAttention(b *Builder, path string, c AttentionConfig) (*CausalSelfAttention, error) {
+	if err := positive("attention", path, "Dim", c.Dim); err != nil {
+		return nil, err
+	}
+	if err := positive("attention", path, "Heads", c.Heads); err != nil {
+		return nil, err
+	}
+	if c.Dim%c.Heads != 0 {
+		return nil, configError("attention", path, "Heads", "is %d, which does not divide Dim %d", c.Heads, c.Dim)
+	}
+	if c.Dropout < 0 || c.Dropout >= 1 {
+		return nil, configError("attention", path, "Dropout", "is %v, want 0 <= Dropout < 1", c.Dropout)
+	}
+	qkv, err := NewLinear(b, Join(path, "qkv"), LinearConfig{In: c.Dim, Out: 3 * c.Dim, Weight: c.QKV.Or(Normal(0, 0.02))})
+	if err != nil {
+		return nil, err
+	}
+	proj, err := NewLinear(b, Join(path, "proj"), LinearConfig{In: c.Dim, Out: c.Dim, Weight: c.Proj.Or(Normal(0, 0.02))})
+	if err != nil {
+		release(qkv)
+		return nil, err
+	}
+	return &CausalSelfAttention{
+		QKV: qkv, Proj: proj, Heads: c.Heads, Dropout: c.Dropout,
+		attnSalt: Salt(Join(path, "attn_dropout")), outSalt: Salt(Join(path, "out_dropout")),
+	}, nil
+}
+
+// Forward maps x [B, T, Dim] to [B, T, Dim]:
+//
+//	q, k, v = split(x·Wqkvᵀ + bqkv) as [B, H, T, Dim/H]
+//	y = dropout(softmax(causal(q·kᵀ/√(Dim/H))))·v, heads joined
+//	out = dropout(y·Wprojᵀ + bproj)
+//
+// q is scaled before the product (in place when the run allows), which is
+// cheaper than scaling the T×T scores. Every intermediate is released as
+// soon as its consumer has run; the output is a new tensor that no op
+// saved.
+func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
+	d := a.Proj.Weight.Shape()[0]
+	if x.Dim() != 3 || x.Shape()[2] != d {
+		panic(&tensor.Error{Op: "attention", Msg: fmt.Sprintf("input %v must be [batch, time, %d]", x, d)})
+	}
+	bsz, t := x.Shape()[0], x.Shape()[1]
+	h := a.Heads
+	dh := d / h
+	train := r.Train && a.Dropout > 0
+
+	qkv := a.QKV.Forward(r, x) // [B, T, 3D]
+	q, k, v := splitHeads(r, qkv, bsz, t, h, dh)
+	qkv.Release()
+
+	scale := 1 / math.Sqrt(float64(dh))
+	var qs *tensor.Tensor
+	if r.InPlace {
+		// q is a view of a buffer made just above that no op has saved.
+		qs = r.MulScalarInPlace(q, scale)
+	} else {
+		qs = r.MulScalar(q, scale)
+	}
+	q.Release()
+	kt := r.Transpose(k, -1, -2)
+	k.Release()
+	scores := r.MatMul(qs, kt) // [B, H, T, T]
+	qs.Release()
+	kt.Release()
+	masked := r.CausalMask(scores, math.Inf(-1))
+	scores.Release()
+	probs := r.Softmax(masked)
+	masked.Release()
+	if train {
+		// Softmax saved probs: this dropout must not overwrite them.
+		dp := r.Dropout(probs, a.Dropout, r.SeedFor(a.attnSalt))
+		probs.Release()
+		probs = dp
+	}
+	y := r.MatMul(probs, v) // [B, H, T, Dh]
+	probs.Release()
+	v.Release()
+	yt := r.Permute(y, 0, 2, 1, 3)
+	y.Release()
+	joined := r.Reshape(yt, bsz, t, d)
+	yt.Release()
+	out := a.Proj.Forward(r, joined)
+	joined.Release()
+	if train {
+		var dropped *tensor.Tensor
+		if r.InPlace {
+			dropped = r.DropoutInPlace(out, a.Dropout, r.SeedFor(a.outSalt))
+		} else {
+			dropped = r.Dropout(out, a.Dropout, r.SeedFor(a.outSalt))
+		}
+		out.Release()
+		out = dropped
+	}
+	return out
+}
+
+// splitHeads turns qkv [B, T, 3·H·Dh] into q, k and v [B, H, T, Dh]: one
+// contiguous copy laid out [3, B, H, T, Dh], of which each is a view, so
+// the products read them without further packing.
+func splitHeads(r *Run, qkv *tensor.Tensor, b, t, h, dh int) (q, k, v *tensor.Tensor) {
+	r5 := r.Reshape(qkv, b, t, 3, h, dh)
+	p := r.Permute(r5, 2, 0, 3, 1, 4)
+	r5.Release()
+	c := r.Contiguous(p)
+	p.Release()
+	var out [3]*tensor.Tensor
+	for i := range out {
+		n := r.Narrow(c, 0, i, 1)
+		out[i] = r.Reshape(n, b, h, t, dh)
+		n.Release()
+	}
+	c.Release()
+	return out[0], out[1], out[2]
+}
+
+// Parameters are those of the two projections.
+func (a *CausalSelfAttention) Parameters() []*tensor.Tensor {
+	return append(a.QKV.Parameters(), a.Proj.Parameters()...)
+}
+
+func (a *CausalSelfAttention) freshOutput() {}
+
+// release frees the parameters of modules made before a constructor failed.
+func release(ms ...Module) {
+	for _, m := range ms {
+		if m != nil {
+			Release(m)
+		}
+	}
+}

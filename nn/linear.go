@@ -1,0 +1,80 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/memfit/memfit/tensor"
+)
+
+// configError names the config field that is wrong and the layer it
+// belongs to.
+func configError(layer, path, field string, format string, args ...any) error {
+	return fmt.Errorf("nn: %s %q: %s %s", layer, path, field, fmt.Sprintf(format, args...))
+}
+
+func positive(layer, path, field string, v int) error {
+	if v <= 0 {
+		return configError(layer, path, field, "is %d, want > 0", v)
+	}
+	return nil
+}
+
+// LinearConfig configures a Linear layer.
+type LinearConfig struct {
+	In, Out int
+	NoBias  bool
+	// Weight defaults to KaimingUniform(1) (standard deviation 1/√In),
+	// Bias to Zeros.
+	Weight, Bias Init
+}
+
+// Linear computes x·Wᵀ + b over the last dimension of x. Parameters:
+// <path>.weight [Out, In] and <path>.bias [Out].
+type Linear struct {
+	Weight *tensor.Tensor
+	Bias   *tensor.Tensor // nil without bias
+}
+
+// NewLinear makes a Linear layer whose parameters live under path.
+func NewLinear(b *Builder, path string, c LinearConfig) (*Linear, error) {
+	if err := positive("linear", path, "In", c.In); err != nil {
+		return nil, err
+	}
+	if err := positive("linear", path, "Out", c.Out); err != nil {
+		return nil, err
+	}
+	w, err := b.Param(Join(path, "weight"), []int{c.Out, c.In}, c.Weight.Or(KaimingUniform(1)))
+	if err != nil {
+		return nil, err
+	}
+	l := &Linear{Weight: w}
+	if !c.NoBias {
+		if l.Bias, err = b.Param(Join(path, "bias"), []int{c.Out}, c.Bias.Or(Zeros())); err != nil {
+			w.Release()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Forward maps x [..., In] to [..., Out]. The result is a new tensor that
+// no op saved, so a Fused layer may overwrite it.
+func (l *Linear) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
+	return r.Linear(x, l.Weight, l.Bias)
+}
+
+// Parameters are the weight and, when present, the bias.
+func (l *Linear) Parameters() []*tensor.Tensor { return params(l.Weight, l.Bias) }
+
+func (l *Linear) freshOutput() {}
+
+// params lists the non-nil tensors.
+func params(ts ...*tensor.Tensor) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, 0, len(ts))
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
