@@ -237,15 +237,17 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 		n := ready[len(ready)-1]
 		ready = ready[:len(ready)-1]
 		g := grads[n]
-		delete(grads, n)
 		var inGrads []*Tensor
 		if g != nil {
 			// A node none of whose outputs received a gradient still
 			// passes through, so the nodes below it are counted down.
+			// g stays in grads until the node has run, so that a panic
+			// (a version error, out of memory) still releases it.
 			n.checkSaved()
 			inGrads = n.backward(bs, g, n.saved)
 			g.Release()
 		}
+		delete(grads, n)
 		for i, e := range n.edges {
 			var gi *Tensor
 			if i < len(inGrads) {

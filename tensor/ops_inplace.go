@@ -80,6 +80,9 @@ func (s *Scope) AddInPlace(x, y *Tensor) *Tensor {
 	if !sameShape(broadcastShapes("add_", x.shape, y.shape), x.shape) {
 		panic(errorf("add_", "%s does not broadcast into %s", y.describe(), x.describe()))
 	}
+	if promote(x.dtype, y.dtype) != x.dtype {
+		panic(errorf("add_", "adding %s into %s would round the sum to %v; use Add", y.describe(), x.describe(), x.dtype))
+	}
 	x.st.dev.Binary(device.Add, x.view(), x.view(), y.broadcastView(x.shape))
 	yShape := y.shape
 	return s.inPlaceResult("add_", x, []*Tensor{x, y}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {

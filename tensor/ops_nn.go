@@ -98,6 +98,7 @@ func (s *Scope) Embedding(table, idx *Tensor) *Tensor {
 	defer tc.Release()
 	shape := append(append([]int(nil), idx.shape...), table.shape[1])
 	out := mustAlloc(dev, table.dtype, shape, s.cat)
+	defer releaseOnPanic(out)()
 	dev.Gather(out.view(), tc.view(), ic.view())
 	tshape := table.shape
 	s.record(out, "embedding", []*Tensor{table}, []*Tensor{ic}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
@@ -313,6 +314,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	}
 	dt := accumDType(in.dtype)
 	perRow := mustAlloc(dev, dt, []int{rows}, memory.Temporary)
+	defer releaseOnPanic(perRow)()
 	dev.CrossEntropy(perRow.view(), lc.view(), tc.view(), ignore, o.LabelSmoothing)
 	out := mustAlloc(dev, dt, []int{}, s.cat)
 	dev.Reduce(device.Sum, out.view(), perRow.view())
@@ -334,8 +336,13 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	return s.own(out)
 }
 
-// MSE is the mean squared error between a and b (F32 under autocast).
+// MSE is the mean squared error between a and b, which must have the same
+// shape (F32 under autocast).
 func (s *Scope) MSE(a, b *Tensor) *Tensor {
+	sameDevice("mse", a, b)
+	if !sameShape(a.shape, b.shape) {
+		panic(errorf("mse", "shapes %v and %v differ (broadcasting a loss is almost always a bug)", a.shape, b.shape))
+	}
 	fa, fb := s.f32Input(a), s.f32Input(b)
 	d := s.Sub(fa, fb)
 	sq := s.Mul(d, d)
@@ -350,4 +357,18 @@ func (s *Scope) MSE(a, b *Tensor) *Tensor {
 		s.release(fb)
 	}
 	return out
+}
+
+// releaseOnPanic returns a function for defer that releases ts if the
+// surrounding op panics (an index error from a kernel), so a failed op
+// leaks nothing.
+func releaseOnPanic(ts ...*Tensor) func() {
+	return func() {
+		if r := recover(); r != nil {
+			for _, t := range ts {
+				t.Release()
+			}
+			panic(r)
+		}
+	}
 }

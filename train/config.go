@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -30,7 +31,7 @@ type Config struct {
 	Steps    int     `json:"steps"`  // optimizer steps; 0: use Epochs
 	Epochs   int     `json:"epochs"` // used when Steps is 0
 	Batch    int     `json:"batch"`
-	LR       float64 `json:"lr"`
+	LR       float64 `json:"lr"` // 0: the model's default (see Resolved)
 	Optim    string  `json:"optim"` // sgd, adam or adamw
 	WD       float64 `json:"wd"`
 	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
@@ -70,10 +71,33 @@ func Default() Config {
 	return Config{
 		Model: "mlp", Layers: 3, Width: 1024, Heads: 4, Context: 64,
 		Workers: 2, Prefetch: 2, ValSplit: 0.1,
-		Epochs: 1, Batch: 256, LR: 1e-3, Optim: "adam", Schedule: "const", Seed: 1,
+		Epochs: 1, Batch: 256, Optim: "adam", Schedule: "const", Seed: 1,
 		AMP: "off", Accum: 1, Checkpoint: "off", Device: "cpu",
 		EvalEvery: 100,
 	}
+}
+
+// Model defaults for fields left at zero.
+const (
+	DefaultLRMLP = 1e-3
+	DefaultLRCNN = 2e-3
+	DefaultLRGPT = 3e-4
+)
+
+// Resolved fills the fields whose defaults depend on the model: a zero LR
+// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt).
+func (c Config) Resolved() Config {
+	if c.LR == 0 {
+		switch c.Model {
+		case "cnn":
+			c.LR = DefaultLRCNN
+		case "gpt":
+			c.LR = DefaultLRGPT
+		default:
+			c.LR = DefaultLRMLP
+		}
+	}
+	return c
 }
 
 // Validate checks every field a user sets and names the first bad one.
@@ -111,8 +135,8 @@ func (c *Config) Validate() error {
 		return bad("epochs", c.Epochs, "want at least 1 when -steps is 0")
 	case c.Batch < 1:
 		return bad("batch", c.Batch, "want at least 1")
-	case !(c.LR > 0):
-		return bad("lr", c.LR, "want a positive learning rate")
+	case c.LR < 0 || math.IsNaN(c.LR):
+		return bad("lr", c.LR, "want a positive learning rate (0: the model's default)")
 	case c.WD < 0:
 		return bad("wd", c.WD, "want 0 or more")
 	case c.Clip < 0:

@@ -36,6 +36,7 @@ func NewDevice(cfg Config) (device.Device, error) {
 // loss scaler, freezing and the checkpoint policy. log receives notable
 // events (nil: discard).
 func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
+	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

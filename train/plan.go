@@ -60,6 +60,7 @@ func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Le
 
 // Plan predicts the peak bytes by category of training with cfg.
 func Plan(cfg Config) (PeakBytes, error) {
+	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return PeakBytes{}, err
 	}
@@ -128,6 +129,7 @@ type Choice struct {
 // about a third more compute), bf16 autocast, and their combinations. It
 // says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
+	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return Choice{}, err
 	}

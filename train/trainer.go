@@ -93,23 +93,6 @@ func (t *Trainer) Accum() int { return t.accum }
 // ErrNonFinite reports a NaN or infinite loss.
 var ErrNonFinite = errors.New("non-finite loss")
 
-// toDevice copies a host batch into Data tensors.
-func toDevice(dev device.Device, b *data.Batch) (in, tg *tensor.Tensor, err error) {
-	if b.Tokens != nil {
-		in, err = tensor.FromInt32(dev, b.Tokens, b.InputShape, memory.Data)
-	} else {
-		in, err = tensor.FromFloat32(dev, b.Inputs, b.InputShape, memory.Data)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	tg, err = tensor.FromInt32(dev, b.Targets, b.TargetShape, memory.Data)
-	if err != nil {
-		in.Release()
-		return nil, nil, err
-	}
-	return in, tg, nil
-}
 
 // loss is the mean cross-entropy of the model on a (micro-)batch.
 func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor {
@@ -166,7 +149,7 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 
 func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	var res stepResult
-	in, tg, err := toDevice(t.Device, b)
+	in, tg, err := b.ToDevice(t.Device)
 	if err != nil {
 		return res, err
 	}
@@ -291,7 +274,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			return st, err
 		}
 		err = tensor.Step(func(s *tensor.Scope) error {
-			in, tg, err := toDevice(t.Device, b)
+			in, tg, err := b.ToDevice(t.Device)
 			if err != nil {
 				return err
 			}

@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "train: %v\n", err)
 		return code
 	}
+	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
 	}
