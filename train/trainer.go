@@ -14,7 +14,6 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/freeze"
-	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
