@@ -31,7 +31,7 @@ type Config struct {
 	Steps    int     `json:"steps"`  // optimizer steps; 0: use Epochs
 	Epochs   int     `json:"epochs"` // used when Steps is 0
 	Batch    int     `json:"batch"`
-	LR       float64 `json:"lr"` // 0: the model's default (see Resolved)
+	LR       float64 `json:"lr"`    // 0: the model's default (see Resolved)
 	Optim    string  `json:"optim"` // sgd, adam or adamw
 	WD       float64 `json:"wd"`
 	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
@@ -57,6 +57,10 @@ type Config struct {
 	SaveEvery int    `json:"save_every"`
 	Resume    string `json:"resume"`
 	Quiet     bool   `json:"quiet"`
+
+	// SkipNonFinite skips a step whose loss is NaN or infinite (counting
+	// it) instead of stopping with an error. Library only; no flag.
+	SkipNonFinite bool `json:"skip_non_finite"`
 
 	// Planning
 	Plan bool  `json:"plan"`

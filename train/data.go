@@ -147,6 +147,10 @@ func openData(cfg Config) (*dataset, error) {
 	default:
 		return nil, fmt.Errorf("-data %s: examples of type %T are not supported", path, ex)
 	}
+	if cfg.Model == "cnn" && len(ds.inShape) == 1 && ds.inShape[0] == 28*28 {
+		// Flat 784-vectors (the synthetic task) are 28x28 images to a CNN.
+		ds.inShape = []int{1, 28, 28}
+	}
 	if ds.tokens != (cfg.Model == "gpt") {
 		kind := "images or vectors"
 		if ds.tokens {

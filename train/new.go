@@ -69,7 +69,7 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, log i
 		return nil, err
 	}
 	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Accum,
-		task: task{tokens: ds.tokens, classes: ds.classes}}
+		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape}
 	fail := func(err error) (*Trainer, error) {
 		t.Close()
 		return nil, err

@@ -147,8 +147,9 @@ func (t *Trainer) summary() Summary {
 	if t.trainTime > 0 {
 		s.SamplesPerSec = float64(t.samples) / t.trainTime.Seconds()
 	}
+	s.SkippedSteps = t.nonFinite
 	if t.Scaler != nil {
-		s.SkippedSteps = t.Scaler.Skipped()
+		s.SkippedSteps += t.Scaler.Skipped()
 	}
 	if t.Config.Save != "" {
 		s.Checkpoint = t.Config.Save

@@ -53,6 +53,7 @@ type Trainer struct {
 	Log    io.Writer // one line per notable event (OOM recovery, saves); nil: discard
 
 	task     task
+	inShape  []int // one example's input shape as the model takes it
 	train    Batches
 	val      data.Dataset
 	policy   checkpoint.Policy
@@ -62,6 +63,7 @@ type Trainer struct {
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
 	oomCount  int
+	nonFinite int // steps skipped for a NaN/inf loss
 	total     int // steps to run
 	lastLoss  float64
 	lastEval  EvalStats
@@ -91,7 +93,6 @@ func (t *Trainer) Accum() int { return t.accum }
 
 // ErrNonFinite reports a NaN or infinite loss.
 var ErrNonFinite = errors.New("non-finite loss")
-
 
 // loss is the mean cross-entropy of the model on a (micro-)batch.
 func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor {
@@ -146,9 +147,18 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 	}
 }
 
+// shaped sets a batch's input shape to what the model takes (a flat
+// vector dataset feeding a CNN).
+func (t *Trainer) shaped(b *data.Batch) *data.Batch {
+	if t.inShape != nil && len(b.InputShape) != len(t.inShape)+1 {
+		b.InputShape = append([]int{b.Len()}, t.inShape...)
+	}
+	return b
+}
+
 func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	var res stepResult
-	in, tg, err := b.ToDevice(t.Device)
+	in, tg, err := t.shaped(b).ToDevice(t.Device)
 	if err != nil {
 		return res, err
 	}
@@ -188,6 +198,11 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	}
 	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
 		t.Opt.ZeroGrad()
+		if t.Config.SkipNonFinite {
+			t.nonFinite++
+			t.logf("step %d: loss is %v; step skipped", t.step+1, res.loss)
+			return res, nil
+		}
 		return res, fmt.Errorf("step %d: loss is %v: %w", t.step+1, res.loss, ErrNonFinite)
 	}
 	err = tensor.Catch(func() error {
@@ -273,7 +288,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			return st, err
 		}
 		err = tensor.Step(func(s *tensor.Scope) error {
-			in, tg, err := b.ToDevice(t.Device)
+			in, tg, err := t.shaped(b).ToDevice(t.Device)
 			if err != nil {
 				return err
 			}

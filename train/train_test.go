@@ -1,0 +1,277 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/device/cpu"
+)
+
+// tinyGPT is a GPT small enough for many runs per test, with dropout on so
+// that resuming must reproduce the masks too.
+func tinyGPT() Config {
+	c := Default()
+	c.Model, c.Layers, c.Width, c.Heads, c.Context = "gpt", 2, 32, 4, 16
+	c.Batch, c.Dropout, c.Quiet, c.EvalEvery, c.ValSplit = 8, 0.1, true, 0, 0.05
+	return c
+}
+
+func newTrainer(t *testing.T, cfg Config) *Trainer {
+	t.Helper()
+	cfg = cfg.Resolved()
+	dev, err := NewDevice(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(cfg, dev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func weights(t *testing.T, tr *Trainer) map[string][]uint32 {
+	out := map[string][]uint32{}
+	for _, p := range tr.Model.Parameters() {
+		var b []uint32
+		for _, v := range p.Float32s() {
+			b = append(b, math.Float32bits(v))
+		}
+		out[p.Name()] = b
+	}
+	return out
+}
+
+func sameWeights(t *testing.T, a, b map[string][]uint32) {
+	t.Helper()
+	for name, wa := range a {
+		wb := b[name]
+		for i := range wa {
+			if wa[i] != wb[i] {
+				t.Fatalf("%s[%d]: %#x vs %#x", name, i, wa[i], wb[i])
+			}
+		}
+	}
+}
+
+func TestInterruptAndResumeIsBitwise(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"gpt-dropout-accum", func(c *Config) { c.Accum = 2 }},
+		{"mlp-fp16-scaler", func(c *Config) {
+			*c = Default()
+			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.AMP = 32, 2, 16, true, 0, "fp16"
+		}},
+		{"gpt-unfreeze", func(c *Config) { c.Freeze, c.UnfreezeAt, c.Optim = []string{"embed.*"}, 6, "adamw" }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyGPT()
+			c.mod(&cfg)
+			cfg.Steps = 10
+			dir := t.TempDir()
+
+			whole := newTrainer(t, cfg)
+			if _, err := whole.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want := weights(t, whole)
+
+			cfg.Save = filepath.Join(dir, "state.safetensors")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			first := newTrainer(t, cfg)
+			first.Hooks.AfterStep = func(tr *Trainer, r Record) error {
+				if r.Step == 4 {
+					cancel() // as SIGINT does
+				}
+				return nil
+			}
+			_, err := first.Run(ctx)
+			if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), cfg.Save) {
+				t.Fatalf("interrupted run: %v", err)
+			}
+			if first.Step() != 4 {
+				t.Fatalf("stopped at step %d, want 4", first.Step())
+			}
+
+			cfg.Resume = cfg.Save
+			second := newTrainer(t, cfg)
+			if second.Step() != 4 {
+				t.Fatalf("resumed at step %d", second.Step())
+			}
+			if _, err := second.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sameWeights(t, want, weights(t, second))
+		})
+	}
+}
+
+func TestResumeRejectsOtherModels(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps = 1
+	cfg.Save = filepath.Join(t.TempDir(), "s")
+	if _, err := newTrainer(t, cfg).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.Save, other.Resume, other.Width = "", cfg.Save, 64
+	dev, _ := NewDevice(other)
+	_, err := New(other, dev, nil)
+	if err == nil || !strings.Contains(err.Error(), "checkpoint is for") {
+		t.Errorf("resuming a different width: %v", err)
+	}
+	// A truncated state file is an error naming it, not a panic.
+	b, _ := os.ReadFile(cfg.Save + ".state")
+	os.WriteFile(cfg.Save+".state", b[:len(b)/2], 0o644)
+	same := cfg
+	same.Save, same.Resume = "", cfg.Save
+	_, err = New(same, dev, nil)
+	if err == nil || !strings.Contains(err.Error(), ".state") {
+		t.Errorf("truncated state: %v", err)
+	}
+}
+
+func TestNonFiniteLoss(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps = 3
+	tr := newTrainer(t, cfg)
+	tr.Model.Parameters()[0].Fill(math.NaN())
+	_, err := tr.Run(context.Background())
+	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "step 1") {
+		t.Errorf("NaN loss gave %v, want an error naming step 1", err)
+	}
+	cfg.SkipNonFinite = true
+	tr = newTrainer(t, cfg)
+	tr.Model.Parameters()[0].Fill(math.NaN())
+	s, err := tr.Run(context.Background())
+	if err != nil || s.SkippedSteps != 3 {
+		t.Errorf("skipping: %v, %d skipped", err, s.SkippedSteps)
+	}
+}
+
+func TestOOMRecoveryRaisesAccumulation(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps = 64, 64, 16, 0, 3
+	full, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c4 := cfg
+	c4.Accum = 4
+	small, err := Plan(c4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A limit the full batch cannot meet but four micro-batches can (the
+	// limit is on reserved memory, which rounds blocks up).
+	cfg.MemLimit = (full.Total + 2*small.Total) / 3
+	if cfg.MemLimit >= full.Total || cfg.MemLimit <= small.Total {
+		t.Fatalf("no room between %d and %d", small.Total, full.Total)
+	}
+	var log bytes.Buffer
+	dev, _ := NewDevice(cfg)
+	tr, err := New(cfg, dev, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	s, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatalf("run under %d bytes: %v\n%s", cfg.MemLimit, err, log.String())
+	}
+	if tr.Accum() < 2 || s.OOMRetries == 0 || !strings.Contains(log.String(), "out of memory") || !strings.Contains(log.String(), "-accum") {
+		t.Errorf("accum %d, retries %d, log:\n%s", tr.Accum(), s.OOMRetries, log.String())
+	}
+	t.Logf("limit %d: %s", cfg.MemLimit, log.String())
+}
+
+func TestPlanMatchesMeasuredPeak(t *testing.T) {
+	base := tinyGPT()
+	base.Dropout = 0
+	mlp := Default()
+	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery = 2, 64, 32, true, 0
+	cnn := Default()
+	cnn.Model, cnn.Width, cnn.Batch, cnn.Quiet, cnn.EvalEvery = "cnn", 256, 16, true, 0
+	var cases []Config
+	add := func(c Config, f func(*Config)) {
+		f(&c)
+		cases = append(cases, c)
+	}
+	add(mlp, func(c *Config) {})
+	add(mlp, func(c *Config) { c.AMP = "bf16" })
+	add(mlp, func(c *Config) { c.Accum = 4; c.Optim = "sgd" })
+	add(cnn, func(c *Config) {})
+	add(cnn, func(c *Config) { c.AMP = "fp16" })
+	add(base, func(c *Config) {})
+	add(base, func(c *Config) { c.AMP = "bf16" })
+	add(base, func(c *Config) { c.Checkpoint = "every" })
+	add(base, func(c *Config) { c.Checkpoint = "sqrt"; c.AMP = "bf16" })
+	add(base, func(c *Config) { c.Accum = 4 })
+	add(base, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} })
+	add(base, func(c *Config) { c.Freeze = []string{"embed.*"}; c.Accum = 2; c.Checkpoint = "1" })
+	add(base, func(c *Config) { c.Layers = 4; c.Checkpoint = "2"; c.AMP = "fp16" })
+	for _, c := range cases {
+		c.Steps = planSteps
+		name := modelKey(c) + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",")
+		t.Run(name, func(t *testing.T) {
+			pred, err := Plan(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := newTrainer(t, c)
+			if _, err := tr.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := tr.Peaks()
+			if d := math.Abs(float64(pred.Total - got.Total)); d > 0.05*float64(got.Total) {
+				t.Errorf("predicted peak %d, measured %d (%.1f%% off)", pred.Total, got.Total, 100*d/float64(got.Total))
+			}
+		})
+	}
+}
+
+func fashionDir(t *testing.T) string {
+	if testing.Short() {
+		t.Skip("-short: skipping a full epoch of Fashion-MNIST")
+	}
+	dir := data.FashionMNISTDir
+	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte.gz")); err != nil {
+		t.Skipf("Fashion-MNIST not found in %s (apt-get install dataset-fashion-mnist)", dir)
+	}
+	return dir
+}
+
+func TestFashionMNISTAccuracy(t *testing.T) {
+	dir := fashionDir(t)
+	for _, c := range []struct {
+		model string
+		want  float64
+	}{{"mlp", 0.85}, {"cnn", 0.87}} {
+		t.Run(c.model, func(t *testing.T) {
+			cfg := Default()
+			cfg.Model, cfg.Data, cfg.Epochs, cfg.Quiet = c.model, dir, 1, true
+			tr := newTrainer(t, cfg)
+			s, err := tr.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Eval.Accuracy == nil || *s.Eval.Accuracy < c.want {
+				t.Errorf("test accuracy %v after one epoch, want >= %v", s.Eval.Accuracy, c.want)
+			}
+			t.Logf("%s: test accuracy %.4f, %.0f samples/s", c.model, *s.Eval.Accuracy, s.SamplesPerSec)
+		})
+	}
+}
+
+var _ = cpu.New
