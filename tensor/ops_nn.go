@@ -16,60 +16,81 @@ func (s *Scope) f32Input(x *Tensor) *Tensor {
 
 func (s *Scope) softmax(name string, x *Tensor, log bool) *Tensor {
 	dev := sameDevice(name, x)
-	in := s.f32Input(x)
-	if in != x {
-		defer s.release(in)
+	if !x.dtype.IsFloat() {
+		panic(errorf(name, "%s is not a float tensor", x.describe()))
 	}
-	c := in.packed(in.dtype, s.cat)
+	// The kernel computes in F32 (F64 for F64) whatever it reads or
+	// writes. Under autocast a softmax keeps its 16-bit input's dtype for
+	// the result — the probabilities feed a 16-bit product next, and saving
+	// them rounded halves the largest activation of attention — while
+	// log-softmax (feeding a loss) returns F32.
+	outDT := x.dtype
+	if log && s.autocast != device.Invalid && x.dtype.IsLowPrecision() {
+		outDT = F32
+	}
+	c := x.packed(x.dtype, s.cat)
 	defer c.Release()
-	out := mustAlloc(dev, in.dtype, in.shape, s.cat)
+	out := mustAlloc(dev, outDT, x.shape, s.cat)
 	dev.Softmax(out.view(), c.view(), log)
-	s.record(out, name, []*Tensor{in}, []*Tensor{out}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	s.record(out, name, []*Tensor{x}, []*Tensor{out}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		y := saved[0]
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dx := mustAlloc(g.st.dev, y.dtype, y.shape, s.cat)
+		dx := mustAlloc(g.st.dev, accumDType(g.dtype), y.shape, s.cat)
 		g.st.dev.SoftmaxBackward(dx.view(), y.view(), gc.view(), log)
 		return []*Tensor{dx}
 	})
 	return s.own(out)
 }
 
-// Softmax normalises the last dimension into probabilities (F32 under
-// autocast).
+// Softmax normalises the last dimension into probabilities, computing in
+// F32.
 func (s *Scope) Softmax(x *Tensor) *Tensor { return s.softmax("softmax", x, false) }
 
 // LogSoftmax returns log(softmax(x)) over the last dimension, computed
-// stably (F32 under autocast).
+// stably in F32 (an F32 result under autocast).
 func (s *Scope) LogSoftmax(x *Tensor) *Tensor { return s.softmax("log_softmax", x, true) }
 
 // LayerNorm normalises the last dimension of x to zero mean and unit
-// variance, then scales by gamma and shifts by beta (both [D]). It runs in
-// F32 under autocast and saves x, the per-row mean and 1/std.
+// variance, then scales by gamma and shifts by beta (both [D]). It
+// computes in F32 and saves x, the per-row mean and 1/std.
 func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 	dev := sameDevice("layer_norm", x, gamma, beta)
 	d := x.shape[x.Dim()-1]
 	if gamma.Dim() != 1 || gamma.shape[0] != d || beta.Dim() != 1 || beta.shape[0] != d {
 		panic(errorf("layer_norm", "gamma %v and beta %v must be [%d] for %s", gamma.shape, beta.shape, d, x.describe()))
 	}
-	in := s.f32Input(x)
-	if in != x {
-		defer s.release(in)
+	// Statistics and normalisation run in F32 whatever x's dtype. Under
+	// autocast the result is rounded to the autocast dtype: its consumer is
+	// a 16-bit product, which would otherwise make a 16-bit copy of it.
+	outDT := x.dtype
+	if s.autocast != device.Invalid && x.dtype != F64 {
+		outDT = s.autocast
 	}
-	c := in.packed(in.dtype, s.cat)
+	c := x.packed(x.dtype, s.cat)
 	defer c.Release()
-	rows := in.Len() / max(d, 1)
-	statDT := accumDType(in.dtype)
+	rows := x.Len() / max(d, 1)
+	statDT := accumDType(x.dtype)
 	mean := mustAlloc(dev, statDT, []int{rows}, s.cat)
 	rstd := mustAlloc(dev, statDT, []int{rows}, s.cat)
-	out := mustAlloc(dev, in.dtype, in.shape, s.cat)
+	out := mustAlloc(dev, outDT, x.shape, s.cat)
 	dev.LayerNorm(out.view(), mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
-	s.record(out, "layer_norm", []*Tensor{in, gamma, beta}, []*Tensor{c, mean, rstd, gamma}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	// Under autocast an F32 input is saved rounded to the autocast dtype:
+	// backward recomputes x̂ = (x-mean)·rstd from it with an error of about
+	// |x̂|·2⁻⁹ (the mean and 1/std stay F32), and the F32 residual stream
+	// it came from is freed as soon as the next residual add consumes it.
+	saveX := c
+	if s.grad && outDT != x.dtype && (x.needsGrad() || gamma.needsGrad()) {
+		saveX = mustAlloc(dev, outDT, x.shape, s.cat)
+		dev.Copy(saveX.view(), c.view())
+		defer saveX.Release()
+	}
+	s.record(out, "layer_norm", []*Tensor{x, gamma, beta}, []*Tensor{saveX, mean, rstd, gamma}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sx, sm, sr, sg := saved[0], saved[1], saved[2], saved[3]
 		dev := g.st.dev
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dx := mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+		dx := mustAlloc(dev, accumDType(g.dtype), sx.shape, s.cat)
 		dgamma := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
 		dbeta := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
 		dev.Fill(dgamma.view(), 0)
@@ -294,10 +315,9 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	if o.HasIgnore {
 		ignore = o.IgnoreIndex
 	}
-	in := s.f32Input(logits)
-	if in != logits {
-		defer s.release(in)
-	}
+	// The kernel computes in F32 whatever the logits' dtype, so 16-bit
+	// logits are saved as they are rather than as an F32 copy.
+	in := logits
 	lc := in.packed(in.dtype, s.cat)
 	defer lc.Release()
 	tc := targets.packed(targets.dtype, s.cat)
