@@ -25,6 +25,9 @@ const (
 	expC5 = 0.008333598
 	expC6 = 0.0013889148
 	expC7 = 0.00019591706
+	// roundMagic is 1.5·2²³: x + roundMagic rounds x to an integer held in
+	// the low bits of the sum's mantissa (for |x| < 2²²).
+	roundMagic = 12582912
 )
 
 // exp32 is e^x for float32.
@@ -111,48 +114,67 @@ func unaryRow32(op device.UnaryOp, y, x []float32) bool {
 func geluGrad32(out, x, g []float32) {
 	x, g = x[:len(out)], g[:len(out)]
 	for i, v := range x {
-		t := tanhInline(geluC * (v + 0.044715*v*v*v))
+		u := geluC * (v + 0.044715*v*v*v)
+		bits := math.Float32bits(u)
+		a := math.Float32frombits(bits &^ (1 << 31))
+		if a > 9 {
+			a = 9
+		}
+		// Round -2a·log2(e) to the nearest integer n without int
+		// conversions (which stall the loop): adding 1.5·2²³ leaves n in
+		// the low mantissa bits.
+		big := -2*a*log2e + roundMagic
+		n := big - roundMagic
+		r := -2*a - n*ln2Hi - n*ln2Lo
+		p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
+		e := p * math.Float32frombits((math.Float32bits(big)-math.Float32bits(roundMagic)+127)<<23)
+		th := math.Float32frombits(math.Float32bits((1-e)/(1+e)) | bits&(1<<31))
 		du := geluC * (1 + 3*0.044715*v*v)
-		out[i] = g[i] * (0.5*(1+t) + 0.5*v*(1-t*t)*du)
+		out[i] = g[i] * (0.5*(1+th) + 0.5*v*(1-th*th)*du)
 	}
 }
 
-// geluRow32 is GELU with tanh written out inline: no calls in the loop
-// lets the processor overlap the long dependency chains of neighbouring
-// elements. For |u| >= 0.625, tanh(u) = 1 - 2/(e^{2u}+1) with e^{2u} from
-// the same reduction as exp32; smaller |u| use the odd polynomial.
+// geluRow32 is GELU with tanh written out inline and without branches, so
+// that the processor overlaps the long dependency chains of neighbouring
+// elements. GELU needs tanh only to absolute accuracy (it enters as
+// 1+tanh), so one formula serves every input: tanh|u| = (1-e)/(1+e) with
+// e = exp(-2|u|) from the same range reduction and polynomial as exp32,
+// absolute error below 3e-7.
 func geluRow32(y, x []float32) {
 	x = x[:len(y)]
 	for i, v := range x {
+		// tanhAbsAccurate, written out: a call in this loop costs more
+		// than the arithmetic.
 		u := geluC * (v + 0.044715*v*v*v)
-		y[i] = 0.5 * v * (1 + tanhInline(u))
+		bits := math.Float32bits(u)
+		a := math.Float32frombits(bits &^ (1 << 31))
+		if a > 9 {
+			a = 9
+		}
+		// Round -2a·log2(e) to the nearest integer n without int
+		// conversions (which stall the loop): adding 1.5·2²³ leaves n in
+		// the low mantissa bits.
+		big := -2*a*log2e + roundMagic
+		n := big - roundMagic
+		r := -2*a - n*ln2Hi - n*ln2Lo
+		p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
+		e := p * math.Float32frombits((math.Float32bits(big)-math.Float32bits(roundMagic)+127)<<23)
+		th := math.Float32frombits(math.Float32bits((1-e)/(1+e)) | bits&(1<<31))
+		y[i] = 0.5 * v * (1 + th)
 	}
 }
 
-// tanhInline is tanh32 shaped for inlining into loops.
-func tanhInline(u float32) float32 {
-	a := u
-	if a < 0 {
-		a = -a
-	}
-	if a < 0.625 {
-		z := u * u
-		return ((((-5.70498872745e-3*z+2.06390887954e-2)*z-5.37397155531e-2)*z+1.33314422036e-1)*z-3.33332819422e-1)*z*u + u
-	}
+// tanhAbsAccurate is tanh to absolute accuracy 2e-7, branch-free.
+func tanhAbsAccurate(u float32) float32 {
+	bits := math.Float32bits(u)
+	a := math.Float32frombits(bits &^ (1 << 31))
 	a = min(a, 9)
-	// e^{-2a} by range reduction; -2a is in [-18, -1.25].
-	t := -2*a*log2e + 0.5
-	k := int32(t)
-	if float32(k) > t {
-		k--
-	}
+	t := -2 * a * log2e // in [-26, 0]
+	k := int32(t - 0.5) // t <= 0, so truncation rounds to nearest: |r| <= ln2/2
 	n := float32(k)
 	r := -2*a - n*ln2Hi - n*ln2Lo
 	p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
 	e := p * math.Float32frombits(uint32(k+127)<<23)
 	th := (1 - e) / (1 + e)
-	if u < 0 {
-		return -th
-	}
-	return th
+	return math.Float32frombits(math.Float32bits(th) | bits&(1<<31))
 }

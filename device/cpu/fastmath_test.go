@@ -40,3 +40,27 @@ func BenchmarkExp32(b *testing.B) {
 	}
 	_ = s
 }
+
+func TestTanhAbsAccurate(t *testing.T) {
+	worst := 0.0
+	for x := -20.0; x <= 20; x += 0.000731 {
+		f := float32(x)
+		got := float64(tanhAbsAccurate(f))
+		worst = math.Max(worst, math.Abs(got-math.Tanh(float64(f))))
+	}
+	if worst > 3e-7 {
+		t.Errorf("tanh absolute error %g", worst)
+	}
+}
+
+func BenchmarkGeluRow32(b *testing.B) {
+	x := make([]float32, 4096)
+	for i := range x {
+		x[i] = float32(i%200-100) / 25
+	}
+	y := make([]float32, len(x))
+	b.SetBytes(4 * int64(len(x)))
+	for range b.N {
+		geluRow32(y, x)
+	}
+}

@@ -52,6 +52,23 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 			for _, v := range x {
 				m = max(m, float64(v))
 			}
+			if x32, ok := any(x).([]float32); ok && !log {
+				// float32 rows: e^(x-m) once, with exp32, into y.
+				y32 := any(y).([]float32)
+				m32 := float32(m)
+				var s float64
+				for i, v := range x32 {
+					e := exp32(v - m32)
+					y32[i] = e
+					s += float64(e)
+				}
+				inv := float32(1 / s)
+				for i := range y32 {
+					y32[i] *= inv
+				}
+				store(dst, dst.Offset+r*n, 1, y)
+				continue
+			}
 			var s float64
 			for _, v := range x {
 				s += math.Exp(float64(v) - m)

@@ -416,22 +416,38 @@ func (d *Device) CausalFill(dst, src device.View, value float64) {
 func causalFill[T float](d *Device, dst, src device.View, value float64) {
 	r := len(dst.Shape)
 	rows, cols := dst.Shape[r-2], dst.Shape[r-1]
-	l := newLoop(dst.Shape, dst, src)
-	l.run(d.threads, func(pos int, offs []int, m int) {
+	// Whole rows at a time: row i keeps columns 0..i and fills the rest.
+	// Both views are walked as [matrices, rows, cols] with their strides.
+	mats := dst.Len() / max(rows*cols, 1)
+	d.rowsParallel(mats*rows, cols, func(r0, r1 int) {
 		sc := getScratch[T]()
-		x := load(src, offs[1], m, l.istr[1], sc.a[:])
-		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
-		for i := range y {
-			p := pos + i
-			if p%cols > (p/cols)%rows {
-				y[i] = T(value)
-			} else {
-				y[i] = x[i]
+		defer putScratch(sc)
+		for q := r0; q < r1; q++ {
+			m, i := q/rows, q%rows
+			doff, soff := matOffset(dst, m), matOffset(src, m)
+			doff += i * dst.Strides[r-2]
+			soff += i * src.Strides[r-2]
+			x := load(src, soff, cols, src.Strides[r-1], rowScratch(sc.a[:], cols))
+			y := target(dst, doff, cols, dst.Strides[r-1], rowScratch(sc.b[:], cols))
+			keep := min(i+1, cols)
+			copy(y[:keep], x[:keep])
+			for j := keep; j < cols; j++ {
+				y[j] = T(value)
 			}
+			store(dst, doff, dst.Strides[r-1], y)
 		}
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
 	})
+}
+
+// matOffset is the element offset of matrix m of a view whose last two
+// dimensions are the matrices and whose leading ones are walked row-major.
+func matOffset(v device.View, m int) int {
+	off := v.Offset
+	for k := len(v.Shape) - 3; k >= 0; k-- {
+		off += (m % v.Shape[k]) * v.Strides[k]
+		m /= v.Shape[k]
+	}
+	return off
 }
 
 // AllFinite reports whether src holds no inf or NaN.
