@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
 	"github.com/memfit/memfit/train"
 )
 
@@ -75,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.MemReport != "" {
 		dev.Memory().EnableHistory(1 << 20)
+		tensor.EnableAllocSites(dev.Memory())
 	}
 	t, err := train.New(cfg, dev, stderr)
 	if err != nil {
