@@ -275,3 +275,30 @@ func TestFashionMNISTAccuracy(t *testing.T) {
 }
 
 var _ = cpu.New
+
+func TestFitChoosesWhatFits(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout = 64, 64, 16, 0
+	full, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := full.Total * 3 / 4
+	c, err := Fit(cfg, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Peak.Total > budget || (c.Config.Accum == cfg.Accum && c.Config.Checkpoint == cfg.Checkpoint && c.Config.AMP == cfg.AMP) {
+		t.Fatalf("Fit(%d) chose %+v with peak %d", budget, c.Config, c.Peak.Total)
+	}
+	// What Fit chose fits when run for real.
+	c.Config.Steps = planSteps
+	tr := newTrainer(t, c.Config)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Peaks().Total; got > budget {
+		t.Errorf("measured peak %d exceeds the budget %d", got, budget)
+	}
+	t.Logf("budget %d: -accum %d -checkpoint %s -amp %s, peak %d", budget, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, c.Peak.Total)
+}
