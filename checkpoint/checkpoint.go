@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
 )
@@ -49,7 +50,7 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 		defer s.Close()
 		xd := s.Detach(saved[0])
 		if needX {
-			xd.SetRequiresGrad(true)
+			xd.SetRequiresGrad(true).SetGradCategory(memory.Temporary)
 		}
 		y := fn(&nn.Run{Scope: s, Train: train, Seed: seed, InPlace: inPlace}, xd)
 		y.Backward(tensor.WithGrad(g))

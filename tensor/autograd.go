@@ -294,7 +294,11 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 func accumulateLeaf(bs *Scope, leaf, g *Tensor) {
 	dev := leaf.st.dev
 	if leaf.grad == nil {
-		gr := mustAlloc(dev, leaf.dtype, leaf.shape, memory.Gradient)
+		cat := memory.Gradient
+		if leaf.gradCat != 0 {
+			cat = leaf.gradCat
+		}
+		gr := mustAlloc(dev, leaf.dtype, leaf.shape, cat)
 		dev.Copy(gr.view(), g.view())
 		leaf.grad = gr
 		return
@@ -313,6 +317,16 @@ func sameShape(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// SetGradCategory sets the allocator category of the gradient backward
+// allocates for this leaf (memory.Gradient unless set). Code that makes a
+// leaf only to collect the gradient flowing into it — activation
+// checkpointing's recomputed input — counts it as memory.Temporary, so
+// that Gradient stays exactly the parameters' gradients.
+func (t *Tensor) SetGradCategory(c memory.Category) *Tensor {
+	t.gradCat = c
+	return t
 }
 
 // TakeGrad removes a leaf's gradient and hands it to the caller, counted

@@ -58,10 +58,11 @@ type Tensor struct {
 	offset  int
 	dtype   DType
 
-	requiresGrad bool    // a leaf whose gradient is wanted (a parameter)
-	grad         *Tensor // accumulated gradient of a leaf
-	node         *node   // the op that produced this tensor, when recorded
-	name         string  // optional label used in error messages
+	requiresGrad bool            // a leaf whose gradient is wanted (a parameter)
+	grad         *Tensor         // accumulated gradient of a leaf
+	gradCat      memory.Category // category of grad when allocated; 0: memory.Gradient
+	node         *node           // the op that produced this tensor, when recorded
+	name         string          // optional label used in error messages
 
 	owner    *Scope
 	released bool
