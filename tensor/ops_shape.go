@@ -1,9 +1,5 @@
 package tensor
 
-import (
-	"github.com/memfit/memfit/device"
-)
-
 // viewOf returns a new handle on x's storage with another shape/strides.
 func viewOf(x *Tensor, shape, strides []int, offset int) *Tensor {
 	x.st.retain()
@@ -236,5 +232,3 @@ func (s *Scope) Unsqueeze(x *Tensor, axis int) *Tensor {
 	return s.Reshape(x, shape...)
 }
 
-// ensure the device package stays referenced for View-only helpers.
-var _ = device.View{}

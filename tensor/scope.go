@@ -19,7 +19,6 @@ type Scope struct {
 	track    bool // own the results (false inside backward)
 	owned    []*Tensor
 	casts    map[castKey]cachedCast // autocast copies of leaves, reused until Close
-	seed     uint64
 	closed   bool
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/device/cpu"
 )
 
 // tinyGPT is a GPT small enough for many runs per test, with dropout on so
@@ -274,7 +273,6 @@ func TestFashionMNISTAccuracy(t *testing.T) {
 	}
 }
 
-var _ = cpu.New
 
 func TestFitChoosesWhatFits(t *testing.T) {
 	cfg := tinyGPT()
