@@ -300,3 +300,16 @@ func TestFitChoosesWhatFits(t *testing.T) {
 	}
 	t.Logf("budget %d: -accum %d -checkpoint %s -amp %s, peak %d", budget, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, c.Peak.Total)
 }
+
+func TestScalerUpdatesOncePerWindow(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.AMP, cfg.Accum, cfg.Steps, cfg.Dropout = "fp16", 4, 6, 0
+	tr := newTrainer(t, cfg)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := tr.Scaler.State()
+	if st.GoodSteps+st.Skipped != 6 {
+		t.Errorf("scaler saw %d clean + %d skipped steps over 6 windows of 4 micro-batches: it must update once per window", st.GoodSteps, st.Skipped)
+	}
+}
