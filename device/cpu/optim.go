@@ -23,6 +23,18 @@ func adamStep[T float](d *Device, param, grad, m, v device.View, h device.AdamHy
 	}
 	stepSize := h.LR / h.BiasCorrection1
 	sqrtBC2 := math.Sqrt(h.BiasCorrection2)
+	vc := adamConsts{
+		gradScale: float32(scale), beta1: float32(h.Beta1), oneMinusBeta1: float32(1 - h.Beta1),
+		beta2: float32(h.Beta2), oneMinusBeta2: float32(1 - h.Beta2),
+		stepSize: float32(stepSize), invSqrtBC2: float32(1 / sqrtBC2), eps: float32(h.Eps), decay: 1,
+	}
+	if h.WeightDecay != 0 {
+		if h.Decoupled {
+			vc.decay = float32(1 - h.LR*h.WeightDecay)
+		} else {
+			vc.wd = float32(h.WeightDecay)
+		}
+	}
 	parallelRange(d.threads, n, func(s, e int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
@@ -32,7 +44,11 @@ func adamStep[T float](d *Device, param, grad, m, v device.View, h device.AdamHy
 			g := load(grad, grad.Offset+c, k, 1, sc.b[:])
 			mm := load(m, m.Offset+c, k, 1, sc.c[:])
 			vv := load(v, v.Offset+c, k, 1, sc.d[:])
-			for i := range p {
+			start := 0
+			if p32, ok := any(p).([]float32); ok {
+				start = adamVector(p32, any(g).([]float32), any(mm).([]float32), any(vv).([]float32), &vc)
+			}
+			for i := start; i < len(p); i++ {
 				gi := float64(g[i]) * scale
 				pi := float64(p[i])
 				if h.WeightDecay != 0 {

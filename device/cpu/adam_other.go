@@ -1,0 +1,11 @@
+//go:build !amd64 || purego
+
+package cpu
+
+type adamConsts struct {
+	gradScale, beta1, oneMinusBeta1, beta2, oneMinusBeta2 float32
+	stepSize, invSqrtBC2, eps, wd, decay                  float32
+}
+
+// adamVector has no vector path on this platform.
+func adamVector(p, g, m, v []float32, c *adamConsts) int { return 0 }
