@@ -113,7 +113,9 @@ func unaryRow32(op device.UnaryOp, y, x []float32) bool {
 // geluGrad32 computes out = g·gelu'(x) on float32 rows.
 func geluGrad32(out, x, g []float32) {
 	x, g = x[:len(out)], g[:len(out)]
-	for i, v := range x {
+	start := geluGradVector(out, x, g)
+	for i := start; i < len(x); i++ {
+		v := x[i]
 		u := geluC * (v + 0.044715*v*v*v)
 		bits := math.Float32bits(u)
 		a := math.Float32frombits(bits &^ (1 << 31))
@@ -142,7 +144,9 @@ func geluGrad32(out, x, g []float32) {
 // absolute error below 3e-7.
 func geluRow32(y, x []float32) {
 	x = x[:len(y)]
-	for i, v := range x {
+	start := geluVector(y, x)
+	for i := start; i < len(x); i++ {
+		v := x[i]
 		// tanhAbsAccurate, written out: a call in this loop costs more
 		// than the arithmetic.
 		u := geluC * (v + 0.044715*v*v*v)

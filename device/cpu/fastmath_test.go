@@ -64,3 +64,46 @@ func BenchmarkGeluRow32(b *testing.B) {
 		geluRow32(y, x)
 	}
 }
+
+func geluRef(v float64) float64 {
+	return 0.5 * v * (1 + math.Tanh(geluC*(v+0.044715*v*v*v)))
+}
+
+func geluGradRef(v float64) float64 {
+	u := geluC * (v + 0.044715*v*v*v)
+	t := math.Tanh(u)
+	return 0.5*(1+t) + 0.5*v*(1-t*t)*geluC*(1+3*0.044715*v*v)
+}
+
+// The vector and scalar GELU paths against float64, on lengths that
+// exercise the 16-wide body and the scalar tail, and on large, tiny and
+// non-finite inputs.
+func TestGeluRows(t *testing.T) {
+	for _, n := range []int{1, 15, 16, 17, 100, 4099} {
+		x := make([]float32, n)
+		g := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%97-48) / 6 // [-8, 8]
+			g[i] = float32(i%7) - 3
+		}
+		if n > 20 {
+			x[3], x[5], x[7] = 1e-20, -30, 40
+		}
+		y := make([]float32, n)
+		dx := make([]float32, n)
+		geluRow32(y, x)
+		geluGrad32(dx, x, g)
+		for i, v := range x {
+			want := geluRef(float64(v))
+			if d := math.Abs(float64(y[i]) - want); d > 1e-6*math.Max(1, math.Abs(want)) {
+				t.Fatalf("n=%d gelu(%v) = %v, want %v", n, v, y[i], want)
+			}
+			// 1+tanh u cancels for large negative u (as in any float32
+			// GELU): the error is absolute, about 1e-6 per unit of g.
+			wg := float64(g[i]) * geluGradRef(float64(v))
+			if d := math.Abs(float64(dx[i]) - wg); d > 1e-6*math.Max(1, math.Abs(float64(g[i]))) {
+				t.Fatalf("n=%d gelu'(%v)·%v = %v, want %v", n, v, g[i], dx[i], wg)
+			}
+		}
+	}
+}

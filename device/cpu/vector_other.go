@@ -9,3 +9,9 @@ type adamConsts struct {
 
 // adamVector has no vector path on this platform.
 func adamVector(p, g, m, v []float32, c *adamConsts) int { return 0 }
+
+// geluVector has no vector path on this platform.
+func geluVector(y, x []float32) int { return 0 }
+
+// geluGradVector has no vector path on this platform.
+func geluGradVector(out, x, g []float32) int { return 0 }
