@@ -16,8 +16,8 @@ type geluConsts struct {
 var geluTable = geluConsts{
 	c: geluC, k: 0.044715 * geluC, k3: 3 * 0.044715 * geluC, nine: 9, log2e: log2e, magic: roundMagic,
 	ln2hi: ln2Hi, ln2lo: ln2Lo,
-	poly:    [7]float32{expC7, expC6, expC5, expC4, expC3, expC2, expC1},
-	one:     1, half: 0.5,
+	poly: [7]float32{expC7, expC6, expC5, expC4, expC3, expC2, expC1},
+	one:  1, half: 0.5,
 	absMask: math.MaxInt32, signMask: 1 << 31, bias: 127,
 }
 
