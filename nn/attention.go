@@ -96,7 +96,13 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	scores := r.MatMul(qs, kt) // [B, H, T, T]
 	qs.Release()
 	kt.Release()
-	masked := r.CausalMask(scores, math.Inf(-1))
+	var masked *tensor.Tensor
+	if r.InPlace {
+		// The scores are the product's own result and nothing saved them.
+		masked = r.CausalMaskInPlace(scores, math.Inf(-1))
+	} else {
+		masked = r.CausalMask(scores, math.Inf(-1))
+	}
 	scores.Release()
 	probs := r.Softmax(masked)
 	masked.Release()

@@ -127,6 +127,9 @@ var gradCases = []gradCase{
 	{name: "mul_/in-place", inputs: []input{in("", 6)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.MulScalarInPlace(s.Square(x[0]), 3)
 	}},
+	{name: "causal_mask_/in-place", inputs: []input{in("", 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Softmax(s.CausalMaskInPlace(s.MulScalar(x[0], 1), math.Inf(-1)))
+	}},
 	{name: "cast/f32-roundtrip", tol: 1e-4, h: 1e-2, inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.Cast(s.Mul(s.Cast(x[0], tensor.F32), s.Cast(x[0], tensor.F32)), tensor.F64)
 	}},

@@ -116,3 +116,18 @@ func (s *Scope) Function(name string, out *Tensor, inputs, save []*Tensor, backw
 	s.record(out, name, inputs, save, backward)
 	return s.own(out)
 }
+
+// CausalMaskInPlace is CausalMask writing into x (attention scores that
+// nothing saved), sparing a copy of the largest activation of attention.
+func (s *Scope) CausalMaskInPlace(x *Tensor, value float64) *Tensor {
+	s.checkInPlace("causal_mask_", x)
+	if x.Dim() < 2 {
+		panic(errorf("causal_mask_", "%s needs at least 2 dimensions", x.describe()))
+	}
+	x.st.dev.CausalFill(x.view(), x.view(), value)
+	return s.inPlaceResult("causal_mask_", x, []*Tensor{x}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		dx := mustAlloc(g.st.dev, g.dtype, g.shape, s.cat)
+		g.st.dev.CausalFill(dx.view(), g.view(), 0)
+		return []*Tensor{dx}
+	})
+}
