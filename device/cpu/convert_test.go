@@ -126,3 +126,44 @@ func TestNarrowingMatchesIEEE(t *testing.T) {
 		}
 	}
 }
+
+// The vector converters agree bit for bit with the scalar ones, which the
+// tests above check against the IEEE definition.
+func TestVectorBF16Conversions(t *testing.T) {
+	var src []float32
+	for b := uint64(0); b < 1<<32; b += 4099 {
+		src = append(src, math.Float32frombits(uint32(b)))
+	}
+	for h := 0; h < 1<<16; h++ { // every tie and its neighbours
+		base := uint32(h) << 16
+		src = append(src, math.Float32frombits(base|0x8000), math.Float32frombits(base|0x7fff), math.Float32frombits(base|0x8001))
+	}
+	src = append(src, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7f800001), math.Float32frombits(0xffc00001))
+	for len(src)%16 != 5 {
+		src = append(src, 1.5) // leave a scalar tail too
+	}
+	dst := make([]uint16, len(src))
+	n := bf16FromF32Vector(dst, src)
+	if hasAVX512 && n == 0 {
+		t.Fatal("the vector path did not run")
+	}
+	for i := n; i < len(src); i++ {
+		dst[i] = BF16FromF32(src[i])
+	}
+	for i, f := range src {
+		if want := BF16FromF32(f); dst[i] != want {
+			t.Fatalf("bf16(%#08x): vector %#04x, scalar %#04x", math.Float32bits(f), dst[i], want)
+		}
+	}
+	all := make([]uint16, 1<<16)
+	for i := range all {
+		all[i] = uint16(i)
+	}
+	wide := make([]float32, len(all))
+	f32FromBF16Vector(wide, all)
+	for i, h := range all {
+		if math.Float32bits(wide[i]) != math.Float32bits(F32FromBF16(h)) {
+			t.Fatalf("f32(%#04x): vector %#08x", h, math.Float32bits(wide[i]))
+		}
+	}
+}

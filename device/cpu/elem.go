@@ -234,7 +234,11 @@ func load[T float](v device.View, off, m, str int, scratch []T) []T {
 		}
 	case device.BF16:
 		s := u16s(v)
-		for i := range out {
+		start := 0
+		if o32, ok := any(out).([]float32); ok && str == 1 {
+			start = f32FromBF16Vector(o32, s[off:off+m])
+		}
+		for i := start; i < len(out); i++ {
 			out[i] = T(F32FromBF16(s[off+i*str]))
 		}
 	case device.F16:
@@ -299,8 +303,12 @@ func store[T float](v device.View, off, str int, vals []T) {
 		}
 	case device.BF16:
 		s := u16s(v)
-		for i, x := range vals {
-			s[off+i*str] = BF16FromF32(float32(x))
+		start := 0
+		if v32, ok := any(vals).([]float32); ok && str == 1 {
+			start = bf16FromF32Vector(s[off:off+m], v32)
+		}
+		for i := start; i < len(vals); i++ {
+			s[off+i*str] = BF16FromF32(float32(vals[i]))
 		}
 	case device.F16:
 		s := u16s(v)

@@ -15,3 +15,10 @@ func geluVector(y, x []float32) int { return 0 }
 
 // geluGradVector has no vector path on this platform.
 func geluGradVector(out, x, g []float32) int { return 0 }
+
+func bf16FromF32Vector(dst []uint16, src []float32) int { return 0 }
+
+func f32FromBF16Vector(dst []float32, src []uint16) int { return 0 }
+
+// hasAVX512 is false where no vector path is built.
+var hasAVX512 = false
