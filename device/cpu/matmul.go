@@ -7,6 +7,9 @@ import (
 	"github.com/memfit/memfit/device/cpu/gemm"
 )
 
+// tilePool holds the f32 tiles of products with 16-bit outputs.
+var tilePool = sync.Pool{New: func() any { return new([]float32) }}
+
 // Gemm runs a batched matrix product. Batches of small matrices are spread
 // over goroutines; each large product parallelises inside the gemm package.
 func (d *Device) Gemm(g device.Gemm) {
@@ -58,7 +61,13 @@ func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
 			return
 		}
 		// Low-precision output: accumulate in an f32 tile, then round once.
-		tmp := make([]float32, g.M*g.N)
+		// The tile is pooled host scratch (with beta 0 GEMM overwrites it).
+		tp := tilePool.Get().(*[]float32)
+		if cap(*tp) < g.M*g.N {
+			*tp = make([]float32, g.M*g.N)
+		}
+		tmp := (*tp)[:g.M*g.N]
+		defer tilePool.Put(tp)
 		cv := device.View{Buf: g.C.Buf, DType: g.C.DType, Offset: oc, Shape: []int{g.M, g.N}, Strides: []int{g.LDC, 1}}
 		tv := device.View{Buf: device.Buffer{Host: f32bytes(tmp)}, DType: device.F32, Shape: []int{g.M, g.N}, Strides: []int{g.N, 1}}
 		if beta != 0 {
