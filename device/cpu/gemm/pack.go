@@ -45,14 +45,24 @@ func packCopy[T any](dst []T, x mat[T], i0, rows, p0, kc, mr, kg int) {
 				}
 			}
 		case !x.trans:
+			// Groups of kg consecutive k go side by side; walk them with
+			// running offsets rather than a division per element.
+			step := mr * kg
 			for i := 0; i < nr; i++ {
 				src := x.data[(i0+ir+i)*x.ld+p0:][:kc]
 				d := pan[i*kg:]
-				for p, v := range src {
-					d[(p/kg)*mr*kg+p%kg] = v
+				p, q := 0, 0
+				if kg == 2 {
+					for ; p+2 <= kc; p, q = p+2, q+step {
+						d[q], d[q+1] = src[p], src[p+1]
+					}
 				}
-				for p := kc; p < kcp; p++ {
-					d[(p/kg)*mr*kg+p%kg] = zero
+				for ; p < kcp; p++ {
+					v := zero
+					if p < kc {
+						v = src[p]
+					}
+					d[(p/kg)*step+p%kg] = v
 				}
 			}
 			if nr < mr {
