@@ -107,3 +107,29 @@ func TestGeluRows(t *testing.T) {
 		}
 	}
 }
+
+func TestExpShiftVector(t *testing.T) {
+	x := make([]float32, 1000)
+	for i := range x {
+		x[i] = float32(i%200)/10 - 15 // [-15, 5)
+	}
+	x[7], x[8], x[9] = float32(math.Inf(-1)), -200, -87
+	const shift = 5
+	y := make([]float32, len(x))
+	n := expShiftVector(y, x, shift)
+	if hasAVX512 && n != 992 {
+		t.Fatalf("vector path did %d elements", n)
+	}
+	for i := n; i < len(x); i++ {
+		y[i] = exp32(x[i] - shift)
+	}
+	for i, v := range x {
+		want := math.Exp(float64(v - shift)) // the argument is rounded to float32 first
+		if d := math.Abs(float64(y[i]) - want); d > 3e-7*want+1e-37 {
+			t.Fatalf("exp(%v - %v) = %v, want %v", v, shift, y[i], want)
+		}
+	}
+	if y[7] != 0 || y[8] != 0 {
+		t.Errorf("masked entries give %v, %v; want 0", y[7], y[8])
+	}
+}

@@ -47,3 +47,17 @@ func geluGradVector(out, x, g []float32) int {
 	geluGradF32AVX512(&out[0], &x[0], &g[0], n, &geluTable)
 	return n
 }
+
+//go:noescape
+func expShiftF32AVX512(y, x *float32, n int, shift float32, c *geluConsts)
+
+// expShiftVector writes y = exp(x - shift) for the largest multiple of 16
+// elements (x - shift <= 0) and returns how many it did.
+func expShiftVector(y, x []float32, shift float32) int {
+	n := len(y) &^ 15
+	if !hasAVX512 || n == 0 {
+		return 0
+	}
+	expShiftF32AVX512(&y[0], &x[0], n, shift, &geluTable)
+	return n
+}

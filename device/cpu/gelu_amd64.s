@@ -137,3 +137,52 @@ bloop:
 bdone:
 	VZEROUPPER
 	RET
+
+// func expShiftF32AVX512(y, x *float32, n int, shift float32, c *geluConsts)
+// y = exp(x - shift) for n (a multiple of 16) elements, with x - shift <= 0
+// (softmax rows); arguments below -87.3 (masked entries) give exactly 0.
+TEXT ·expShiftF32AVX512(SB), NOSPLIT, $0-40
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS shift+24(FP), Z7
+	MOVQ c+32(FP), AX
+	LOADCONSTS
+	MOVL $0xc2aeac4f, DX          // -87.33654
+	VPBROADCASTD DX, Z6
+	XORQ BX, BX
+
+eloop:
+	CMPQ CX, $16
+	JLT  edone
+	VMOVUPS (SI)(BX*4), Z0
+	VSUBPS  Z7, Z0, Z10           // z = x - shift
+	VCMPPS  $1, Z6, Z10, K1       // K1: z < -87.3
+	VMAXPS  Z6, Z10, Z10
+	VMOVAPS Z21, Z11
+	VFMADD231PS Z20, Z10, Z11     // big = magic + z·log2e
+	VSUBPS  Z21, Z11, Z12         // n
+	VFNMADD231PS Z22, Z12, Z10    // r = z - n·ln2hi
+	VFNMADD231PS Z23, Z12, Z10    // r -= n·ln2lo
+	VMOVAPS Z24, Z13
+	VFMADD213PS Z25, Z10, Z13
+	VFMADD213PS Z26, Z10, Z13
+	VFMADD213PS Z27, Z10, Z13
+	VFMADD213PS Z16, Z10, Z13
+	VFMADD213PS Z17, Z10, Z13
+	VFMADD213PS Z18, Z10, Z13
+	VFMADD213PS Z29, Z10, Z13
+	VPSUBD  Z21, Z11, Z11
+	VPADDD  Z31, Z11, Z11
+	VPSLLD  $23, Z11, Z11
+	VMULPS  Z11, Z13, Z13         // e = p·2^n
+	VPXORD  Z14, Z14, Z14
+	VMOVAPS Z14, K1, Z13          // masked entries: 0
+	VMOVUPS Z13, (DI)(BX*4)
+	ADDQ    $16, BX
+	SUBQ    $16, CX
+	JMP     eloop
+
+edone:
+	VZEROUPPER
+	RET

@@ -57,9 +57,11 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 				y32 := any(y).([]float32)
 				m32 := float32(m)
 				var s float64
-				for i, v := range x32 {
-					e := exp32(v - m32)
-					y32[i] = e
+				start := expShiftVector(y32, x32, m32)
+				for i := start; i < len(x32); i++ {
+					y32[i] = exp32(x32[i] - m32)
+				}
+				for _, e := range y32 {
 					s += float64(e)
 				}
 				inv := float32(1 / s)
