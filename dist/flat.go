@@ -1,0 +1,196 @@
+package dist
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// DefaultBucketBytes is the default size of a communication bucket
+// (PyTorch DDP's 25 MiB).
+const DefaultBucketBytes = 25 << 20
+
+// flat numbers the elements of a list of tensors as one vector, tensor
+// after tensor, each in row-major order: the layout buckets and ZeRO
+// shards are cut from. Nothing is copied into such a vector; segments map
+// flat ranges back to pieces of the tensors.
+type flat struct {
+	params []*tensor.Tensor
+	off    []int // flat position of params[i]'s first element
+	total  int
+}
+
+func newFlat(params []*tensor.Tensor) *flat {
+	f := &flat{params: params, off: make([]int, len(params))}
+	for i, p := range params {
+		f.off[i] = f.total
+		f.total += p.Len()
+	}
+	return f
+}
+
+// segment is elements [a, a+n) of params[i], at flat position pos.
+type segment struct{ i, a, n, pos int }
+
+// segments lists the pieces of the flat range [lo, hi) (clipped to the
+// vector).
+func (f *flat) segments(lo, hi int) []segment {
+	lo, hi = max(lo, 0), min(hi, f.total)
+	if lo >= hi {
+		return nil
+	}
+	i := sort.Search(len(f.off), func(i int) bool { return f.off[i]+f.params[i].Len() > lo })
+	var out []segment
+	for pos := lo; pos < hi && i < len(f.params); i++ {
+		n := f.params[i].Len()
+		if n == 0 {
+			continue
+		}
+		a := pos - f.off[i]
+		k := min(n-a, hi-pos)
+		out = append(out, segment{i: i, a: a, n: k, pos: pos})
+		pos += k
+	}
+	return out
+}
+
+// slice is a 1-D view of elements [a, a+n) of t (contiguous).
+func slice(s *tensor.Scope, t *tensor.Tensor, a, n int) *tensor.Tensor {
+	r := s.Reshape(t, t.Len())
+	v := s.Narrow(r, 0, a, n)
+	r.Release()
+	return v
+}
+
+// assign copies src into dst (same length, contiguous dst) on the device.
+func assign(s *tensor.Scope, dst, src *tensor.Tensor) {
+	dst.Fill(0)
+	s.AddInPlace(dst, src).Release()
+}
+
+// gather copies the flat range [lo, hi) of the tensors get returns into
+// dst (1-D, hi-lo elements); a nil tensor, and the part of the range past
+// the end of the vector (padding), read as zeros.
+func (f *flat) gather(s *tensor.Scope, dst *tensor.Tensor, lo, hi int, get func(i int) *tensor.Tensor) {
+	if hi-lo != dst.Len() {
+		panic(fmt.Sprintf("dist: gather of %d elements into %d", hi-lo, dst.Len()))
+	}
+	covered := 0
+	for _, sg := range f.segments(lo, hi) {
+		d := s.Narrow(dst, 0, sg.pos-lo, sg.n)
+		if src := get(sg.i); src != nil {
+			v := slice(s, src, sg.a, sg.n)
+			assign(s, d, v)
+			v.Release()
+		} else {
+			d.Fill(0)
+		}
+		d.Release()
+		covered += sg.n
+	}
+	if covered < dst.Len() {
+		d := s.Narrow(dst, 0, covered, dst.Len()-covered)
+		d.Fill(0)
+		d.Release()
+	}
+}
+
+// scatter copies src (1-D, hi-lo elements) into the flat range [lo, hi)
+// of the tensors get returns (nil ones are skipped, and so is padding).
+func (f *flat) scatter(s *tensor.Scope, src *tensor.Tensor, lo, hi int, get func(i int) *tensor.Tensor) {
+	for _, sg := range f.segments(lo, hi) {
+		dst := get(sg.i)
+		if dst == nil {
+			continue
+		}
+		d := slice(s, dst, sg.a, sg.n)
+		v := s.Narrow(src, 0, sg.pos-lo, sg.n)
+		assign(s, d, v)
+		d.Release()
+		v.Release()
+	}
+}
+
+// checkParams checks that params are distinct live F32 tensors on one
+// device and returns that device.
+func checkParams(where string, params []*tensor.Tensor) (device.Device, error) {
+	if len(params) == 0 {
+		return nil, fmt.Errorf("dist: %s: no parameters", where)
+	}
+	seen := map[*tensor.Tensor]bool{}
+	var dev device.Device
+	for i, p := range params {
+		if err := checkF32(where, fmt.Sprintf("parameter %d (%s)", i, nameOf(p)), p); err != nil {
+			return nil, err
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("dist: %s: parameter %s is listed twice", where, nameOf(p))
+		}
+		seen[p] = true
+		if dev == nil {
+			dev = p.Device()
+		} else if p.Device() != dev {
+			return nil, fmt.Errorf("dist: %s: parameter %s is on another device than %s", where, nameOf(p), nameOf(params[0]))
+		}
+	}
+	return dev, nil
+}
+
+func nameOf(p *tensor.Tensor) string {
+	if p == nil {
+		return "<nil>"
+	}
+	if p.Name() != "" {
+		return p.Name()
+	}
+	return fmt.Sprintf("(unnamed %v)", p.Shape())
+}
+
+// bucketElems converts a bucket size in bytes to F32 elements (at least 1).
+func bucketElems(bytes int64) int {
+	if bytes <= 0 {
+		bytes = DefaultBucketBytes
+	}
+	return int(max(bytes/4, 1))
+}
+
+// tempScope is where packing and unpacking run: no graph, temporaries.
+func tempScope() *tensor.Scope {
+	return tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
+}
+
+// syncPresence agrees across ranks on which params have a gradient: it
+// returns, per parameter, how many ranks hold one, and gives a zero
+// gradient (memory.Gradient) to a parameter that some other rank has a
+// gradient for and this one has not (it contributed nothing).
+func syncPresence(c Comm, dev device.Device, params []*tensor.Tensor) ([]int, error) {
+	has := make([]float32, len(params))
+	for i, p := range params {
+		if p.Grad() != nil {
+			has[i] = 1
+		}
+	}
+	t, err := tensor.FromFloat32(dev, has, []int{len(has)}, memory.Temporary)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Release()
+	if err := c.AllReduce(t, Sum); err != nil {
+		return nil, err
+	}
+	counts := make([]int, len(params))
+	for i, v := range t.Float32s() {
+		counts[i] = int(v + 0.5)
+		if p := params[i]; counts[i] > 0 && p.Grad() == nil {
+			g, err := tensor.New(dev, tensor.F32, p.Shape(), memory.Gradient)
+			if err != nil {
+				return nil, err
+			}
+			p.SetGrad(g)
+		}
+	}
+	return counts, nil
+}

@@ -1,0 +1,395 @@
+package dist
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+// ZeROConfig configures a sharded optimizer.
+type ZeROConfig struct {
+	// Stage 1 shards optimizer state; stage 2 shards gradients as well.
+	Stage int
+	// BucketBytes is the size of the buffer of one reduce-scatter or
+	// all-gather (0: DefaultBucketBytes); each rank's part of it is
+	// BucketBytes/Size. Counted as memory.Temporary while in use.
+	BucketBytes int64
+}
+
+// ZeRO is an optimizer sharded across the ranks of a communicator
+// (Rajbhandari et al., stages 1 and 2), built on optim.Optimizer.
+//
+// The parameters, in list order, are numbered as one flat vector of P
+// elements, padded to Size·S with S = ⌈P/Size⌉; rank r owns the range
+// [r·S, (r+1)·S) ∩ [0, P). Its optimizer is built (by the newOptimizer
+// function given to NewZeRO) over 1-D views of the owned pieces of the
+// parameters, named "<path>[a:b]", so optimizer state exists only for the
+// owned elements: 8 bytes per owned element for Adam, 8·P/Size ± 8·(Size-1)
+// bytes per rank.
+//
+// Step = ReduceGradients, then Update:
+//   - ReduceGradients reduce-scatters the averaged gradients, bucket by
+//     bucket, so that each rank ends with the average for its range. Stage
+//     1 writes it into the owned part of the parameters' own gradients;
+//     stage 2 writes it into gradient buffers of the owned range only
+//     (memory.Gradient, 4 bytes per owned element) and releases every
+//     parameter gradient as soon as its last bucket is reduced, so that
+//     afterwards Gradient holds 4·P/Size bytes.
+//   - Update steps the shard optimizer, releases the shard gradients and
+//     all-gathers the updated ranges so every rank holds all parameters.
+type ZeRO struct {
+	comm   Comm
+	dev    device.Device
+	stage  int
+	f      *flat
+	lo, hi int // owned flat range
+	shard  int // S: elements per rank, padded
+	chunk  int // elements per rank per bucket
+	views  []*tensor.Tensor
+	viewOf []segment // views[j] is elements [a, a+n) of params[i]
+	opt    *optim.Optimizer
+	// lastBucket[i] is the reduce-scatter bucket after which no element of
+	// params[i] is read again (stage 2 releases its gradient then).
+	lastBucket []int
+}
+
+// NewZeRO shards params (distinct live contiguous F32 tensors on one
+// device, in the same order on every rank) across c's ranks, broadcasts
+// rank 0's values to all ranks, and calls newOptimizer with this rank's
+// shard views to build the optimizer that updates them, e.g.
+//
+//	z, err := dist.NewZeRO(c, nn.Trainable(model), dist.ZeROConfig{Stage: 2},
+//		func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
+//			return optim.NewAdamW(shard, optim.AdamW{LR: 3e-4, WeightDecay: 0.1})
+//		})
+//
+// A rank whose range is empty (more ranks than elements) gets an
+// optimizer over no parameters.
+func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(shard []*tensor.Tensor) (*optim.Optimizer, error)) (*ZeRO, error) {
+	if c == nil {
+		return nil, fmt.Errorf("dist: zero: nil communicator")
+	}
+	if cfg.Stage != 1 && cfg.Stage != 2 {
+		return nil, fmt.Errorf("dist: zero: stage %d; want 1 (optimizer state sharded) or 2 (gradients too)", cfg.Stage)
+	}
+	if newOptimizer == nil {
+		return nil, fmt.Errorf("dist: zero: nil optimizer constructor")
+	}
+	dev, err := checkParams("zero", params)
+	if err != nil {
+		return nil, err
+	}
+	n := c.Size()
+	f := newFlat(append([]*tensor.Tensor(nil), params...))
+	S := (f.total + n - 1) / n
+	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S}
+	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
+	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
+	z.lastBucket = make([]int, len(params))
+	nb := (S + z.chunk - 1) / z.chunk
+	for i, p := range params {
+		st, en := f.off[i]%S, (f.off[i]+p.Len()-1)%S
+		if p.Len() == 0 {
+			continue
+		}
+		if p.Len() > S || en < st {
+			z.lastBucket[i] = nb - 1
+		} else {
+			z.lastBucket[i] = en / z.chunk
+		}
+	}
+	if err := broadcastFlat(c, dev, f, z.chunk*n, 0); err != nil {
+		return nil, err
+	}
+	err = tensor.Catch(func() error {
+		s := tensor.NewScope(tensor.NoGrad())
+		defer s.Close()
+		for _, sg := range f.segments(z.lo, z.hi) {
+			p := f.params[sg.i]
+			v := s.Keep(slice(s, p, sg.a, sg.n))
+			v.SetName(fmt.Sprintf("%s[%d:%d]", nameOf(p), sg.a, sg.a+sg.n))
+			v.SetRequiresGrad(true) // so that optim's norms and scalers see its gradient
+			z.views = append(z.views, v)
+			z.viewOf = append(z.viewOf, sg)
+		}
+		return nil
+	})
+	if err != nil {
+		z.Release()
+		return nil, err
+	}
+	z.opt, err = newOptimizer(append([]*tensor.Tensor(nil), z.views...))
+	if err != nil {
+		z.Release()
+		return nil, fmt.Errorf("dist: zero: building the shard optimizer: %w", err)
+	}
+	if z.opt == nil {
+		z.Release()
+		return nil, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
+	}
+	return z, nil
+}
+
+// Optimizer is this rank's shard optimizer (its parameters are Shard()).
+// Its state is what a checkpoint of this rank saves.
+func (z *ZeRO) Optimizer() *optim.Optimizer { return z.opt }
+
+// Shard returns the views of the parameter pieces this rank owns; between
+// ReduceGradients and Update their Grad is the averaged gradient.
+func (z *ZeRO) Shard() []*tensor.Tensor { return z.views }
+
+// Range is this rank's flat range [lo, hi) and P, the number of elements
+// of all parameters.
+func (z *ZeRO) Range() (lo, hi, total int) { return z.lo, z.hi, z.f.total }
+
+// Stage is 1 or 2.
+func (z *ZeRO) Stage() int { return z.stage }
+
+// Step reduces the gradients and updates the parameters (ReduceGradients,
+// then Update). Call it once per optimizer step, after the last
+// micro-batch's backward of an accumulation window, then release the
+// parameters' gradients as usual (optim's ZeroGrad or SetGrad(nil)).
+func (z *ZeRO) Step() error { return z.StepScaled(1) }
+
+// StepScaled is Step with gradients multiplied by gradScale inside the
+// update (1/loss-scale; see optim.Optimizer.StepScaled).
+func (z *ZeRO) StepScaled(gradScale float64) error {
+	if err := z.ReduceGradients(); err != nil {
+		return err
+	}
+	return z.UpdateScaled(gradScale)
+}
+
+// ReduceGradients leaves in each shard view's Grad the average over the
+// ranks of the gradient of its elements (see ZeRO). A parameter no rank
+// has a gradient for gets none (its elements are not stepped); one only
+// some ranks have is averaged with zeros from the others. Under stage 2
+// the parameters' own gradients are released.
+func (z *ZeRO) ReduceGradients() error {
+	counts, err := syncPresence(z.comm, z.dev, z.f.params)
+	if err != nil {
+		return fmt.Errorf("dist: zero: %w", err)
+	}
+	err = tensor.Catch(func() error {
+		s := tempScope()
+		defer s.Close()
+		for j, v := range z.views {
+			sg := z.viewOf[j]
+			p := z.f.params[sg.i]
+			switch {
+			case counts[sg.i] == 0:
+				v.SetGrad(nil)
+			case z.stage == 1:
+				v.SetGrad(s.Keep(slice(s, p.Grad(), sg.a, sg.n)))
+			default:
+				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
+				if err != nil {
+					return err
+				}
+				v.SetGrad(g)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		z.dropShardGrads()
+		return fmt.Errorf("dist: zero: %w", err)
+	}
+	n, r, S, k := z.comm.Size(), z.comm.Rank(), z.shard, z.chunk
+	in, err := tensor.New(z.dev, tensor.F32, []int{n * k}, memory.Temporary)
+	if err != nil {
+		z.dropShardGrads()
+		return fmt.Errorf("dist: zero: bucket: %w", err)
+	}
+	defer in.Release()
+	out, err := tensor.New(z.dev, tensor.F32, []int{k}, memory.Temporary)
+	if err != nil {
+		z.dropShardGrads()
+		return fmt.Errorf("dist: zero: bucket: %w", err)
+	}
+	defer out.Release()
+	grad := func(i int) *tensor.Tensor { return z.f.params[i].Grad() }
+	// the shard views cover [z.lo, z.hi) in order: a flat vector of their own
+	sf := newFlat(z.views)
+	shardGrad := func(j int) *tensor.Tensor { return z.views[j].Grad() }
+	for b := 0; b*k < S; b++ {
+		kb := min(k, S-b*k)
+		err := tensor.Catch(func() error {
+			s := tempScope()
+			defer s.Close()
+			ib, ob := s.Narrow(in, 0, 0, n*kb), s.Narrow(out, 0, 0, kb)
+			for q := range n {
+				lo := q*S + b*k
+				d := s.Narrow(ib, 0, q*kb, kb)
+				z.f.gather(s, d, lo, lo+kb, grad)
+				d.Release()
+			}
+			if err := z.comm.ReduceScatter(ob, ib, Avg); err != nil {
+				return err
+			}
+			lo := r*S + b*k - z.lo
+			sf.scatter(s, ob, lo, lo+kb, shardGrad)
+			return nil
+		})
+		if err != nil {
+			z.dropShardGrads()
+			return fmt.Errorf("dist: zero: reduce-scatter of bucket %d: %w", b, err)
+		}
+		if z.stage == 2 {
+			for i, p := range z.f.params {
+				if z.lastBucket[i] == b {
+					p.SetGrad(nil)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// GradNorm is the global L2 norm of the averaged gradients, valid between
+// ReduceGradients and Update: each rank's share of the sum of squares is
+// all-reduced.
+func (z *ZeRO) GradNorm() (float64, error) {
+	local, err := optim.GradNorm(z.views)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensor.FromFloat32(z.dev, []float32{float32(local * local)}, []int{1}, memory.Temporary)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Release()
+	if err := z.comm.AllReduce(t, Sum); err != nil {
+		return 0, err
+	}
+	return math.Sqrt(float64(t.Float32s()[0])), nil
+}
+
+// ClipGradNorm scales the shard gradients so that the global norm is at
+// most maxNorm and returns the norm they had (see optim.ClipGradNorm);
+// valid between ReduceGradients and Update.
+func (z *ZeRO) ClipGradNorm(maxNorm float64) (float64, error) {
+	if math.IsNaN(maxNorm) || maxNorm <= 0 {
+		return 0, fmt.Errorf("dist: zero: ClipGradNorm: max norm %v; want a number > 0", maxNorm)
+	}
+	norm, err := z.GradNorm()
+	if err != nil || !(norm > maxNorm) || math.IsInf(norm, 0) {
+		return norm, err
+	}
+	c := maxNorm / norm
+	return norm, tensor.Catch(func() error {
+		s := tempScope()
+		defer s.Close()
+		for _, v := range z.views {
+			if g := v.Grad(); g != nil {
+				s.MulScalarInPlace(g, c).Release()
+			}
+		}
+		return nil
+	})
+}
+
+// Update steps the shard optimizer, releases the shard gradients and
+// all-gathers the parameters. If the step fails on any rank, every rank
+// returns an error (naming the ranks that failed) and no parameter is
+// gathered.
+func (z *ZeRO) Update() error { return z.UpdateScaled(1) }
+
+// UpdateScaled is Update with gradients multiplied by gradScale inside
+// the update.
+func (z *ZeRO) UpdateScaled(gradScale float64) error {
+	stepErr := z.opt.StepScaled(gradScale)
+	z.dropShardGrads()
+	n, r := z.comm.Size(), z.comm.Rank()
+	status := make([]float32, n)
+	if stepErr != nil {
+		status[r] = 1
+	}
+	st, err := tensor.FromFloat32(z.dev, status, []int{n}, memory.Temporary)
+	if err != nil {
+		return fmt.Errorf("dist: zero: %w", err)
+	}
+	err = z.comm.AllReduce(st, Sum)
+	status = st.Float32s()
+	st.Release()
+	if err != nil {
+		return fmt.Errorf("dist: zero: %w", err)
+	}
+	if stepErr != nil {
+		return fmt.Errorf("dist: zero: rank %d: %w", r, stepErr)
+	}
+	for q, v := range status {
+		if v != 0 {
+			return fmt.Errorf("dist: zero: the optimizer step failed on rank %d", q)
+		}
+	}
+	return z.gatherParams()
+}
+
+// gatherParams all-gathers every rank's range of the parameters.
+func (z *ZeRO) gatherParams() error {
+	n, r, S, k := z.comm.Size(), z.comm.Rank(), z.shard, z.chunk
+	if n == 1 {
+		return nil
+	}
+	out, err := tensor.New(z.dev, tensor.F32, []int{n * k}, memory.Temporary)
+	if err != nil {
+		return fmt.Errorf("dist: zero: bucket: %w", err)
+	}
+	defer out.Release()
+	in, err := tensor.New(z.dev, tensor.F32, []int{k}, memory.Temporary)
+	if err != nil {
+		return fmt.Errorf("dist: zero: bucket: %w", err)
+	}
+	defer in.Release()
+	val := func(i int) *tensor.Tensor { return z.f.params[i] }
+	for b := 0; b*k < S; b++ {
+		kb := min(k, S-b*k)
+		err := tensor.Catch(func() error {
+			s := tempScope()
+			defer s.Close()
+			ib, ob := s.Narrow(in, 0, 0, kb), s.Narrow(out, 0, 0, n*kb)
+			lo := r*S + b*k
+			z.f.gather(s, ib, lo, lo+kb, val)
+			if err := z.comm.AllGather(ob, ib); err != nil {
+				return err
+			}
+			for q := range n {
+				if q == r {
+					continue
+				}
+				lo := q*S + b*k
+				d := s.Narrow(ob, 0, q*kb, kb)
+				z.f.scatter(s, d, lo, lo+kb, val)
+				d.Release()
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("dist: zero: all-gather of bucket %d: %w", b, err)
+		}
+	}
+	return nil
+}
+
+func (z *ZeRO) dropShardGrads() {
+	for _, v := range z.views {
+		v.SetGrad(nil)
+	}
+}
+
+// Release frees the optimizer state and the shard views (the parameters
+// stay).
+func (z *ZeRO) Release() {
+	if z.opt != nil {
+		z.opt.Release()
+	}
+	for _, v := range z.views {
+		v.Release()
+	}
+	z.views, z.viewOf = nil, nil
+}
