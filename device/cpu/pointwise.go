@@ -69,43 +69,29 @@ func copyConvert[T float](d *Device, dst, src device.View) {
 }
 
 func copySame(d *Device, dst, src device.View) {
-	l := newLoop(dst.Shape, dst, src)
-	sd, ss := l.istr[0], l.istr[1]
 	switch dst.DType.Size() {
 	case 2:
-		y, x := u16s(dst), u16s(src)
-		l.run(d.threads, func(_ int, offs []int, m int) {
-			if sd == 1 && ss == 1 {
-				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
-				return
-			}
-			for i := 0; i < m; i++ {
-				y[offs[0]+i*sd] = x[offs[1]+i*ss]
-			}
-		})
+		copyElems(d, u16s(dst), u16s(src), dst, src)
 	case 4:
-		y, x := i32s(dst), i32s(src)
-		l.run(d.threads, func(_ int, offs []int, m int) {
-			if sd == 1 && ss == 1 {
-				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
-				return
-			}
-			for i := 0; i < m; i++ {
-				y[offs[0]+i*sd] = x[offs[1]+i*ss]
-			}
-		})
+		copyElems(d, i32s(dst), i32s(src), dst, src)
 	case 8:
-		y, x := i64s(dst), i64s(src)
-		l.run(d.threads, func(_ int, offs []int, m int) {
-			if sd == 1 && ss == 1 {
-				copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
-				return
-			}
-			for i := 0; i < m; i++ {
-				y[offs[0]+i*sd] = x[offs[1]+i*ss]
-			}
-		})
+		copyElems(d, i64s(dst), i64s(src), dst, src)
 	}
+}
+
+// copyElems copies strided elements of one width, as raw bits.
+func copyElems[E uint16 | int32 | int64](d *Device, y, x []E, dst, src device.View) {
+	l := newLoop(dst.Shape, dst, src)
+	sd, ss := l.istr[0], l.istr[1]
+	l.run(d.threads, func(_ int, offs []int, m int) {
+		if sd == 1 && ss == 1 {
+			copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
+			return
+		}
+		for i := 0; i < m; i++ {
+			y[offs[0]+i*sd] = x[offs[1]+i*ss]
+		}
+	})
 }
 
 // Unary computes dst = op(src).
