@@ -231,4 +231,3 @@ func (s *Scope) Unsqueeze(x *Tensor, axis int) *Tensor {
 	shape := append(append(append([]int(nil), x.shape[:axis]...), 1), x.shape[axis:]...)
 	return s.Reshape(x, shape...)
 }
-

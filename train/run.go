@@ -168,4 +168,3 @@ func (t *Trainer) interrupted() (Summary, error) {
 	}
 	return s, fmt.Errorf("%w at step %d; state saved to %s (continue with -resume %s)", ErrInterrupted, t.step, t.Config.Save, t.Config.Save)
 }
-

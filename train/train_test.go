@@ -273,7 +273,6 @@ func TestFashionMNISTAccuracy(t *testing.T) {
 	}
 }
 
-
 func TestFitChoosesWhatFits(t *testing.T) {
 	cfg := tinyGPT()
 	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout = 64, 64, 16, 0
