@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/memfit/memfit/internal/goldenfile"
 )
 
 // oomScenario fills a 6 GiB "cpu" device with parameters, gradients,
@@ -59,7 +61,7 @@ func TestOOMMessage(t *testing.T) {
 	if got := oom.Categories(); len(got) != 4 || got[0] != Activation || got[3] != Temporary {
 		t.Errorf("Categories() = %v", got)
 	}
-	golden(t, "oom.golden", msg+"\n")
+	goldenfile.Check(t, "oom.golden", msg+"\n")
 }
 
 func TestOOMHint(t *testing.T) {

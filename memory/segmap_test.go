@@ -3,6 +3,8 @@ package memory
 import (
 	"strings"
 	"testing"
+
+	"github.com/memfit/memfit/internal/goldenfile"
 )
 
 // fragmented builds an allocator whose segments show every kind of cell of
@@ -53,7 +55,7 @@ func fragmented(t *testing.T) (*Allocator, []*Block) {
 func TestSegmentMap(t *testing.T) {
 	a, keep := fragmented(t)
 	got := a.SegmentMap()
-	golden(t, "segmap.golden", got)
+	goldenfile.Check(t, "segmap.golden", got)
 	for i, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
 		if len(line) != summaryInner+2 {
 			t.Errorf("line %d is %d characters wide, want %d: %q", i, len(line), summaryInner+2, line)

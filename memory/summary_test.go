@@ -3,6 +3,8 @@ package memory
 import (
 	"strings"
 	"testing"
+
+	"github.com/memfit/memfit/internal/goldenfile"
 )
 
 func TestSummary(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("retries %d raw frees %d OOMs %d", s.Retries, s.RawFrees, s.OOMs)
 	}
 	got := a.Summary()
-	golden(t, "summary.golden", got)
+	goldenfile.Check(t, "summary.golden", got)
 
 	for i, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
 		if len(line) != summaryInner+2 {

@@ -2,22 +2,18 @@ package models_test
 
 import (
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/internal/goldenfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	dev := cpu.New()
@@ -195,19 +191,7 @@ func TestSummaryGolden(t *testing.T) {
 	mlp, _ := models.NewMLP(dev, models.MLPConfig{Widths: []int{784, 128, 10}, Dropout: 0.1, Seed: 1})
 	cnn, _ := models.NewCNN(dev, models.CNNConfig{Conv1: 6, Conv2: 16, Hidden: 120, Classes: 10, Seed: 1})
 	got := "GPT\n" + nn.Summary(gpt) + "\nMLP\n" + nn.Summary(mlp) + "\nCNN\n" + nn.Summary(cnn)
-	path := filepath.Join("testdata", "summary.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("summaries differ from %s (check, then go test -update):\n%s", path, got)
-	}
+	goldenfile.Check(t, "summary.golden", got)
 	if n := len(gpt.Blocks()); n != 2 {
 		t.Errorf("GPT has %d blocks, want 2", n)
 	}

@@ -1,35 +1,12 @@
 package nn_test
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/internal/goldenfile"
 	"github.com/memfit/memfit/nn"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (run go test -update after checking):\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
-}
 
 func TestSummaryGolden(t *testing.T) {
 	dev := cpu.New()
@@ -48,7 +25,7 @@ func TestSummaryGolden(t *testing.T) {
 	head := must(nn.NewLinear(b, "head", nn.LinearConfig{In: 32, Out: 10, NoBias: true}))
 	m := nn.NewSequential(emb, conv, attn, ln, head)
 	nn.Find(m, "embed.tokens.weight").SetRequiresGrad(false) // frozen
-	golden(t, "summary.golden", nn.Summary(m))
+	goldenfile.Check(t, "summary.golden", nn.Summary(m))
 	if got, want := nn.Count(m), 256*32+8*3*9+8+3*32*32+3*32+32*32+32+2*32+320; got != want {
 		t.Errorf("Count %d, want %d", got, want)
 	}

@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/internal/goldenfile"
 	"github.com/memfit/memfit/train"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -22,30 +20,12 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file:\n%s\nwant:\n%s", name, got, want)
-	}
-}
-
 func TestHelp(t *testing.T) {
 	code, out, _ := runCmd(t, "-h")
 	if code != 0 {
 		t.Fatalf("-h exited %d", code)
 	}
-	golden(t, "help.golden", out)
+	goldenfile.Check(t, "help.golden", out)
 	for _, f := range []string{"-model", "-layers", "-width", "-heads", "-context", "-data", "-workers", "-prefetch", "-val-split",
 		"-steps", "-epochs", "-batch", "-lr", "-optim", "-wd", "-clip", "-warmup", "-schedule", "-seed",
 		"-amp", "-accum", "-checkpoint", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
@@ -61,7 +41,7 @@ func TestPlanReport(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("-plan exited %d: %s", code, errs)
 	}
-	golden(t, "plan.golden", out)
+	goldenfile.Check(t, "plan.golden", out)
 }
 
 func TestBadInput(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,30 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memfit/memfit/internal/goldenfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/memory/report"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
-
-// golden compares got with testdata/name, or rewrites the file with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./memory/report -run %s -update to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (rerun with -update if the change is meant):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 const (
 	kib = int64(1) << 10
@@ -112,7 +91,7 @@ func render(t *testing.T, format string, s memory.Snapshot) string {
 
 func TestTextReport(t *testing.T) {
 	got := render(t, report.Text, scripted(t))
-	golden(t, "report.txt.golden", got)
+	goldenfile.Check(t, "report.txt.golden", got)
 	for _, want := range []string{
 		"memfit memory summary: device meta",
 		"segment map: ",
@@ -129,7 +108,7 @@ func TestTextReport(t *testing.T) {
 
 func TestSVGReport(t *testing.T) {
 	got := render(t, report.SVG, scripted(t))
-	golden(t, "report.svg.golden", got)
+	goldenfile.Check(t, "report.svg.golden", got)
 	wellFormed(t, got)
 	for _, want := range []string{
 		`xmlns="http://www.w3.org/2000/svg"`,

@@ -1,4 +1,8 @@
-package memory
+// Package goldenfile compares test output with files under testdata and
+// rewrites them when tests run with -update, as go/printer's tests do. It
+// is imported by tests only; its one flag, -update, is registered for
+// every test binary that uses it.
+package goldenfile
 
 import (
 	"flag"
@@ -9,8 +13,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
-// golden compares got with testdata/name, or rewrites the file with -update.
-func golden(t *testing.T, name, got string) {
+// Check compares got with testdata/name, or rewrites the file with -update.
+func Check(t testing.TB, name, got string) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
 	if *update {
@@ -21,7 +25,7 @@ func golden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./memory -run %s -update to create it)", err, t.Name())
+		t.Fatalf("%v (run go test -run %s -update to create it)", err, t.Name())
 	}
 	if got != string(want) {
 		t.Errorf("%s differs from the golden file (rerun with -update if the change is meant):\n--- got\n%s\n--- want\n%s", path, got, want)
