@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 
@@ -58,7 +59,21 @@ func main() {
 	names := flag.String("configs", "mlp_fp32,gpt_fp32,gpt_bf16", "comma-separated configurations")
 	steps := flag.Int("steps", 10, "timed steps per configuration")
 	warmup := flag.Int("warmup", 2, "untimed steps first")
+	dev := flag.String("device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "stepbench:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "stepbench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	all := configs()
 	for _, name := range strings.Split(*names, ",") {
 		cfg, ok := all[name]
@@ -66,7 +81,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "stepbench: unknown configuration %q\n", name)
 			os.Exit(2)
 		}
-		cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps = true, 0, 0, *warmup+*steps
+		cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps, cfg.Device = true, 0, 0, *warmup+*steps, *dev
 		cfg = cfg.Resolved()
 		dev, err := train.NewDevice(cfg)
 		if err != nil {

@@ -37,6 +37,11 @@ type Device struct {
 	raw *rawAlloc
 	mem *memory.Allocator
 
+	// Write's staging ring and CopyAsync's ordering mark; worker thread only.
+	stages    []stage
+	nextStage int
+	computed  cu.Event // recorded on compute before an asynchronous copy
+
 	modOnce sync.Once
 	mod     cu.Module
 	fns     map[string]cu.Function
@@ -121,6 +126,14 @@ func (d *Device) release() error {
 		errs = append(errs, d.mod.Unload())
 		d.mod = cu.Module{}
 	}
+	for i := range d.stages {
+		s := &d.stages[i]
+		errs = append(errs, hostFree(s.host), cu.DestroyEvent(&s.done))
+	}
+	d.stages = nil
+	if d.computed != (cu.Event{}) {
+		errs = append(errs, cu.DestroyEvent(&d.computed))
+	}
 	if d.scratch != 0 {
 		errs = append(errs, cu.MemFree(d.scratch))
 		d.scratch = 0
@@ -184,15 +197,84 @@ func (d *Device) Alloc(size int64, cat memory.Category) (device.Buffer, error) {
 func (d *Device) Free(b device.Buffer) { d.mem.Free(b.Block) }
 
 // Write copies host bytes into dst at byte offset off. It returns when src
-// may be reused.
+// may be reused, usually before the copy has run: src goes through a ring
+// of pinned staging buffers, and the copy is queued on the compute stream
+// after the kernels before it (the caching allocator may have handed dst
+// back out while they still read it), so the host goes on preparing the
+// next batch while the GPU works. Without pinned memory it copies
+// synchronously.
 func (d *Device) Write(dst device.Buffer, off int64, src []byte) {
 	if len(src) == 0 {
 		return
 	}
 	p := cu.DevicePtr(dst.Block.Ptr()) + cu.DevicePtr(off)
-	d.must("cuMemcpyHtoD", d.w.do(func() error {
-		return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
+	d.must("cuMemcpyHtoDAsync", d.w.do(func() error {
+		for len(src) > 0 {
+			s, err := d.stage()
+			if err != nil {
+				return err
+			}
+			if s == nil {
+				return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
+			}
+			n := min(len(src), stageBytes)
+			copy(unsafe.Slice((*byte)(s.host), n), src[:n])
+			if err := cu.MemcpyHtoDAsync(p, s.host, int64(n), d.compute); err != nil {
+				return err
+			}
+			if err := s.done.Record(d.compute); err != nil {
+				return err
+			}
+			s.pending = true
+			src, p = src[n:], p+cu.DevicePtr(n)
+		}
+		return nil
 	}))
+}
+
+// Write's staging: stageCount pinned buffers of stageBytes, used in turn.
+// A batch larger than one buffer goes through several.
+const (
+	stageBytes = 4 << 20
+	stageCount = 4
+)
+
+type stage struct {
+	host    unsafe.Pointer
+	done    cu.Event // recorded after the copy out of host
+	pending bool
+}
+
+// stage returns the next staging buffer once its last copy has finished,
+// making the ring at first use; nil when pinned memory is not available.
+// It runs on the worker thread.
+func (d *Device) stage() (*stage, error) {
+	if d.stages == nil {
+		d.stages = make([]stage, 0, stageCount)
+		for range stageCount {
+			host, err := hostAlloc(stageBytes)
+			if err != nil {
+				break // page-locked memory is limited (ulimit -l): copy synchronously
+			}
+			ev, err := cu.MakeEvent(cu.DisableTiming)
+			if err != nil {
+				return nil, errors.Join(err, hostFree(host))
+			}
+			d.stages = append(d.stages, stage{host: host, done: ev})
+		}
+	}
+	if len(d.stages) == 0 {
+		return nil, nil
+	}
+	s := &d.stages[d.nextStage]
+	d.nextStage = (d.nextStage + 1) % len(d.stages)
+	if s.pending {
+		if err := s.done.Synchronize(); err != nil {
+			return nil, err
+		}
+		s.pending = false
+	}
+	return s, nil
 }
 
 // Read copies bytes of src at byte offset off into dst, after every kernel

@@ -94,9 +94,10 @@ func (b *PinnedBuffer) Close() error {
 }
 
 // CopyAsync queues a copy of n bytes from src at srcOff into dst at byte
-// offset off on the copy stream and returns at once. Kernels queued after
-// it on the device wait for the copy; src must not be rewritten until
-// src.Wait returns.
+// offset off on the copy stream and returns at once. The copy starts after
+// the kernels queued before it (dst may be memory the caching allocator
+// handed back out while they still use it), kernels queued after it wait
+// for it, and src must not be rewritten until src.Wait returns.
 func (d *Device) CopyAsync(dst device.Buffer, off int64, src *PinnedBuffer, srcOff, n int64) error {
 	if n == 0 {
 		return nil
@@ -111,6 +112,18 @@ func (d *Device) CopyAsync(dst device.Buffer, off int64, src *PinnedBuffer, srcO
 	defer src.mu.Unlock()
 	p := cu.DevicePtr(dst.Block.Ptr()) + cu.DevicePtr(off)
 	err := d.w.do(func() error {
+		if d.computed == (cu.Event{}) {
+			var err error
+			if d.computed, err = cu.MakeEvent(cu.DisableTiming); err != nil {
+				return err
+			}
+		}
+		if err := d.computed.Record(d.compute); err != nil {
+			return err
+		}
+		if err := d.copies.Wait(d.computed, 0); err != nil {
+			return err
+		}
 		host := unsafe.Add(src.p, srcOff)
 		if err := cu.MemcpyHtoDAsync(p, host, n, d.copies); err != nil {
 			return err

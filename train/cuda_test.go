@@ -1,0 +1,109 @@
+//go:build cuda
+
+package train
+
+import (
+	"context"
+	"math"
+	"testing"
+)
+
+// TestTechniquesMatchCPU is the technique half of the device conformance
+// suite (device/cuda/devicetest is the kernel half): each memory-saving
+// technique trains a few steps on the CPU and on the GPU from the same
+// seed, and the two must agree on every loss, on the final weights, and
+// exactly on the bytes of parameters, gradients and optimizer state. The
+// kernels share one counter-based RNG, so initial weights and dropout
+// masks are the same on both devices.
+func TestTechniquesMatchCPU(t *testing.T) {
+	mlp := Default()
+	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 128, 32, true, 0, 0.05
+	gpt := tinyGPT()
+	cases := []struct {
+		name  string
+		tol   float64 // relative: each step's loss, and all weights together
+		apply func(c *Config)
+		base  Config
+	}{
+		{"mlp f32", 1e-4, func(c *Config) {}, mlp},
+		{"mlp bf16", 5e-3, func(c *Config) { c.AMP = "bf16" }, mlp},
+		{"mlp fp16", 5e-3, func(c *Config) { c.AMP = "fp16" }, mlp},
+		{"mlp accum 4", 1e-4, func(c *Config) { c.Accum = 4 }, mlp},
+		{"mlp freeze", 1e-4, func(c *Config) { c.Freeze = []string{"layers.0.*"} }, mlp},
+		{"gpt f32", 1e-4, func(c *Config) {}, gpt},
+		{"gpt bf16", 5e-3, func(c *Config) { c.AMP = "bf16" }, gpt},
+		{"gpt checkpoint every", 1e-4, func(c *Config) { c.Checkpoint = "every" }, gpt},
+		{"gpt checkpoint+accum+bf16", 5e-3, func(c *Config) { c.Checkpoint = "sqrt"; c.Accum = 2; c.AMP = "bf16" }, gpt},
+		{"gpt freeze", 1e-4, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} }, gpt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.base
+			tc.apply(&cfg)
+			cfg.Steps = 6
+			run := func(dev string) (*Trainer, []float64, Summary) {
+				c := cfg
+				c.Device = dev
+				c = c.Resolved()
+				d, err := NewDevice(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tr, err := New(c, d, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var losses []float64
+				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {
+					losses = append(losses, r.Loss)
+					return nil
+				}
+				s, err := tr.Run(context.Background())
+				if err != nil {
+					t.Fatalf("%s: %v", dev, err)
+				}
+				return tr, losses, s
+			}
+			cpuTr, cpuLoss, cpuSum := run("cpu")
+			gpuTr, gpuLoss, gpuSum := run("cuda")
+			if len(cpuLoss) != len(gpuLoss) {
+				t.Fatalf("%d steps on cpu, %d on cuda", len(cpuLoss), len(gpuLoss))
+			}
+			for i := range cpuLoss {
+				if d := math.Abs(cpuLoss[i]-gpuLoss[i]) / math.Max(math.Abs(cpuLoss[i]), 1e-6); d > tc.tol {
+					t.Errorf("step %d loss: cuda %.7g, cpu %.7g (relative %.2g > %.2g)", i+1, gpuLoss[i], cpuLoss[i], d, tc.tol)
+				}
+			}
+			// All weights as one vector: per tensor, Adam turns rounding
+			// noise in a gradient that is zero in exact arithmetic (the key
+			// bias's, softmax ignores it) into full ±lr steps, so a 16-bit
+			// run differs on such a tensor by O(1) relative.
+			var num, den float64
+			cw, gw := cpuTr.Model.Parameters(), gpuTr.Model.Parameters()
+			for i, p := range cw {
+				a, b := p.Float32s(), gw[i].Float32s()
+				for j := range a {
+					num += (float64(a[j]) - float64(b[j])) * (float64(a[j]) - float64(b[j]))
+					den += float64(a[j]) * float64(a[j])
+				}
+			}
+			rel := math.Sqrt(num / den)
+			if rel > tc.tol {
+				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Steps, rel, tc.tol)
+			}
+			c, g := cpuSum.PeakBytes, gpuSum.PeakBytes
+			if c.Parameter != g.Parameter || c.Gradient != g.Gradient || c.OptimizerState != g.OptimizerState {
+				t.Errorf("peak P/G/S bytes: cuda %d/%d/%d, cpu %d/%d/%d", g.Parameter, g.Gradient, g.OptimizerState, c.Parameter, c.Gradient, c.OptimizerState)
+			}
+			if d := math.Abs(float64(g.Activation-c.Activation)) / float64(c.Activation); d > 0.05 {
+				t.Errorf("peak activation bytes: cuda %d, cpu %d", g.Activation, c.Activation)
+			}
+			t.Logf("weights relative difference %.2g; loss %.5f (cpu %.5f); peak activation cuda %d cpu %d; total cuda %d cpu %d", rel, gpuLoss[len(gpuLoss)-1], cpuLoss[len(cpuLoss)-1], g.Activation, c.Activation, g.Total, c.Total)
+			gpuTr.Close()
+			cpuTr.Close()
+			if st := gpuTr.Device.Memory().Stats(); st.Allocated.Current != 0 {
+				t.Errorf("cuda: %d bytes still allocated after Close", st.Allocated.Current)
+			}
+		})
+	}
+}
