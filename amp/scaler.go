@@ -24,6 +24,12 @@ type ScalerConfig struct {
 	BackoffFactor  float64 // 0.5
 	GrowthInterval int     // 2000 clean steps
 	MinScale       float64 // 1: the scale never falls below it
+	// Agree, if set, combines this process's overflow finding with the
+	// other data-parallel ranks' (an all-reduce of the flag with max):
+	// when each rank unscales only its shard of the gradients (ZeRO), one
+	// rank's inf must make every rank skip the step and back off, or the
+	// replicas and their scales drift apart. Unscale calls it once.
+	Agree func(foundInf bool) (bool, error)
 }
 
 // GradScaler implements dynamic loss scaling for F16 training. A step is:
@@ -80,6 +86,9 @@ func (g *GradScaler) Scale(s *tensor.Scope, loss *tensor.Tensor) *tensor.Tensor 
 	return s.MulScalar(loss, g.scale)
 }
 
+// Agree returns the configuration's Agree function (nil if none).
+func (g *GradScaler) Agree() func(bool) (bool, error) { return g.cfg.Agree }
+
 // LossScale is the current scale.
 func (g *GradScaler) LossScale() float64 { return g.scale }
 
@@ -115,6 +124,13 @@ func (g *GradScaler) Unscale(opt Optimizer) error {
 	}, tensor.NoGrad())
 	if err != nil {
 		return err
+	}
+	if g.cfg.Agree != nil {
+		found, err := g.cfg.Agree(g.foundInf)
+		if err != nil {
+			return fmt.Errorf("amp: agreeing on overflow across ranks: %w", err)
+		}
+		g.foundInf = found
 	}
 	g.unscaled = true
 	return nil

@@ -85,6 +85,43 @@ func TestInfSkipsStepAndBacksOff(t *testing.T) {
 	}
 }
 
+// TestAgreeSkipsOnEveryRank: a rank whose own gradients are finite still
+// skips and backs off when another rank found an overflow, and Agree's
+// error is returned.
+func TestAgreeSkipsOnEveryRank(t *testing.T) {
+	w, opt := setup(t)
+	otherFound := true
+	calls := 0
+	sc := amp.NewGradScaler(amp.ScalerConfig{Agree: func(found bool) (bool, error) {
+		calls++
+		return found || otherFound, nil
+	}})
+	before := bits(w)
+	backward(t, sc, w, 1)
+	if stepped, err := sc.Step(opt); stepped || err != nil {
+		t.Fatalf("another rank overflowed: stepped %v, err %v", stepped, err)
+	}
+	sc.Update()
+	opt.ZeroGrad()
+	if !equal(bits(w), before) || sc.LossScale() != 1<<15 || calls != 1 {
+		t.Errorf("after another rank's overflow: weights changed %v, scale %v, Agree called %d times", !equal(bits(w), before), sc.LossScale(), calls)
+	}
+	otherFound = false
+	backward(t, sc, w, 1)
+	if stepped, err := sc.Step(opt); !stepped || err != nil {
+		t.Fatalf("no rank overflowed: stepped %v, err %v", stepped, err)
+	}
+	sc.Update()
+	opt.ZeroGrad()
+
+	broken := errors.New("rank 1 is gone")
+	sc = amp.NewGradScaler(amp.ScalerConfig{Agree: func(bool) (bool, error) { return false, broken }})
+	backward(t, sc, w, 1)
+	if err := sc.Unscale(opt); !errors.Is(err, broken) {
+		t.Errorf("Unscale with a failing Agree: %v", err)
+	}
+}
+
 func TestGrowthAfterCleanSteps(t *testing.T) {
 	w, opt := setup(t)
 	sc := amp.NewGradScaler(amp.ScalerConfig{})

@@ -28,6 +28,14 @@ type LoaderConfig struct {
 	// batch is read only once the consumer asks for it; at most
 	// min(Workers, Prefetch) batches are read at once.
 	Prefetch int
+	// Rank and Ranks shard the loader for data-parallel training: with
+	// Ranks > 1 each batch is rank Rank's share of a global batch of
+	// Batch·Ranks consecutive examples of the epoch's order (the order does
+	// not depend on Ranks), the block [Rank·Batch, (Rank+1)·Batch). So N
+	// ranks of Batch see, step for step, exactly the examples one loader of
+	// Batch·N sees, and no example is on two ranks. Sharding needs
+	// DropLast. Ranks 0 and 1 mean unsharded.
+	Rank, Ranks int
 	// Transforms are applied in order to every example after Get, each
 	// given a random stream that depends only on (Seed, epoch, dataset
 	// index), so augmentation is reproducible and differs between epochs.
@@ -44,11 +52,12 @@ type Position struct {
 // Loader turns a Dataset into batches. It is used by one goroutine at a
 // time; the worker goroutines it starts end before All returns.
 type Loader struct {
-	ds  Dataset
-	cfg LoaderConfig
-	n   int // examples
-	nb  int // batches per epoch
-	pos Position
+	ds     Dataset
+	cfg    LoaderConfig
+	n      int // examples
+	nb     int // batches per epoch
+	global int // examples per batch over all ranks
+	pos    Position
 }
 
 // NewLoader returns a loader over ds positioned at the first batch of
@@ -64,12 +73,22 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	case cfg.Prefetch < 0:
 		return nil, fmt.Errorf("data: loader: prefetch %d: want 0 or more", cfg.Prefetch)
 	}
-	l := &Loader{ds: ds, cfg: cfg, n: ds.Len()}
-	l.nb = l.n / cfg.Batch
+	ranks := max(cfg.Ranks, 1)
+	switch {
+	case cfg.Ranks < 0 || cfg.Rank < 0 || cfg.Rank >= ranks:
+		return nil, fmt.Errorf("data: loader: rank %d of %d: want 0 <= rank < ranks", cfg.Rank, cfg.Ranks)
+	case ranks > 1 && !cfg.DropLast:
+		return nil, fmt.Errorf("data: loader: sharding over %d ranks needs DropLast (a short last batch cannot be split evenly)", ranks)
+	}
+	l := &Loader{ds: ds, cfg: cfg, n: ds.Len(), global: cfg.Batch * ranks}
+	l.nb = l.n / l.global
 	if !cfg.DropLast && l.n%cfg.Batch != 0 {
 		l.nb++
 	}
 	if l.nb == 0 {
+		if ranks > 1 {
+			return nil, fmt.Errorf("data: loader: dataset of %d examples gives no global batch of %d×%d ranks", l.n, cfg.Batch, ranks)
+		}
 		return nil, fmt.Errorf("data: loader: dataset of %d examples gives no batch of %d (drop-last %v)", l.n, cfg.Batch, cfg.DropLast)
 	}
 	return l, nil
@@ -125,7 +144,7 @@ func (l *Loader) Load(ctx context.Context, epoch, k int) (*Batch, error) {
 }
 
 func (l *Loader) load(ctx context.Context, perm *permutation, epoch, k int) (*Batch, error) {
-	start := k * l.cfg.Batch
+	start := k*l.global + l.cfg.Rank*l.cfg.Batch
 	n := min(l.cfg.Batch, l.n-start)
 	b := &Batch{Epoch: epoch, Index: k, Indices: make([]int, n)}
 	for j := range n {

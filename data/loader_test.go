@@ -288,10 +288,64 @@ func TestLoaderConfigErrors(t *testing.T) {
 		{LoaderConfig{Batch: 1, Workers: -1}, "-1 workers"},
 		{LoaderConfig{Batch: 1, Prefetch: -2}, "prefetch -2"},
 		{LoaderConfig{Batch: 8, DropLast: true}, "no batch of 8"},
+		{LoaderConfig{Batch: 1, Ranks: 2}, "needs DropLast"},
+		{LoaderConfig{Batch: 1, Rank: 2, Ranks: 2, DropLast: true}, "rank 2 of 2"},
+		{LoaderConfig{Batch: 1, Rank: -1, DropLast: true}, "rank -1 of 0"},
+		{LoaderConfig{Batch: 2, Ranks: 3, DropLast: true}, "no global batch of 2×3"},
 	} {
 		_, err := NewLoader(ds, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestLoaderShardsByRank checks that N sharded loaders of batch B deal out,
+// batch for batch, exactly the examples of one loader of batch N·B, with no
+// example on two ranks, and that positions mean the same global batch.
+func TestLoaderShardsByRank(t *testing.T) {
+	ds := gridImages{n: 103, c: 1, h: 1, w: 1}
+	for _, ranks := range []int{2, 3, 4} {
+		const batch = 5
+		one, err := NewLoader(ds, LoaderConfig{Batch: batch * ranks, Shuffle: true, Seed: 9, DropLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want [][]int
+		for b, err := range one.All(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, b.Indices)
+		}
+		got := make([][]int, len(want))
+		for r := range ranks {
+			l, err := NewLoader(ds, LoaderConfig{Batch: batch, Shuffle: true, Seed: 9, DropLast: true, Rank: r, Ranks: ranks, Workers: r % 2, Prefetch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Len() != len(want) {
+				t.Fatalf("%d ranks: rank %d has %d batches per epoch, the unsharded loader %d", ranks, r, l.Len(), len(want))
+			}
+			if err := l.Seek(Position{0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			k := 1
+			for b, err := range l.All(context.Background()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b.Indices) != batch {
+					t.Fatalf("rank %d batch %d has %d examples", r, k, len(b.Indices))
+				}
+				got[k] = append(got[k], b.Indices...)
+				k++
+			}
+		}
+		for k := 1; k < len(want); k++ {
+			if !slices.Equal(got[k], want[k]) {
+				t.Errorf("%d ranks, global batch %d: ranks hold %v, one loader of %d holds %v", ranks, k, got[k], batch*ranks, want[k])
+			}
 		}
 	}
 }

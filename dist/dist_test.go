@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
@@ -227,7 +226,7 @@ func TestEquivalence(t *testing.T) {
 func TestZeROMemory(t *testing.T) {
 	owned := []int64{195, 194} // ⌈389/2⌉ and the rest
 	for _, m := range []mode{ddp, zero1, zero2} {
-		type obs struct{ grad, state, param, temp, tempPeak, commPeak int64 }
+		type obs struct{ grad, gradPeak, state, param, temp, tempPeak, commPeak int64 }
 		got := make([]obs, 2)
 		errs := runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
 			o := &got[c.Rank()]
@@ -235,6 +234,7 @@ func TestZeROMemory(t *testing.T) {
 				switch stage {
 				case "reduced":
 					o.grad = st.Category(memory.Gradient).Current
+					o.gradPeak = st.Category(memory.Gradient).Peak
 					o.commPeak = st.Category(memory.Temporary).Peak
 				case "stepped":
 					o.state = st.Category(memory.OptimizerState).Current
@@ -247,8 +247,8 @@ func TestZeROMemory(t *testing.T) {
 		})
 		checkErrs(t, errs)
 		for r, o := range got {
-			t.Logf("%v rank %d: parameter %d B, gradient (after reduction) %d B, optimizer state %d B, temporary peak in the reduction %d B",
-				m, r, o.param, o.grad, o.state, o.commPeak)
+			t.Logf("%v rank %d: parameter %d B, gradient (after reduction) %d B (peak in it %d B), optimizer state %d B, temporary peak in the reduction %d B",
+				m, r, o.param, o.grad, o.gradPeak, o.state, o.commPeak)
 			// a 256 B bucket (64 elements), staged through the host as a
 			// 512 B f64 copy and a 256 B f32 copy
 			if o.commPeak > 4*256+2048 {
@@ -276,6 +276,11 @@ func TestZeROMemory(t *testing.T) {
 				if o.grad != 4*owned[r] {
 					t.Errorf("zero2 rank %d: gradients %d B after the reduction, want %d", r, o.grad, 4*owned[r])
 				}
+				// The owned gradients are moved out view by view as the full
+				// ones are released (non-owned first): never both whole.
+				if o.gradPeak >= 4*paramCount+4*owned[r] {
+					t.Errorf("zero2 rank %d: gradients peak at %d B during the reduction", r, o.gradPeak)
+				}
 			}
 		}
 	}
@@ -298,77 +303,6 @@ func TestSingleRank(t *testing.T) {
 	}
 }
 
-type indexDataset int
-
-func (d indexDataset) Len() int { return int(d) }
-func (d indexDataset) Get(i int) (data.Example, error) {
-	return data.Image{Pixels: []float32{float32(i)}, Shape: []int{1}, Label: i}, nil
-}
-
-func TestSampler(t *testing.T) {
-	const n, size = 103, 4
-	for _, drop := range []bool{true, false} {
-		for epoch := range 2 {
-			seen := map[int]int{}
-			var lens []int
-			for r := range size {
-				s, err := dist.NewSampler(n, r, size, 7, drop)
-				if err != nil {
-					t.Fatal(err)
-				}
-				idx := s.Indices(epoch)
-				lens = append(lens, len(idx))
-				again, _ := dist.NewSampler(n, r, size, 7, drop)
-				if !slices.Equal(idx, again.Indices(epoch)) {
-					t.Fatal("not deterministic")
-				}
-				ds, err := dist.Shard(indexDataset(n), s, epoch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, want := range idx {
-					if s.Index(epoch, i) != want {
-						t.Fatalf("Index(%d, %d) = %d, Indices says %d", epoch, i, s.Index(epoch, i), want)
-					}
-					ex, _ := ds.Get(i)
-					if ex.(data.Image).Label != want {
-						t.Fatalf("shard example %d is %d, want %d", i, ex.(data.Image).Label, want)
-					}
-					seen[want]++
-				}
-			}
-			for r := range lens {
-				if lens[r] != lens[0] {
-					t.Errorf("drop %v: ranks get %v examples", drop, lens)
-				}
-			}
-			if drop {
-				if lens[0] != n/size || len(seen) != n/size*size {
-					t.Errorf("drop: %d per rank, %d distinct", lens[0], len(seen))
-				}
-				for i, k := range seen {
-					if k > 1 {
-						t.Errorf("drop: example %d seen %d times", i, k)
-					}
-				}
-			} else {
-				if lens[0] != (n+size-1)/size || len(seen) != n {
-					t.Errorf("pad: %d per rank, %d distinct of %d", lens[0], len(seen), n)
-				}
-			}
-		}
-	}
-	a, _ := dist.NewSampler(n, 0, size, 7, true)
-	if slices.Equal(a.Indices(0), a.Indices(1)) {
-		t.Error("epochs 0 and 1 are dealt the same")
-	}
-	if _, err := dist.NewSampler(n, 4, size, 7, true); err == nil {
-		t.Error("rank 4 of 4 accepted")
-	}
-}
-
-// ZeRO's global gradient norm (each rank holding a shard) equals the norm
-// of DDP's averaged gradients, and clipping scales the shards.
 func TestZeROGradNorm(t *testing.T) {
 	norms := map[string][]float64{}
 	for _, name := range []string{"ddp", "zero2"} {

@@ -1,7 +1,9 @@
 // Package dist owns data-parallel training: a small collective interface
-// (Comm), its engines, gradient averaging across replicas (DDP), an
-// optimizer sharded across ranks (ZeRO stages 1 and 2) and a sampler that
-// deals a dataset out to the ranks.
+// (Comm), its engines, gradient averaging across replicas (DDP) and an
+// optimizer sharded across ranks (ZeRO stages 1 and 2) whose state can be
+// gathered whole for a checkpoint. Dealing the data out to the ranks is
+// the data loader's job (data.LoaderConfig's Rank and Ranks); the training
+// loop that combines them is train.NewDistributed, and `train -dist mpi`.
 //
 // memfit never implements a network layer of its own: collectives run on
 // existing engines. The default build is pure Go and single-process; the
@@ -65,11 +67,10 @@
 // on any rank is skipped; one with a gradient on some ranks only is
 // averaged with zeros.
 //
-// A Sampler deals a dataset to the ranks: a permutation keyed by (seed,
-// epoch), identical on every rank, of which rank r of S takes positions
-// r, r+S, …; with DropLast the tail is dropped (no example on two ranks),
-// otherwise it is padded with the permutation's first examples (every
-// example seen, up to S-1 twice). Shard wraps a data.Dataset for one epoch.
+// The data: data.LoaderConfig{Rank, Ranks} gives each rank its block of
+// every global batch of the epoch's order, which does not depend on the
+// rank count, so N ranks of batch B see step for step what one process of
+// batch N·B sees.
 //
 // # ZeRO
 //
@@ -95,24 +96,32 @@
 // 1556 B); temporaries during the reduction with 256 B buckets 768 B (DDP)
 // and 896 B (ZeRO): the bucket plus its host staging.
 //
-// Stage 2 today shards the gradients from the end of the reduction on:
-// backward still accumulates full gradients (4P) into the parameters, and
-// ReduceGradients releases each as soon as its last bucket is reduced. The
-// peak saving of stage 2 (reducing a bucket while backward runs) needs a
-// per-leaf hook in package tensor that calls back when a leaf's gradient
-// is complete. Under stage 2 parameters have no gradient after
-// ReduceGradients; the averaged gradient of the owned range is on the
-// shard views (Shard). ClipGradNorm and GradNorm all-reduce the norm.
+// Stage 2 shards the gradients from the reduction on: backward still
+// accumulates full gradients (4P) into the parameters; the reduction
+// writes each rank's averaged range into them, then moves every owned
+// piece into a buffer of its own and releases each full gradient as soon
+// as nothing owned is left in it (those of parameters it owns nothing of
+// first), so Gradient only falls, from 4P to 4P/N. The stage-2 saving is
+// therefore between the reduction and the next backward (the optimizer
+// step, clipping, the loss scaler), not at backward's peak: reducing
+// buckets while backward runs needs a per-leaf "gradient ready" hook in
+// package tensor, one that also sees the leaves of checkpointed blocks
+// (their backward is a nested pass). Under stage 2 parameters have no
+// gradient after ReduceGradients; the averaged gradient of the owned range
+// is on the shard views (Shard). ClipGradNorm and GradNorm all-reduce the
+// norm.
+//
+// Checkpoints. ExportFull gathers the shards into the state an unsharded
+// optimizer over the same parameters would export (a collective), and
+// ImportFull takes this rank's range of such a state, so a checkpoint
+// resumes on any number of ranks, with or without ZeRO.
 //
 // # Not done yet
 //
-//   - train and cmd/train integration (-dist local|mpi, -zero 1|2): the
-//     Trainer calls ReduceGradients (or ZeRO.Step) at the window
-//     boundary, shards its loader with Sampler, saves per-rank ZeRO state
-//     (Optimizer().Export of the shard views) and writes logs and
-//     checkpoints from rank 0 only. amp's GradScaler takes an
-//     *optim.Optimizer: with ZeRO the scaler must see every rank's
-//     shard gradients (an all-reduce of the inf/NaN flag).
-//   - NCCL (cuda build) and a zero-copy host path in package tensor.
-//   - Overlapping communication with backward (needs the leaf hook above).
+//   - NCCL for GPU ranks (cuda build), and choosing the GPU by local rank:
+//     -dist mpi with -device cuda puts every rank of a node on GPU 0.
+//   - A zero-copy host path in package tensor (the engines stage through
+//     F64 copies).
+//   - Overlapping communication with backward and stage 2's backward peak
+//     (the leaf hook above).
 package dist

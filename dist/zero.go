@@ -52,9 +52,6 @@ type ZeRO struct {
 	views  []*tensor.Tensor
 	viewOf []segment // views[j] is elements [a, a+n) of params[i]
 	opt    *optim.Optimizer
-	// lastBucket[i] is the reduce-scatter bucket after which no element of
-	// params[i] is read again (stage 2 releases its gradient then).
-	lastBucket []int
 }
 
 // NewZeRO shards params (distinct live contiguous F32 tensors on one
@@ -89,19 +86,6 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S}
 	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
 	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
-	z.lastBucket = make([]int, len(params))
-	nb := (S + z.chunk - 1) / z.chunk
-	for i, p := range params {
-		st, en := f.off[i]%S, (f.off[i]+p.Len()-1)%S
-		if p.Len() == 0 {
-			continue
-		}
-		if p.Len() > S || en < st {
-			z.lastBucket[i] = nb - 1
-		} else {
-			z.lastBucket[i] = en / z.chunk
-		}
-	}
 	if err := broadcastFlat(c, dev, f, z.chunk*n, 0); err != nil {
 		return nil, err
 	}
@@ -183,14 +167,10 @@ func (z *ZeRO) ReduceGradients() error {
 			switch {
 			case counts[sg.i] == 0:
 				v.SetGrad(nil)
-			case z.stage == 1:
-				v.SetGrad(s.Keep(slice(s, p.Grad(), sg.a, sg.n)))
 			default:
-				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
-				if err != nil {
-					return err
-				}
-				v.SetGrad(g)
+				// The reduction writes the owned average into the
+				// parameter's own gradient; stage 2 compacts it below.
+				v.SetGrad(s.Keep(slice(s, p.Grad(), sg.a, sg.n)))
 			}
 		}
 		return nil
@@ -239,15 +219,51 @@ func (z *ZeRO) ReduceGradients() error {
 			z.dropShardGrads()
 			return fmt.Errorf("dist: zero: reduce-scatter of bucket %d: %w", b, err)
 		}
-		if z.stage == 2 {
-			for i, p := range z.f.params {
-				if z.lastBucket[i] == b {
-					p.SetGrad(nil)
-				}
-			}
+	}
+	if z.stage == 2 {
+		if err := z.compactGrads(); err != nil {
+			z.dropShardGrads()
+			return fmt.Errorf("dist: zero: %w", err)
 		}
 	}
 	return nil
+}
+
+// compactGrads (stage 2) moves each shard view's averaged gradient out of
+// its parameter's full gradient into a buffer of its own and releases
+// every full gradient as soon as nothing owned is left in it — at once
+// for parameters this rank owns no piece of. Gradient bytes only fall:
+// never more than the full gradients plus one view in flight, and 4 bytes
+// per owned element at the end.
+func (z *ZeRO) compactGrads() error {
+	left := make([]int, len(z.f.params))
+	for _, sg := range z.viewOf {
+		left[sg.i]++
+	}
+	for i, p := range z.f.params {
+		if left[i] == 0 {
+			p.SetGrad(nil)
+		}
+	}
+	return tensor.Catch(func() error {
+		s := tempScope()
+		defer s.Close()
+		for j, v := range z.views {
+			sg := z.viewOf[j]
+			if full := v.Grad(); full != nil {
+				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
+				if err != nil {
+					return err
+				}
+				assign(s, g, full)
+				v.SetGrad(g)
+			}
+			if left[sg.i]--; left[sg.i] == 0 {
+				z.f.params[sg.i].SetGrad(nil)
+			}
+		}
+		return nil
+	})
 }
 
 // GradNorm is the global L2 norm of the averaged gradients, valid between

@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
@@ -251,6 +252,11 @@ func (o *Optimizer) ZeroGrad() {
 		p.SetGrad(nil)
 	}
 }
+
+// Buffers names the state buffers the algorithm keeps per parameter, as
+// they appear in State.Tensors keys: exp_avg and exp_avg_sq (Adam, AdamW),
+// momentum_buffer (SGD with momentum) or none.
+func (o *Optimizer) Buffers() []string { return slices.Clone(o.rule.buffers()) }
 
 // ZeroGradInPlace sets every existing gradient to zero, keeping its buffer
 // (for code that holds on to gradient tensors). A gradient holding inf or

@@ -48,6 +48,10 @@ type Config struct {
 	Device     string   `json:"device"`      // cpu or cuda
 	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: unlimited
 
+	// Data parallelism
+	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
+	Zero int    `json:"zero"` // ZeRO stage: 0 (replicated optimizer), 1 (state sharded) or 2 (gradients too)
+
 	// Output
 	EvalEvery int    `json:"eval_every"`
 	Metrics   string `json:"metrics"`
@@ -77,7 +81,7 @@ func Default() Config {
 		Workers: 2, Prefetch: 2, ValSplit: 0.1,
 		Epochs: 1, Batch: 256, Optim: "adam", Schedule: "const", Seed: 1,
 		AMP: "off", Accum: 1, Checkpoint: "off", Device: "cpu",
-		EvalEvery: 100,
+		Dist: "off", EvalEvery: 100,
 	}
 }
 
@@ -181,6 +185,17 @@ func (c *Config) Validate() error {
 	case "cpu", "cuda":
 	default:
 		return bad("device", c.Device, "unknown device (want cpu or cuda)")
+	}
+	switch c.Dist {
+	case "off", "mpi":
+	default:
+		return bad("dist", c.Dist, "unknown engine (want off or mpi)")
+	}
+	switch {
+	case c.Zero < 0 || c.Zero > 2:
+		return bad("zero", c.Zero, "want 0, 1 (optimizer state sharded) or 2 (gradients too)")
+	case c.Zero > 0 && c.UnfreezeAt > 0:
+		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
 	}
 	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
 		return err

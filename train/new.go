@@ -11,6 +11,7 @@ import (
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/cuda"
 	"github.com/memfit/memfit/device/meta"
+	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
@@ -34,11 +35,30 @@ func NewDevice(cfg Config) (device.Device, error) {
 
 // New builds everything a Config describes on dev: data, model, optimizer,
 // loss scaler, freezing and the checkpoint policy. log receives notable
-// events (nil: discard).
+// events (nil: discard). It trains in this process alone: for -dist, see
+// NewDistributed.
 func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
+	return NewDistributed(cfg, dev, nil, log)
+}
+
+// NewDistributed is New for one rank of a data-parallel group: every rank
+// of comm calls it with the same Config (Batch is per rank) on its own
+// device. Parameters start from rank 0's; Config.Zero chooses replicated
+// (0) or sharded (1, 2) optimizer state. Only rank 0 logs. A nil comm is
+// New.
+func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer) (*Trainer, error) {
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	rank, ranks := 0, 1
+	if comm != nil {
+		rank, ranks = comm.Rank(), comm.Size()
+	} else if cfg.Zero > 0 {
+		return nil, fmt.Errorf("-zero %d: needs -dist (ranks to shard over)", cfg.Zero)
+	}
+	if rank != 0 {
+		log = nil
 	}
 	ds, err := openData(cfg)
 	if err != nil {
@@ -46,15 +66,15 @@ func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
 	}
 	loader, err := data.NewLoader(ds.train, data.LoaderConfig{
 		Batch: cfg.Batch, DropLast: true, Shuffle: true, Seed: cfg.Seed,
-		Workers: cfg.Workers, Prefetch: cfg.Prefetch,
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Rank: rank, Ranks: ranks,
 	})
 	if err != nil {
+		if ranks > 1 {
+			return nil, fmt.Errorf("-batch %d × %d ranks: %v", cfg.Batch, ranks, err)
+		}
 		return nil, fmt.Errorf("-batch: %v", err)
 	}
-	if loader.Len() == 0 {
-		return nil, fmt.Errorf("-batch %d: larger than the %d training examples", cfg.Batch, ds.train.Len())
-	}
-	t, err := assemble(cfg, dev, ds, &loaderBatches{l: loader}, log)
+	t, err := assemble(cfg, dev, ds, &loaderBatches{l: loader}, comm, log)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +83,7 @@ func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
 }
 
 // assemble builds model, optimizer and techniques for ds on dev.
-func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, log io.Writer) (*Trainer, error) {
+func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm dist.Comm, log io.Writer) (*Trainer, error) {
 	model, err := buildModel(dev, cfg, ds)
 	if err != nil {
 		return nil, err
@@ -74,17 +94,8 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, log i
 		t.Close()
 		return nil, err
 	}
-	params := model.Parameters()
-	switch cfg.Optim {
-	case "sgd":
-		t.Opt, err = optim.NewSGD(params, optim.SGD{LR: cfg.LR, Momentum: 0.9, WeightDecay: cfg.WD})
-	case "adam":
-		t.Opt, err = optim.NewAdam(params, optim.Adam{LR: cfg.LR, WeightDecay: cfg.WD})
-	case "adamw":
-		t.Opt, err = optim.NewAdamW(params, optim.AdamW{LR: cfg.LR, WeightDecay: cfg.WD})
-	}
-	if err != nil {
-		return fail(fmt.Errorf("-optim %s: %v", cfg.Optim, err))
+	if t.Opt, err = newOptimizer(cfg, model.Parameters()); err != nil {
+		return fail(err)
 	}
 	if cfg.Steps > 0 {
 		t.total = cfg.Steps
@@ -101,15 +112,31 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, log i
 	if err := t.Opt.SetSchedule(sched); err != nil {
 		return fail(fmt.Errorf("-schedule: %v", err))
 	}
+	if t.unfreeze, err = freezeModel(model, t.Opt, cfg.Freeze); err != nil {
+		return fail(err)
+	}
+	if comm != nil {
+		err := t.setupDist(comm, func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
+			o, err := newOptimizer(cfg, shard)
+			if err == nil {
+				err = o.SetSchedule(sched)
+			}
+			return o, err
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
 	switch cfg.AMP {
 	case "bf16":
 		t.autocast = tensor.BF16
 	case "fp16":
 		t.autocast = tensor.F16
-		t.Scaler = amp.NewGradScaler(amp.ScalerConfig{})
-	}
-	if t.unfreeze, err = freezeModel(model, t.Opt, cfg.Freeze); err != nil {
-		return fail(err)
+		var sc amp.ScalerConfig
+		if t.distributed() {
+			sc.Agree = t.agree
+		}
+		t.Scaler = amp.NewGradScaler(sc)
 	}
 	spec, _ := ParseCheckpoint(cfg.Checkpoint)
 	switch spec.Kind {
@@ -133,9 +160,33 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, log i
 	return t, nil
 }
 
+// newOptimizer builds the -optim optimizer over params.
+func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error) {
+	var o *optim.Optimizer
+	var err error
+	switch cfg.Optim {
+	case "sgd":
+		o, err = optim.NewSGD(params, optim.SGD{LR: cfg.LR, Momentum: 0.9, WeightDecay: cfg.WD})
+	case "adam":
+		o, err = optim.NewAdam(params, optim.Adam{LR: cfg.LR, WeightDecay: cfg.WD})
+	case "adamw":
+		o, err = optim.NewAdamW(params, optim.AdamW{LR: cfg.LR, WeightDecay: cfg.WD})
+	default:
+		err = fmt.Errorf("unknown optimizer")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim, err)
+	}
+	return o, nil
+}
+
 // Close releases the model's parameters, gradients and optimizer state.
+// It does not close the communicator, which belongs to the caller.
 func (t *Trainer) Close() {
-	if t.Opt != nil {
+	switch {
+	case t.zero != nil:
+		t.zero.Release() // and the shard optimizer, t.Opt
+	case t.Opt != nil:
 		t.Opt.Release()
 	}
 	if t.Model != nil {

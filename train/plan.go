@@ -74,7 +74,7 @@ func Plan(cfg Config) (PeakBytes, error) {
 func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	cfg.Resume, cfg.Save, cfg.Metrics, cfg.Quiet = "", "", "", true
 	dev := meta.New(0)
-	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil)
+	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
 	if err != nil {
 		return PeakBytes{}, err
 	}

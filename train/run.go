@@ -22,13 +22,18 @@ var ErrInterrupted = errors.New("training interrupted")
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	cfg := t.Config
 	mem := t.Device.Memory()
-	metrics, err := openMetrics(cfg.Metrics)
+	lead := t.rank == 0 // prints, writes metrics and saves
+	metricsPath := cfg.Metrics
+	if !lead {
+		metricsPath = ""
+	}
+	metrics, err := openMetrics(metricsPath)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer metrics.close()
 	var bar *progressbar.ProgressBar
-	if !cfg.Quiet {
+	if !cfg.Quiet && lead {
 		bar = progressbar.NewOptions(t.total,
 			progressbar.OptionSetDescription("training"),
 			progressbar.OptionShowCount(),
@@ -38,15 +43,25 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		bar.Set(t.step)
 	}
 	for t.step < t.total {
-		if ctx.Err() != nil {
+		// Every rank stops at the same step (a signal reaches the ranks
+		// at different times), so that the save's collectives match.
+		stop, err := t.agree(ctx.Err() != nil)
+		if err != nil {
+			return Summary{}, err
+		}
+		if stop {
 			return t.interrupted()
 		}
 		if err := t.unfreezeIfDue(); err != nil {
 			return Summary{}, err
 		}
-		b, err := t.train.Next(ctx)
+		nextCtx := ctx
+		if t.distributed() {
+			nextCtx = context.WithoutCancel(ctx) // stopping is agreed on above
+		}
+		b, err := t.train.Next(nextCtx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !t.distributed() {
 				return t.interrupted()
 			}
 			return Summary{}, err
@@ -60,14 +75,14 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		}
 		elapsed := time.Since(start)
 		t.trainTime += elapsed
-		t.samples += int64(b.Len())
+		t.samples += int64(b.Len() * max(t.ranks, 1))
 		t.step++
 		t.lastLoss = res.loss
 		st := mem.Stats()
 		t.notePeaks(st)
 		rec := Record{
 			Step: t.step, Epoch: b.Epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
-			SamplesPerS: float64(b.Len()) / elapsed.Seconds(), Accum: t.accum,
+			SamplesPerS: float64(b.Len()*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
 			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
 			PeakByCategory: map[string]int64{},
 		}

@@ -44,13 +44,22 @@ type trainerState struct {
 	Config    Config           `json:"config"`
 	Samples   int64            `json:"samples"`
 	Unfrozen  map[string]bool  `json:"unfrozen,omitempty"`
+	// GlobalBatch is the examples per step over all ranks when saved
+	// (absent in one-process checkpoints: Config.Batch). Position counts
+	// global batches, so a run resumed with another rank count converts.
+	GlobalBatch int `json:"global_batch,omitempty"`
 }
 
-// Save writes the trainer's state to path and path+".state".
+// Save writes the trainer's state to path and path+".state". With -dist
+// every rank must call it (under ZeRO the optimizer's shards are gathered
+// first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
-	ost, err := t.Opt.Export()
+	ost, err := t.exportOptimizer()
 	if err != nil {
 		return fmt.Errorf("save %s: %v", path, err)
+	}
+	if t.rank != 0 {
+		return nil
 	}
 	tensors := make(map[string]Tensor, len(ost.Tensors))
 	for k, v := range ost.Tensors {
@@ -58,6 +67,9 @@ func (t *Trainer) Save(path string) error {
 	}
 	ost.Tensors = nil
 	st := trainerState{Step: t.step, Accum: t.accum, Position: t.train.Position(), Optimizer: ost, Model: modelKey(t.Config), Config: t.Config, Samples: t.samples}
+	if t.ranks > 1 {
+		st.GlobalBatch = t.globalBatch()
+	}
 	if t.Scaler != nil {
 		s := t.Scaler.State()
 		st.Scaler = &s
@@ -149,7 +161,11 @@ func (t *Trainer) Resume(path string) error {
 	for k, v := range otensors {
 		st.Optimizer.Tensors[k] = optim.StateTensor(v)
 	}
-	if err := t.Opt.Import(st.Optimizer); err != nil {
+	pos, err := convertPosition(st, t.globalBatch())
+	if err != nil {
+		return bad("%v", err)
+	}
+	if err := t.importOptimizer(st.Optimizer); err != nil {
 		return bad("%v", err)
 	}
 	if t.Scaler != nil && st.Scaler != nil {
@@ -157,12 +173,32 @@ func (t *Trainer) Resume(path string) error {
 			return bad("%v", err)
 		}
 	}
-	if err := t.train.Seek(st.Position); err != nil {
+	if err := t.train.Seek(pos); err != nil {
 		return bad("%v", err)
 	}
 	t.step, t.accum, t.samples = st.Step, max(st.Accum, 1), st.Samples
 	t.logf("resumed from %s at step %d", path, t.step)
 	return nil
+}
+
+// convertPosition maps a saved loader position, in global batches of the
+// saved run, to global batches of this one: the epoch's example order does
+// not depend on the rank count, so resuming at the same example is exact
+// when it starts a global batch here.
+func convertPosition(st trainerState, global int) (data.Position, error) {
+	saved := st.GlobalBatch
+	if saved == 0 {
+		saved = st.Config.Batch
+	}
+	p := st.Position
+	if saved == global || saved <= 0 {
+		return p, nil
+	}
+	done := p.Batch * saved
+	if done%global != 0 {
+		return p, fmt.Errorf("saved after %d examples of epoch %d (global batch %d); that is not a whole number of global batches of %d here (choose -batch × ranks dividing %d)", done, p.Epoch, saved, global, done)
+	}
+	return data.Position{Epoch: p.Epoch, Batch: done / global}, nil
 }
 
 func sameInts(a, b []int) bool {

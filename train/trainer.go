@@ -13,6 +13,7 @@ import (
 	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/freeze"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
@@ -59,6 +60,12 @@ type Trainer struct {
 	policy   checkpoint.Policy
 	autocast device.DType
 	unfreeze []*tensor.Tensor // frozen parameters that train again at UnfreezeAt
+
+	// Data parallelism (dist.go): nil comm is one process.
+	comm        dist.Comm
+	rank, ranks int
+	ddp         *dist.DDP
+	zero        *dist.ZeRO
 
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
@@ -133,7 +140,12 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 		if err == nil || !tensor.IsOOM(err) {
 			return res, err
 		}
-		t.Opt.ZeroGrad()
+		t.zeroGrad()
+		if t.distributed() {
+			// Raising -accum on one rank alone would desynchronise the
+			// collectives of the step.
+			return res, fmt.Errorf("step %d, rank %d: %w (with -dist, lower -batch or raise -accum on every rank)", t.step+1, t.rank, err)
+		}
 		t.Device.Memory().EmptyCache()
 		rows := b.Len()
 		if t.accum >= rows {
@@ -189,15 +201,28 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		scale = t.Scaler.Scale
 	}
 	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
-		r := nn.NewRun(s, stepSeed(t.Config.Seed, t.step, i))
+		// Each rank draws its own dropout masks (rank 0 those of a
+		// one-process run): the same masks on every rank's different
+		// examples would correlate the replicas' noise.
+		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
 		return t.loss(r, m.Inputs, m.Targets)
 	}, scale, opts...)
 	if err != nil {
 		return res, err
 	}
+	if t.distributed() {
+		// The mean over the ranks: what is logged, and what the
+		// non-finite check below sees the same on every rank.
+		l, err := t.allReduce(float32(res.loss), dist.Avg)
+		if err != nil {
+			t.zeroGrad()
+			return res, err
+		}
+		res.loss = float64(l)
+	}
 	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
-		t.Opt.ZeroGrad()
+		t.zeroGrad()
 		if t.Config.SkipNonFinite {
 			t.nonFinite++
 			t.logf("step %d: loss is %v; step skipped", t.step+1, res.loss)
@@ -206,34 +231,38 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		return res, fmt.Errorf("step %d: loss is %v: %w", t.step+1, res.loss, ErrNonFinite)
 	}
 	err = tensor.Catch(func() error {
+		if err := t.reduceGradients(); err != nil {
+			return err
+		}
+		target := t.stepTarget()
 		if t.Scaler != nil {
-			if err := t.Scaler.Unscale(t.Opt); err != nil {
+			if err := t.Scaler.Unscale(target); err != nil {
 				return err
 			}
 		}
 		if t.Config.Clip > 0 {
-			n, err := t.Opt.ClipGradNorm(t.Config.Clip)
+			n, err := t.clipGradNorm(t.Config.Clip)
 			if err != nil {
 				return err
 			}
 			res.gradNorm = n
 		} else if t.Config.Metrics != "" {
-			n, err := optim.GradNorm(t.Opt.Params())
+			n, err := t.gradNorm()
 			if err != nil {
 				return err
 			}
 			res.gradNorm = n
 		}
 		if t.Scaler != nil {
-			ok, err := t.Scaler.Step(t.Opt)
+			ok, err := t.Scaler.Step(target)
 			t.Scaler.Update()
 			res.stepped = ok
 			return err
 		}
 		res.stepped = true
-		return t.Opt.Step()
+		return target.Step()
 	})
-	t.Opt.ZeroGrad()
+	t.zeroGrad()
 	return res, err
 }
 

@@ -84,6 +84,9 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
 	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: unlimited)")
+	// distributed
+	fs.StringVar(&cfg.Dist, "dist", cfg.Dist, "data parallelism: off, or mpi (run under mpirun -np N; -batch is per rank)")
+	fs.IntVar(&cfg.Zero, "zero", cfg.Zero, "ZeRO stage with -dist: 0 (replicas), 1 (optimizer state sharded) or 2 (gradients too)")
 	// output
 	fs.IntVar(&cfg.EvalEvery, "eval-every", cfg.EvalEvery, "evaluate every N steps in inference mode (0: only at the end)")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "write per-step metrics to this .csv or .jsonl file")
@@ -109,6 +112,7 @@ var flagGroups = []struct {
 	{"data", []string{"data", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
 	{"memory", []string{"amp", "accum", "checkpoint", "freeze", "unfreeze-at", "device", "mem-limit"}},
+	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "quiet"}},
 	{"planning", []string{"plan", "fit"}},
 }

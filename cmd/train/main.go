@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
 	"github.com/memfit/memfit/train"
@@ -64,6 +65,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			memory.FormatBytes(cfg.Fit), c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
 		cfg = c.Config
 	}
+	var comm dist.Comm
+	if cfg.Dist == "mpi" {
+		c, err := dist.NewMPI()
+		if err != nil {
+			return fail(2, fmt.Errorf("-dist mpi: %v", err))
+		}
+		defer c.Close()
+		comm = c
+		if c.Rank() != 0 {
+			// Rank 0 speaks for the group; the others report only their
+			// own errors, prefixed with their rank.
+			stdout = io.Discard
+			stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
+			cfg.Summary, cfg.MemReport = "", ""
+		}
+	}
 	dev, err := train.NewDevice(cfg)
 	if err != nil {
 		return fail(2, err)
@@ -72,13 +89,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		dev.Memory().EnableHistory(1 << 20)
 		tensor.EnableAllocSites(dev.Memory())
 	}
-	t, err := train.New(cfg, dev, stderr)
+	t, err := train.NewDistributed(cfg, dev, comm, stderr)
 	if err != nil {
 		return fail(2, err)
 	}
 	defer t.Close()
-	if !cfg.Quiet {
-		fmt.Fprintf(stderr, "%s: %d parameters on %s\n", cfg.Model, count(t), dev.Name())
+	if !cfg.Quiet && (comm == nil || comm.Rank() == 0) {
+		where := dev.Name()
+		if comm != nil {
+			where = fmt.Sprintf("%d ranks of %s", comm.Size(), dev.Name())
+		}
+		fmt.Fprintf(stderr, "%s: %d parameters on %s\n", cfg.Model, count(t), where)
 	}
 	sum, err := t.Run(ctx)
 	code := 0
@@ -107,6 +128,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
 	}
 	return code
+}
+
+// prefixed writes every Write's bytes after a prefix (error lines of a
+// rank other than 0).
+type prefixed struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixed) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
 }
 
 func count(t *train.Trainer) int {

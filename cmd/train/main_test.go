@@ -29,7 +29,7 @@ func TestHelp(t *testing.T) {
 	for _, f := range []string{"-model", "-layers", "-width", "-heads", "-context", "-data", "-workers", "-prefetch", "-val-split",
 		"-steps", "-epochs", "-batch", "-lr", "-optim", "-wd", "-clip", "-warmup", "-schedule", "-seed",
 		"-amp", "-accum", "-checkpoint", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
-		"-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
+		"-dist", "-zero", "-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("-h does not list %s", f)
 		}
@@ -70,6 +70,10 @@ func TestBadInput(t *testing.T) {
 		{"resume another model", []string{"-model", "gpt", "-resume", ckpt}, "checkpoint is for"},
 		{"unsupported device", []string{"-amp", "fp16", "-device", "cuda"}, "-tags cuda"},
 		{"impossible budget", []string{"-fit", "1KiB"}, "nothing fits"},
+		{"unknown dist engine", []string{"-dist", "nccl"}, "-dist nccl: unknown engine"},
+		{"zero without dist", []string{"-zero", "1"}, "-zero 1: needs -dist"},
+		{"zero stage 3", []string{"-dist", "mpi", "-zero", "3"}, "-zero 3"},
+		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,5 +132,17 @@ func TestDefaultLearns(t *testing.T) {
 	}
 	if !strings.Contains(out, "eval accuracy") {
 		t.Errorf("final line lacks accuracy: %q", out)
+	}
+}
+
+// TestDistWithoutMPIBuild: -dist mpi in a build without the mpi tag says
+// how to rebuild (the default test binary is such a build).
+func TestDistWithoutMPIBuild(t *testing.T) {
+	if mpiTagged {
+		t.Skip("built with -tags mpi")
+	}
+	code, _, errs := runCmd(t, "-quiet", "-steps", "2", "-dist", "mpi")
+	if code != 2 || !strings.Contains(errs, "-tags mpi") {
+		t.Errorf("exit %d, stderr %q; want 2 and how to rebuild", code, errs)
 	}
 }

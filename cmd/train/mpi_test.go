@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/memfit/memfit/train"
+)
+
+// The tests below run `train -dist mpi` under mpirun with 2 ranks (issue
+// 12's acceptance, run by CI, which installs Open MPI). They skip where
+// mpirun or the MPI development files are missing.
+
+var mpiBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// mpiBinary builds the train command with -tags mpi once per test binary.
+func mpiBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: builds an MPI binary and runs mpirun")
+	}
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	mpiBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "memfit-mpi")
+		if err != nil {
+			mpiBuild.err = err
+			return
+		}
+		mpiBuild.bin = filepath.Join(dir, "train")
+		out, err := exec.Command("go", "build", "-tags", "mpi", "-o", mpiBuild.bin, ".").CombinedOutput()
+		if err != nil {
+			mpiBuild.err = fmt.Errorf("go build -tags mpi: %v\n%s", err, out)
+		}
+	})
+	if mpiBuild.err != nil {
+		if _, err := exec.LookPath("mpicc"); err != nil {
+			t.Skipf("no MPI development files (apt-get install libopenmpi-dev): %v", mpiBuild.err)
+		}
+		t.Fatal(mpiBuild.err) // MPI is installed: the build must work
+	}
+	return mpiBuild.bin
+}
+
+// mpirun runs bin on n ranks; --oversubscribe since CI may have fewer
+// cores than ranks, --allow-run-as-root since CI runs as root.
+func mpirun(ctx context.Context, n int, bin string, args ...string) *exec.Cmd {
+	a := []string{"--oversubscribe", "-np", strconv.Itoa(n)}
+	if os.Geteuid() == 0 {
+		a = append([]string{"--allow-run-as-root"}, a...)
+	}
+	cmd := exec.CommandContext(ctx, "mpirun", append(append(a, bin), args...)...)
+	cmd.Env = append(os.Environ(), "OMPI_MCA_btl=self,vader,tcp", "OMPI_MCA_rmaps_base_oversubscribe=1")
+	return cmd
+}
+
+func readWeights(t *testing.T, path string) map[string]train.Tensor {
+	t.Helper()
+	w, _, err := train.ReadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func maxRelDiff(a, b map[string]train.Tensor) float64 {
+	var num, den float64
+	for name, w := range b {
+		for i, v := range w.Data {
+			d := float64(a[name].Data[i]) - float64(v)
+			num += d * d
+			den += float64(v) * float64(v)
+		}
+	}
+	return math.Sqrt(num / den)
+}
+
+var small = []string{"-quiet", "-model", "gpt", "-layers", "2", "-width", "32", "-heads", "4", "-context", "16",
+	"-eval-every", "0", "-workers", "1", "-steps", "20"}
+
+// TestMPIMatchesOneProcess: 2 ranks of -batch 4 under mpirun end where one
+// process of -batch 8 ends, with -zero 0, 1 and 2, and with bf16 plus
+// accumulation (against one process taking the same micro-batches).
+func TestMPIMatchesOneProcess(t *testing.T) {
+	bin := mpiBinary(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name     string
+		extra    []string
+		oneAccum string
+		tol      float64
+	}{
+		{"f32", nil, "1", 1e-5},
+		// SGD and 1e-4: see train's TestDistEquivalence on 16-bit runs.
+		{"bf16 accum 2", []string{"-amp", "bf16", "-accum", "2", "-optim", "sgd", "-lr", "0.05"}, "4", 1e-4},
+	} {
+		one := filepath.Join(dir, "one.safetensors")
+		args := append(append(append([]string{}, small...), tc.extra...), "-batch", "8", "-save", one)
+		if tc.oneAccum != "1" {
+			args = append(args, "-accum", tc.oneAccum) // the later -accum wins
+		}
+		var stderr bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 0 {
+			t.Fatalf("%s, one process: exit %d\n%s", tc.name, code, stderr.String())
+		}
+		want := readWeights(t, one)
+		for _, zero := range []string{"0", "1", "2"} {
+			path := filepath.Join(dir, "two-"+zero+".safetensors")
+			args := append(append(append([]string{}, small...), tc.extra...), "-batch", "4", "-dist", "mpi", "-zero", zero, "-save", path)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, err := mpirun(ctx, 2, bin, args...).CombinedOutput()
+			cancel()
+			if err != nil {
+				t.Fatalf("%s -zero %s: %v\n%s", tc.name, zero, err, out)
+			}
+			if d := maxRelDiff(readWeights(t, path), want); d > tc.tol {
+				t.Errorf("%s -zero %s: 2 ranks × 4 differ from 1 × 8 by %.2g > %.2g", tc.name, zero, d, tc.tol)
+			}
+		}
+	}
+}
+
+// TestMPIRankDeath kills rank 1 mid-run: the job must end non-zero within
+// 60 s naming the dead rank, the last checkpoint must stay valid, and one
+// process must resume from it.
+func TestMPIRankDeath(t *testing.T) {
+	bin := mpiBinary(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.safetensors")
+	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "2",
+		"-steps", "100000", "-save", state, "-save-every", "10")
+	cmd := mpirun(context.Background(), 2, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, err := os.Stat(state + ".state"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 90 s:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pid := rankPID(t, cmd.Process.Pid, bin, 1)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("mpirun exited 0 after rank 1 was killed:\n%s", out.String())
+		}
+		t.Logf("mpirun ended %v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running 60 s after rank 1 was killed:\n%s", out.String())
+	}
+	// Open MPI says "process rank 1 ... exited on signal 9" or names it
+	// as "Process name: [[job,1],1]", depending on how it died.
+	if !regexp.MustCompile(`process rank 1 |Process name: +\[\[\d+,\d+\],1\]`).MatchString(out.String()) {
+		t.Errorf("the output does not name rank 1:\n%s", out.String())
+	}
+	// The checkpoint is whole, and one process takes over from it.
+	_, meta, err := train.ReadSafetensors(state)
+	if err != nil {
+		t.Fatalf("checkpoint after the crash: %v", err)
+	}
+	step, _ := strconv.Atoi(meta["step"])
+	resumed := append(append([]string{}, small...), "-batch", "8", "-resume", state, "-steps", strconv.Itoa(step+5))
+	var stderr bytes.Buffer
+	if code := run(context.Background(), resumed, io.Discard, &stderr); code != 0 {
+		t.Fatalf("resuming on one process from step %d: exit %d\n%s", step, code, stderr.String())
+	}
+}
+
+// rankPID finds the process of MPI rank r of the job mpirun (pid) started:
+// a process running bin whose environment says OMPI_COMM_WORLD_RANK=r.
+func rankPID(t *testing.T, mpirunPID int, bin string, r int) int {
+	t.Helper()
+	want := "OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r)
+	for range 200 {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+			if err != nil || exe != bin {
+				continue
+			}
+			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range strings.Split(string(env), "\x00") {
+				if kv == want {
+					return pid
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no process of rank %d under mpirun %d", r, mpirunPID)
+	return 0
+}

@@ -1,0 +1,5 @@
+//go:build !mpi
+
+package main
+
+const mpiTagged = false

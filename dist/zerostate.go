@@ -1,0 +1,202 @@
+package dist
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+// ZeroGrad releases the shard gradients and every parameter's gradient.
+// Call it after each step, taken or skipped.
+func (z *ZeRO) ZeroGrad() {
+	z.dropShardGrads()
+	for _, p := range z.f.params {
+		p.SetGrad(nil)
+	}
+}
+
+// ExportFull returns the optimizer state of the whole model, in the form
+// an unsharded optimizer over the same parameters exports it (keys
+// "<parameter path>.<buffer>", full shapes), so that a checkpoint does not
+// depend on the number of ranks. It is a collective: every rank calls it
+// and every rank gets the state. The buffers are all-gathered bucket by
+// bucket (memory.Temporary, as Update's all-gather) and assembled on the
+// host, 4 bytes per parameter element and buffer. Only a single parameter
+// group is supported.
+func (z *ZeRO) ExportFull() (optim.State, error) {
+	shard, err := z.opt.Export()
+	if err != nil {
+		return optim.State{}, fmt.Errorf("dist: zero: export: %w", err)
+	}
+	if len(shard.Groups) > 1 {
+		return optim.State{}, fmt.Errorf("dist: zero: export: %d parameter groups; the sharded optimizer supports one", len(shard.Groups))
+	}
+	np := len(z.f.params)
+	// Per parameter: whether it has state, and its update count. Every
+	// owner of a piece of the parameter agrees on both; the others say 0.
+	meta := make([]float32, 2*np)
+	for j, v := range z.views {
+		if steps, ok := shard.ParamSteps[v.Name()]; ok {
+			i := z.viewOf[j].i
+			meta[i], meta[np+i] = 1, float32(steps)
+		}
+	}
+	if meta, err = z.allReduceHost(meta, Max); err != nil {
+		return optim.State{}, fmt.Errorf("dist: zero: export: %w", err)
+	}
+	full := optim.State{
+		Algorithm:  shard.Algorithm,
+		Step:       shard.Step,
+		ParamSteps: map[string]int{},
+		Tensors:    map[string]optim.StateTensor{},
+	}
+	if len(shard.Groups) == 1 {
+		g := optim.GroupState{LR: shard.Groups[0].LR, WeightDecay: shard.Groups[0].WeightDecay}
+		for _, p := range z.f.params {
+			g.Params = append(g.Params, nameOf(p))
+		}
+		full.Groups = []optim.GroupState{g}
+	}
+	for _, b := range z.opt.Buffers() {
+		local := make([]float32, z.shard)
+		for j, v := range z.views {
+			if t, ok := shard.Tensors[v.Name()+"."+b]; ok {
+				copy(local[z.viewOf[j].pos-z.lo:], t.Data)
+			}
+		}
+		all, err := z.allGatherHost(local)
+		if err != nil {
+			return optim.State{}, fmt.Errorf("dist: zero: export of %s: %w", b, err)
+		}
+		for i, p := range z.f.params {
+			if meta[i] == 0 {
+				continue
+			}
+			full.Tensors[nameOf(p)+"."+b] = optim.StateTensor{Shape: slices.Clone(p.Shape()), Data: all[z.f.off[i] : z.f.off[i]+p.Len()]}
+		}
+	}
+	for i, p := range z.f.params {
+		if meta[i] != 0 {
+			full.ParamSteps[nameOf(p)] = int(meta[np+i])
+		}
+	}
+	if len(full.Tensors) == 0 {
+		full.Tensors = nil
+	}
+	if len(full.ParamSteps) == 0 {
+		full.ParamSteps = nil
+	}
+	return full, nil
+}
+
+// ImportFull loads a whole-model optimizer state (from ExportFull, or from
+// an unsharded optimizer's Export over the same parameters) into this
+// rank's shard: each rank takes its range. It is not a collective, but
+// every rank must import the same state.
+func (z *ZeRO) ImportFull(full optim.State) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("dist: zero: import: "+format, args...)
+	}
+	if len(full.Groups) > 1 {
+		return bad("state has %d parameter groups; the sharded optimizer supports one", len(full.Groups))
+	}
+	byName := map[string]int{}
+	for i, p := range z.f.params {
+		byName[nameOf(p)] = i
+	}
+	bufs := z.opt.Buffers()
+	for key, t := range full.Tensors {
+		k := strings.LastIndexByte(key, '.')
+		if k < 0 || !slices.Contains(bufs, key[k+1:]) {
+			return bad("state tensor %s is not <parameter>.<%s>", key, strings.Join(bufs, "|"))
+		}
+		i, ok := byName[key[:k]]
+		if !ok {
+			return bad("state for %s: no such parameter in this model", key[:k])
+		}
+		if len(t.Data) != z.f.params[i].Len() {
+			return bad("state tensor %s holds %d values; the parameter has %d", key, len(t.Data), z.f.params[i].Len())
+		}
+	}
+	shard := optim.State{Algorithm: full.Algorithm, Step: full.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
+	if len(full.Groups) == 1 {
+		g := optim.GroupState{LR: full.Groups[0].LR, WeightDecay: full.Groups[0].WeightDecay}
+		for _, v := range z.views {
+			g.Params = append(g.Params, v.Name())
+		}
+		shard.Groups = []optim.GroupState{g}
+	}
+	for j, v := range z.views {
+		sg := z.viewOf[j]
+		name := nameOf(z.f.params[sg.i])
+		steps, ok := full.ParamSteps[name]
+		if !ok {
+			continue
+		}
+		shard.ParamSteps[v.Name()] = steps
+		for _, b := range bufs {
+			t, ok := full.Tensors[name+"."+b]
+			if !ok {
+				return bad("state for %s has no %s", name, b)
+			}
+			shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: []int{sg.n}, Data: slices.Clone(t.Data[sg.a : sg.a+sg.n])}
+		}
+	}
+	if err := z.opt.Import(shard); err != nil {
+		return fmt.Errorf("dist: zero: import: %w", err)
+	}
+	return nil
+}
+
+// allReduceHost reduces a host vector over the ranks through a device
+// tensor (memory.Temporary).
+func (z *ZeRO) allReduceHost(v []float32, op Op) ([]float32, error) {
+	t, err := tensor.FromFloat32(z.dev, v, []int{len(v)}, memory.Temporary)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Release()
+	if err := z.comm.AllReduce(t, op); err != nil {
+		return nil, err
+	}
+	return t.Float32s(), nil
+}
+
+// allGatherHost concatenates every rank's local (z.shard elements, this
+// rank's flat range) into the flat vector of Size·z.shard elements, bucket
+// by bucket.
+func (z *ZeRO) allGatherHost(local []float32) ([]float32, error) {
+	n, r, S, k := z.comm.Size(), z.comm.Rank(), z.shard, z.chunk
+	all := make([]float32, n*S)
+	copy(all[r*S:], local)
+	if n == 1 {
+		return all, nil
+	}
+	for lo := 0; lo < S; lo += k {
+		kb := min(k, S-lo)
+		in, err := tensor.FromFloat32(z.dev, local[lo:lo+kb], []int{kb}, memory.Temporary)
+		if err != nil {
+			return nil, err
+		}
+		out, err := tensor.New(z.dev, tensor.F32, []int{n * kb}, memory.Temporary)
+		if err != nil {
+			in.Release()
+			return nil, err
+		}
+		err = z.comm.AllGather(out, in)
+		vals := out.Float32s()
+		in.Release()
+		out.Release()
+		if err != nil {
+			return nil, err
+		}
+		for q := range n {
+			copy(all[q*S+lo:q*S+lo+kb], vals[q*kb:(q+1)*kb])
+		}
+	}
+	return all, nil
+}

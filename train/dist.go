@@ -1,0 +1,150 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/memfit/memfit/amp"
+	"github.com/memfit/memfit/dist"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+// Data parallelism. Every rank builds the same Trainer on its own device;
+// the loader deals each rank its block of every global batch (-batch is
+// per rank), and the optimizer step goes through one of three paths that
+// the rest of the loop does not tell apart:
+//
+//   - one process: the optimizer steps the gradients backward left;
+//   - DDP (-zero 0): gradients are averaged over the ranks, then every rank
+//     steps its full optimizer — identical updates on identical replicas;
+//   - ZeRO (-zero 1|2): dist.ZeRO reduce-scatters the gradients, each rank
+//     steps the optimizer of its shard and the parameters are all-gathered.
+//
+// Everything a rank decides alone would let the replicas drift apart, so
+// each such decision is agreed on: the mean loss (and with it the
+// non-finite check), the loss scaler's overflow, and stopping on a
+// signal. Rank 0 alone prints, writes metrics and saves; a checkpoint holds
+// the full state (ZeRO's shards gathered) and resumes on any rank count.
+
+// setupDist builds the DDP or ZeRO machinery over comm; called by assemble
+// after freezing, so that the shards are cut from the trainable parameters.
+func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
+	t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
+	if t.Config.Zero == 0 {
+		d, err := dist.NewDDP(comm, t.Model.Parameters(), dist.DDPConfig{})
+		if err != nil {
+			return fmt.Errorf("-dist: %v", err)
+		}
+		t.ddp = d
+		return nil
+	}
+	z, err := dist.NewZeRO(comm, t.Opt.Params(), dist.ZeROConfig{Stage: t.Config.Zero}, newOpt)
+	if err != nil {
+		return fmt.Errorf("-zero %d: %v", t.Config.Zero, err)
+	}
+	t.Opt.Release()
+	t.Opt, t.zero = z.Optimizer(), z
+	return nil
+}
+
+// distributed reports whether the trainer has other ranks to agree with.
+func (t *Trainer) distributed() bool { return t.comm != nil && t.ranks > 1 }
+
+// agree returns whether any rank says yes.
+func (t *Trainer) agree(yes bool) (bool, error) {
+	if !t.distributed() {
+		return yes, nil
+	}
+	v := float32(0)
+	if yes {
+		v = 1
+	}
+	out, err := t.allReduce(v, dist.Max)
+	return out != 0, err
+}
+
+// allReduce reduces one value over the ranks.
+func (t *Trainer) allReduce(v float32, op dist.Op) (float32, error) {
+	x, err := tensor.FromFloat32(t.Device, []float32{v}, []int{1}, memory.Temporary)
+	if err != nil {
+		return 0, err
+	}
+	defer x.Release()
+	if err := t.comm.AllReduce(x, op); err != nil {
+		return 0, fmt.Errorf("-dist: %w", err)
+	}
+	return x.Float32s()[0], nil
+}
+
+// reduceGradients averages the gradients over the ranks: once per
+// optimizer step, after the last micro-batch's backward.
+func (t *Trainer) reduceGradients() error {
+	switch {
+	case t.zero != nil:
+		return t.zero.ReduceGradients()
+	case t.ddp != nil:
+		return t.ddp.ReduceGradients()
+	}
+	return nil
+}
+
+// stepTarget is what the loss scaler unscales and steps: the optimizer, or
+// under ZeRO this rank's shard with an update that all-gathers.
+func (t *Trainer) stepTarget() amp.Optimizer {
+	if t.zero != nil {
+		return zeroTarget{t.zero}
+	}
+	return t.Opt
+}
+
+type zeroTarget struct{ z *dist.ZeRO }
+
+func (z zeroTarget) Params() []*tensor.Tensor { return z.z.Shard() }
+func (z zeroTarget) Step() error              { return z.z.Update() }
+
+// clipGradNorm clips to the global norm over all ranks' gradients.
+func (t *Trainer) clipGradNorm(maxNorm float64) (float64, error) {
+	if t.zero != nil {
+		return t.zero.ClipGradNorm(maxNorm)
+	}
+	return t.Opt.ClipGradNorm(maxNorm) // after DDP's average every rank holds the same gradients
+}
+
+// gradNorm is the global gradient norm.
+func (t *Trainer) gradNorm() (float64, error) {
+	if t.zero != nil {
+		return t.zero.GradNorm()
+	}
+	return optim.GradNorm(t.Opt.Params())
+}
+
+// zeroGrad releases every gradient the step used.
+func (t *Trainer) zeroGrad() {
+	if t.zero != nil {
+		t.zero.ZeroGrad()
+		return
+	}
+	t.Opt.ZeroGrad()
+}
+
+// exportOptimizer is the full optimizer state; under ZeRO a collective.
+func (t *Trainer) exportOptimizer() (optim.State, error) {
+	if t.zero != nil {
+		return t.zero.ExportFull()
+	}
+	return t.Opt.Export()
+}
+
+// importOptimizer loads a full optimizer state (this rank's shard of it
+// under ZeRO).
+func (t *Trainer) importOptimizer(st optim.State) error {
+	if t.zero != nil {
+		return t.zero.ImportFull(st)
+	}
+	return t.Opt.Import(st)
+}
+
+// globalBatch is the number of examples of one optimizer step over all
+// ranks.
+func (t *Trainer) globalBatch() int { return t.Config.Batch * max(t.ranks, 1) }
