@@ -96,17 +96,17 @@
 // 1556 B); temporaries during the reduction with 256 B buckets 768 B (DDP)
 // and 896 B (ZeRO): the bucket plus its host staging.
 //
-// Stage 2 shards the gradients from the reduction on: backward still
-// accumulates full gradients (4P) into the parameters; the reduction
-// writes each rank's averaged range into them, then moves every owned
-// piece into a buffer of its own and releases each full gradient as soon
-// as nothing owned is left in it (those of parameters it owns nothing of
-// first), so Gradient only falls, from 4P to 4P/N. The stage-2 saving is
-// therefore between the reduction and the next backward (the optimizer
-// step, clipping, the loss scaler), not at backward's peak: reducing
-// buckets while backward runs needs a per-leaf "gradient ready" hook in
-// package tensor, one that also sees the leaves of checkpointed blocks
-// (their backward is a nested pass). Under stage 2 parameters have no
+// Stage 2 has two ways to reduce. Plain ReduceGradients, after backward,
+// writes each rank's averaged range into the full gradients, then moves
+// every owned piece into a buffer of its own and releases each full
+// gradient as soon as nothing owned is left in it, so Gradient only falls,
+// from 4P to 4P/N. ReduceDuringBackward (overlap.go; what train does)
+// arms the next backward instead: the parameters' tensor.OnGradReady hooks
+// all-reduce contiguous buckets of the flat vector as backward completes
+// them, keep the owned part and release the full gradients, so backward
+// itself never holds all of them (measured: 0.59·4P at N = 2); it costs an
+// all-reduce (twice a reduce-scatter's bytes) and needs every rank to use
+// the same parameters in the same graph. Under stage 2 parameters have no
 // gradient after ReduceGradients; the averaged gradient of the owned range
 // is on the shard views (Shard). ClipGradNorm and GradNorm all-reduce the
 // norm.
@@ -122,6 +122,6 @@
 //     -dist mpi with -device cuda puts every rank of a node on GPU 0.
 //   - A zero-copy host path in package tensor (the engines stage through
 //     F64 copies).
-//   - Overlapping communication with backward and stage 2's backward peak
-//     (the leaf hook above).
+//   - Overlapping communication with computation in time: the collectives
+//     of ReduceDuringBackward run inside backward, synchronously.
 package dist

@@ -105,9 +105,10 @@ const (
 	ddp
 	zero1
 	zero2
+	zero2ov // stage 2, reducing during the last micro-batch's backward
 )
 
-func (m mode) String() string { return [...]string{"plain", "ddp", "zero1", "zero2"}[m] }
+func (m mode) String() string { return [...]string{"plain", "ddp", "zero1", "zero2", "zero2ov"}[m] }
 
 func newAdam(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 	return optim.NewAdamW(ps, optim.AdamW{LR: 1e-2, WeightDecay: 0.01})
@@ -146,8 +147,8 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 		if err == nil {
 			d, err = dist.NewDDP(cc, params, dist.DDPConfig{BucketBytes: bucketBytes})
 		}
-	case zero1, zero2:
-		z, err = dist.NewZeRO(cc, params, dist.ZeROConfig{Stage: int(m - ddp), BucketBytes: bucketBytes}, newAdam)
+	case zero1, zero2, zero2ov:
+		z, err = dist.NewZeRO(cc, params, dist.ZeROConfig{Stage: min(int(m-ddp), 2), BucketBytes: bucketBytes}, newAdam)
 		if z != nil {
 			defer z.Release()
 			opt = z.Optimizer()
@@ -168,7 +169,16 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 		if err != nil {
 			return res, err
 		}
+		if measure != nil {
+			dev.Memory().ResetPeak()
+		}
+		k := 0
 		_, err = accumulate.Window(micro, func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor {
+			if k++; m == zero2ov && k == len(micro) {
+				if err := z.ReduceDuringBackward(); err != nil {
+					panic(err)
+				}
+			}
 			r := nn.NewRun(s, 0)
 			return s.CrossEntropy(model.Forward(r, mb.Inputs), mb.Targets, tensor.CrossEntropyOptions{})
 		}, nil)
@@ -181,6 +191,7 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 			return res, err
 		}
 		if measure != nil {
+			measure("backward", dev.Memory().Stats())
 			dev.Memory().ResetPeak() // peaks from here on are the communication's
 		}
 		switch m {
@@ -193,7 +204,7 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 				}
 				err = opt.Step()
 			}
-		case zero1, zero2:
+		case zero1, zero2, zero2ov:
 			if err = z.ReduceGradients(); err == nil {
 				if measure != nil {
 					measure("reduced", dev.Memory().Stats())

@@ -35,10 +35,11 @@ type ZeROConfig struct {
 //   - ReduceGradients reduce-scatters the averaged gradients, bucket by
 //     bucket, so that each rank ends with the average for its range. Stage
 //     1 writes it into the owned part of the parameters' own gradients;
-//     stage 2 writes it into gradient buffers of the owned range only
-//     (memory.Gradient, 4 bytes per owned element) and releases every
-//     parameter gradient as soon as its last bucket is reduced, so that
-//     afterwards Gradient holds 4·P/Size bytes.
+//     stage 2 then moves it into gradient buffers of the owned range only
+//     (memory.Gradient, 4 bytes per owned element), releasing every full
+//     gradient as soon as nothing owned is left in it, so that afterwards
+//     Gradient holds 4·P/Size bytes. Stage 2 can instead reduce during
+//     backward (ReduceDuringBackward).
 //   - Update steps the shard optimizer, releases the shard gradients and
 //     all-gathers the updated ranges so every rank holds all parameters.
 type ZeRO struct {
@@ -52,6 +53,9 @@ type ZeRO struct {
 	views  []*tensor.Tensor
 	viewOf []segment // views[j] is elements [a, a+n) of params[i]
 	opt    *optim.Optimizer
+	ov     *overlap // stage 2's reduction during backward (overlap.go)
+	// bucketBytes is ZeROConfig.BucketBytes (0: the default).
+	bucketBytes int64
 }
 
 // NewZeRO shards params (distinct live contiguous F32 tensors on one
@@ -83,7 +87,7 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 	n := c.Size()
 	f := newFlat(append([]*tensor.Tensor(nil), params...))
 	S := (f.total + n - 1) / n
-	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S}
+	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S, bucketBytes: cfg.BucketBytes}
 	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
 	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
 	if err := broadcastFlat(c, dev, f, z.chunk*n, 0); err != nil {
@@ -154,6 +158,9 @@ func (z *ZeRO) StepScaled(gradScale float64) error {
 // some ranks have is averaged with zeros from the others. Under stage 2
 // the parameters' own gradients are released.
 func (z *ZeRO) ReduceGradients() error {
+	if z.ov != nil && z.ov.armed {
+		return z.finishOverlap()
+	}
 	counts, err := syncPresence(z.comm, z.dev, z.f.params)
 	if err != nil {
 		return fmt.Errorf("dist: zero: %w", err)
@@ -396,11 +403,19 @@ func (z *ZeRO) dropShardGrads() {
 	for _, v := range z.views {
 		v.SetGrad(nil)
 	}
+	z.disarm()
 }
 
 // Release frees the optimizer state and the shard views (the parameters
 // stay).
 func (z *ZeRO) Release() {
+	z.disarm()
+	if z.ov != nil {
+		for _, p := range z.f.params {
+			p.OnGradReady(nil)
+		}
+		z.ov = nil
+	}
 	if z.opt != nil {
 		z.opt.Release()
 	}

@@ -97,6 +97,25 @@ func (t *Tensor) SetGrad(g *Tensor) {
 	t.grad = g
 }
 
+// OnGradReady sets fn (nil: none) to be called during every backward pass
+// that reaches this leaf, once the pass has added its last contribution
+// to the leaf's Grad: the moment a data-parallel engine can start
+// reducing the gradient and, having taken what it needs, release it. fn
+// runs on backward's goroutine, between nodes; it may read, replace or
+// release the gradient (no later node of the pass writes it) but must not
+// start another backward of the same graph. A leaf reached by a nested
+// pass (the recomputation of a checkpointed segment) is complete per pass
+// that adds to its gradient: a parameter used only inside such a segment
+// gets its one call from the nested pass, one used both inside and outside
+// gets one from each.
+func (t *Tensor) OnGradReady(fn func(leaf *Tensor)) *Tensor {
+	if t.node != nil {
+		panic(errorf("OnGradReady", "%s is the result of an op; only leaves have gradients", t.describe()))
+	}
+	t.gradReady = fn
+	return t
+}
+
 // Detach returns a new handle on the same elements with no history.
 func (s *Scope) Detach(t *Tensor) *Tensor {
 	t.mustLive("Detach")
@@ -200,6 +219,9 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 	if t.node == nil {
 		if t.requiresGrad {
 			accumulateLeaf(bs, t, seed)
+			if t.gradReady != nil {
+				t.gradReady(t)
+			}
 		}
 		seed.Release()
 		return
@@ -207,13 +229,22 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 
 	// Count, for every node reachable from t, how many edges lead into it,
 	// so that a node runs only once all its output gradients have arrived.
+	// Leaves with an OnGradReady hook are counted the same way.
 	pending := map[*node]int{}
+	var leafPending map[*Tensor]int
+	contributed := map[*Tensor]bool{} // hooked leaves this pass added to
 	stack := []*node{t.node}
 	seen := map[*node]bool{t.node: true}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		for _, e := range n.edges {
+			if e.leaf != nil && e.leaf.gradReady != nil {
+				if leafPending == nil {
+					leafPending = map[*Tensor]int{}
+				}
+				leafPending[e.leaf]++
+			}
 			if e.node == nil {
 				continue
 			}
@@ -264,6 +295,9 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 				}
 				if e.leaf != nil {
 					accumulateLeaf(bs, e.leaf, gi)
+					if e.leaf.gradReady != nil {
+						contributed[e.leaf] = true
+					}
 				} else if prev := grads[e.node]; prev != nil {
 					sum := bs.Add(prev, gi)
 					prev.Release()
@@ -277,6 +311,11 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 				pending[e.node]--
 				if pending[e.node] == 0 {
 					ready = append(ready, e.node)
+				}
+			}
+			if leaf := e.leaf; leaf != nil && leaf.gradReady != nil {
+				if leafPending[leaf]--; leafPending[leaf] == 0 && contributed[leaf] && leaf.grad != nil {
+					leaf.gradReady(leaf)
 				}
 			}
 		}

@@ -296,3 +296,48 @@ func TestInPlaceReluSavesAnActivation(t *testing.T) {
 		t.Errorf("in-place relu peak %d vs %d out of place: saves %d bytes, want >= %d (one activation per layer)", in, out, out-in, 7*act)
 	}
 }
+
+// TestOnGradReady: the hook runs once per backward pass per leaf, when
+// the leaf's gradient is complete (a weight used three times, once
+// through a long chain), and may take the gradient away.
+func TestOnGradReady(t *testing.T) {
+	dev := cpu.New()
+	w, _ := tensor.FromFloat32(dev, []float32{1, 2, 3}, []int{3}, memory.Parameter)
+	u, _ := tensor.FromFloat32(dev, []float32{4, 5, 6}, []int{3}, memory.Parameter)
+	unused, _ := tensor.FromFloat32(dev, []float32{0}, []int{1}, memory.Parameter)
+	defer w.Release()
+	defer u.Release()
+	defer unused.Release()
+	var calls []string
+	var atReady []float32
+	w.SetName("w").SetRequiresGrad(true).OnGradReady(func(l *tensor.Tensor) {
+		calls = append(calls, l.Name())
+		atReady = l.Grad().Float32s()
+	})
+	u.SetName("u").SetRequiresGrad(true).OnGradReady(func(l *tensor.Tensor) {
+		calls = append(calls, l.Name())
+		l.SetGrad(nil) // taken: no later node may write it
+	})
+	unused.SetRequiresGrad(true).OnGradReady(func(*tensor.Tensor) { calls = append(calls, "unused") })
+	err := tensor.Step(func(s *tensor.Scope) error {
+		// L = Σ (w·u) + Σ w² + Σ exp(tanh(w))·2
+		a := s.Sum(s.Mul(w, u), false)
+		b := s.Sum(s.Square(w), false)
+		c := s.Sum(s.MulScalar(s.Exp(s.Tanh(w)), 2), false)
+		s.Add(s.Add(a, b), c).Backward()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || u.Grad() != nil {
+		t.Fatalf("hook calls %v (want w and u once each); u's gradient after its hook released it: %v", calls, u.Grad())
+	}
+	final := w.Grad().Float32s()
+	for i := range final {
+		if atReady[i] != final[i] {
+			t.Errorf("w's gradient at the hook %v, after backward %v: the hook ran before the last contribution", atReady, final)
+			break
+		}
+	}
+}

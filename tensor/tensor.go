@@ -61,6 +61,7 @@ type Tensor struct {
 	requiresGrad bool            // a leaf whose gradient is wanted (a parameter)
 	grad         *Tensor         // accumulated gradient of a leaf
 	gradCat      memory.Category // category of grad when allocated; 0: memory.Gradient
+	gradReady    func(*Tensor)   // OnGradReady's hook
 	node         *node           // the op that produced this tensor, when recorded
 	name         string          // optional label used in error messages
 

@@ -39,7 +39,17 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		t.ddp = d
 		return nil
 	}
-	z, err := dist.NewZeRO(comm, t.Opt.Params(), dist.ZeROConfig{Stage: t.Config.Zero}, newOpt)
+	zc := dist.ZeROConfig{Stage: t.Config.Zero}
+	if zc.Stage == 2 {
+		// Stage 2 reduces during backward, a bucket at a time: buckets
+		// of 1/32 of the gradients keep few full gradients waiting.
+		var P int64
+		for _, p := range t.Opt.Params() {
+			P += int64(p.Len())
+		}
+		zc.BucketBytes = min(max(4*P/32, 4<<10), dist.DefaultBucketBytes)
+	}
+	z, err := dist.NewZeRO(comm, t.Opt.Params(), zc, newOpt)
 	if err != nil {
 		return fmt.Errorf("-zero %d: %v", t.Config.Zero, err)
 	}
@@ -75,6 +85,15 @@ func (t *Trainer) allReduce(v float32, op dist.Op) (float32, error) {
 		return 0, fmt.Errorf("-dist: %w", err)
 	}
 	return x.Float32s()[0], nil
+}
+
+// armReduction makes ZeRO stage 2 reduce during the coming backward (the
+// last micro-batch's).
+func (t *Trainer) armReduction() error {
+	if t.zero == nil || t.zero.Stage() != 2 {
+		return nil
+	}
+	return t.zero.ReduceDuringBackward()
 }
 
 // reduceGradients averages the gradients over the ranks: once per

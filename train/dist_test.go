@@ -217,8 +217,13 @@ func TestDistMemory(t *testing.T) {
 				if got := tr.Opt.StateBytes(); got != want {
 					t.Errorf("rank %d: StateBytes %d, want %d", r, got, want)
 				}
-				if sums[r].PeakBytes.Gradient > 4*P {
-					t.Errorf("rank %d: gradients peaked at %d bytes, above the 4·P = %d of backward", r, sums[r].PeakBytes.Gradient, 4*P)
+				switch g := sums[r].PeakBytes.Gradient; {
+				case zero < 2 && g != 4*P:
+					t.Errorf("rank %d: gradients peaked at %d bytes, want the 4·P = %d of backward", r, g, 4*P)
+				case zero == 2 && g >= 4*P:
+					// Stage 2 reduces buckets while backward runs and
+					// releases full gradients as it goes.
+					t.Errorf("rank %d: stage 2's gradients peaked at %d bytes, not below the 4·P = %d of a full backward", r, g, 4*P)
 				}
 				t.Logf("rank %d: P %d, peak gradient %d, optimizer state %d, peak total %d", r, P, sums[r].PeakBytes.Gradient, state, sums[r].PeakBytes.Total)
 			}

@@ -200,7 +200,11 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	if t.Scaler != nil {
 		scale = t.Scaler.Scale
 	}
+	var armErr error
 	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
+		if i == len(micro)-1 && armErr == nil {
+			armErr = t.armReduction()
+		}
 		// Each rank draws its own dropout masks (rank 0 those of a
 		// one-process run): the same masks on every rank's different
 		// examples would correlate the replicas' noise.
@@ -208,7 +212,11 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		i++
 		return t.loss(r, m.Inputs, m.Targets)
 	}, scale, opts...)
+	if err == nil {
+		err = armErr
+	}
 	if err != nil {
+		t.zeroGrad()
 		return res, err
 	}
 	if t.distributed() {
