@@ -20,50 +20,32 @@ const chunk = 2048
 // goroutine: under it, starting goroutines costs more than it saves.
 const parallelMin = 1 << 15
 
+// maxOps and maxDims bound a loop: the most operands of one kernel and the
+// most dimensions left after merging (tensors of more than maxDims
+// dimensions that no operand lets merge are refused).
+const (
+	maxOps  = 4
+	maxDims = 16
+)
+
 // loop is a strided loop nest over one shape shared by several operands,
-// with adjacent dimensions merged wherever every operand allows it.
+// with adjacent dimensions merged wherever every operand allows it. It is
+// a value of fixed size, so that making one allocates nothing.
 type loop struct {
-	outer []int   // sizes of the outer dimensions
-	ostr  [][]int // per operand, strides of the outer dimensions
-	n     int     // size of the innermost dimension
-	istr  []int   // per operand, stride of the innermost dimension
-	base  []int   // per operand, element offset
+	nops   int
+	nouter int
+	outer  [maxDims]int         // sizes of the outer dimensions
+	ostr   [maxOps][maxDims]int // per operand, strides of the outer dimensions
+	n      int                  // size of the innermost dimension
+	istr   [maxOps]int          // per operand, stride of the innermost dimension
+	base   [maxOps]int          // per operand, element offset
 }
 
-func newLoop(shape []int, views ...device.View) *loop {
-	// Drop size-1 dimensions and merge dimension i into i+1 whenever every
-	// operand is contiguous across them.
-	type dim struct {
-		size int
-		str  []int
+func newLoop(shape []int, views ...device.View) loop {
+	if len(views) > maxOps {
+		panic(fmt.Sprintf("cpu: a kernel of %d operands; at most %d", len(views), maxOps))
 	}
-	var dims []dim
-	for i, s := range shape {
-		if s == 1 {
-			continue
-		}
-		str := make([]int, len(views))
-		for k, v := range views {
-			str[k] = v.Strides[i]
-		}
-		if len(dims) > 0 {
-			last := &dims[len(dims)-1]
-			mergeable := true
-			for k := range views {
-				if last.str[k] != str[k]*s {
-					mergeable = false
-					break
-				}
-			}
-			if mergeable {
-				last.size *= s
-				copy(last.str, str)
-				continue
-			}
-		}
-		dims = append(dims, dim{s, str})
-	}
-	l := &loop{n: 1, istr: make([]int, len(views)), base: make([]int, len(views)), ostr: make([][]int, len(views))}
+	l := loop{nops: len(views), n: 1}
 	for k, v := range views {
 		l.base[k] = v.Offset
 	}
@@ -73,19 +55,50 @@ func newLoop(shape []int, views ...device.View) *loop {
 			return l
 		}
 	}
-	if len(dims) == 0 {
+	// Drop size-1 dimensions and merge dimension i into i+1 whenever every
+	// operand is contiguous across them.
+	var size [maxDims + 1]int
+	var str [maxDims + 1][maxOps]int
+	nd := 0
+	for i, sz := range shape {
+		if sz == 1 {
+			continue
+		}
+		if nd > 0 {
+			mergeable := true
+			for k, v := range views {
+				if str[nd-1][k] != v.Strides[i]*sz {
+					mergeable = false
+					break
+				}
+			}
+			if mergeable {
+				size[nd-1] *= sz
+				for k, v := range views {
+					str[nd-1][k] = v.Strides[i]
+				}
+				continue
+			}
+		}
+		if nd == maxDims+1 {
+			panic(fmt.Sprintf("cpu: a loop over shape %v: more than %d dimensions that do not merge", shape, maxDims+1))
+		}
+		size[nd] = sz
+		for k, v := range views {
+			str[nd][k] = v.Strides[i]
+		}
+		nd++
+	}
+	if nd == 0 {
 		return l
 	}
-	in := dims[len(dims)-1]
-	l.n = in.size
-	copy(l.istr, in.str)
-	for _, d := range dims[:len(dims)-1] {
-		l.outer = append(l.outer, d.size)
-	}
-	for k := range views {
-		l.ostr[k] = make([]int, len(l.outer))
-		for i, d := range dims[:len(dims)-1] {
-			l.ostr[k][i] = d.str[k]
+	l.n = size[nd-1]
+	l.istr = str[nd-1]
+	l.nouter = nd - 1
+	for i := range l.nouter {
+		l.outer[i] = size[i]
+		for k := range views {
+			l.ostr[k][i] = str[i][k]
 		}
 	}
 	return l
@@ -93,7 +106,7 @@ func newLoop(shape []int, views ...device.View) *loop {
 
 func (l *loop) rows() int {
 	r := 1
-	for _, s := range l.outer {
+	for _, s := range l.outer[:l.nouter] {
 		r *= s
 	}
 	return r
@@ -101,8 +114,8 @@ func (l *loop) rows() int {
 
 // rowOffsets writes the element offset of row r for every operand.
 func (l *loop) rowOffsets(r int, offs []int) {
-	copy(offs, l.base)
-	for i := len(l.outer) - 1; i >= 0; i-- {
+	copy(offs, l.base[:l.nops])
+	for i := l.nouter - 1; i >= 0; i-- {
 		c := r % l.outer[i]
 		r /= l.outer[i]
 		for k := range offs {
@@ -115,26 +128,72 @@ func (l *loop) rowOffsets(r int, offs []int) {
 // offset for the piece's first element and the piece's length m; the
 // operands advance by l.istr inside a piece. Pieces are at most chunk long
 // and are spread over up to threads goroutines in a fixed partition, so
-// results never depend on scheduling.
+// results never depend on scheduling. The hot elementwise kernels use
+// runRows instead, which allocates nothing.
 func (l *loop) run(threads int, fn func(pos int, offs []int, m int)) {
 	total := l.rows() * l.n
 	if total == 0 {
 		return
 	}
-	work := func(start, end int) {
-		offs := make([]int, len(l.base))
-		for pos := start; pos < end; {
-			r, c := pos/l.n, pos%l.n
-			m := min(l.n-c, end-pos, chunk)
-			l.rowOffsets(r, offs)
-			for k := range offs {
-				offs[k] += c * l.istr[k]
-			}
-			fn(pos, offs, m)
-			pos += m
+	parallelRange(threads, total, func(start, end int) {
+		var offs [maxOps]int
+		l.pieces(start, end, &offs, func(pos, m int) { fn(pos, offs[:l.nops], m) })
+	})
+}
+
+// pieces walks [start, end) of the iteration space in pieces of at most
+// chunk elements, leaving each piece's operand offsets in offs.
+func (l *loop) pieces(start, end int, offs *[maxOps]int, fn func(pos, m int)) {
+	for pos := start; pos < end; {
+		r, c := pos/l.n, pos%l.n
+		m := min(l.n-c, end-pos, chunk)
+		l.rowOffsets(r, offs[:l.nops])
+		for k := range l.nops {
+			offs[k] += c * l.istr[k]
 		}
+		fn(pos, m)
+		pos += m
 	}
-	parallelRange(threads, total, work)
+}
+
+// rowKernel is an elementwise kernel as a value: row processes the m
+// elements at iteration position pos, operand k starting at offs[k] with
+// stride istr[k]. Kernels are small structs passed by value, so that
+// running one on the calling goroutine allocates nothing (a closure
+// handed to the worker goroutines would have to live on the heap).
+type rowKernel interface {
+	row(pos int, offs, istr [maxOps]int, m int)
+}
+
+// runRows runs k over the loop like run: on the calling goroutine below
+// parallelMin elements, without allocating; above it, split over up to
+// threads goroutines (which costs a few small allocations, nothing next
+// to the work).
+func runRows[K rowKernel](threads int, l *loop, k K) {
+	total := l.rows() * l.n
+	if total == 0 {
+		return
+	}
+	if threads <= 1 || total < parallelMin {
+		rowsOf(l, 0, total, k)
+		return
+	}
+	lc, kc := *l, k
+	parallelRange(threads, total, func(start, end int) { rowsOf(&lc, start, end, kc) })
+}
+
+func rowsOf[K rowKernel](l *loop, start, end int, k K) {
+	var offs [maxOps]int
+	for pos := start; pos < end; {
+		r, c := pos/l.n, pos%l.n
+		m := min(l.n-c, end-pos, chunk)
+		l.rowOffsets(r, offs[:l.nops])
+		for i := range l.nops {
+			offs[i] += c * l.istr[i]
+		}
+		k.row(pos, offs, l.istr, m)
+		pos += m
+	}
 }
 
 // parallelRange splits [0, total) into equal contiguous parts, one per

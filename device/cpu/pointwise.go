@@ -34,15 +34,22 @@ func (d *Device) Fill(dst device.View, v float64) {
 
 func fill[T float](d *Device, dst device.View, v float64) {
 	l := newLoop(dst.Shape, dst)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		y := target(dst, offs[0], m, l.istr[0], sc.a[:])
-		for i := range y {
-			y[i] = T(v)
-		}
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
-	})
+	runRows(d.threads, &l, fillK[T]{dst, T(v)})
+}
+
+type fillK[T float] struct {
+	dst device.View
+	v   T
+}
+
+func (k fillK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	y := target(k.dst, offs[0], m, istr[0], sc.a[:])
+	for i := range y {
+		y[i] = k.v
+	}
+	store(k.dst, offs[0], istr[0], y)
+	putScratch(sc)
 }
 
 // Copy copies src into dst, converting dtypes.
@@ -60,12 +67,16 @@ func (d *Device) Copy(dst, src device.View) {
 
 func copyConvert[T float](d *Device, dst, src device.View) {
 	l := newLoop(dst.Shape, dst, src)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		x := load(src, offs[1], m, l.istr[1], sc.a[:])
-		store(dst, offs[0], l.istr[0], x)
-		putScratch(sc)
-	})
+	runRows(d.threads, &l, copyK[T]{dst, src})
+}
+
+type copyK[T float] struct{ dst, src device.View }
+
+func (k copyK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	x := load(k.src, offs[1], m, istr[1], sc.a[:])
+	store(k.dst, offs[0], istr[0], x)
+	putScratch(sc)
 }
 
 func copySame(d *Device, dst, src device.View) {
@@ -82,16 +93,20 @@ func copySame(d *Device, dst, src device.View) {
 // copyElems copies strided elements of one width, as raw bits.
 func copyElems[E uint16 | int32 | int64](d *Device, y, x []E, dst, src device.View) {
 	l := newLoop(dst.Shape, dst, src)
-	sd, ss := l.istr[0], l.istr[1]
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		if sd == 1 && ss == 1 {
-			copy(y[offs[0]:offs[0]+m], x[offs[1]:offs[1]+m])
-			return
-		}
-		for i := 0; i < m; i++ {
-			y[offs[0]+i*sd] = x[offs[1]+i*ss]
-		}
-	})
+	runRows(d.threads, &l, copyElemsK[E]{y, x})
+}
+
+type copyElemsK[E uint16 | int32 | int64] struct{ y, x []E }
+
+func (k copyElemsK[E]) row(_ int, offs, istr [maxOps]int, m int) {
+	sd, ss := istr[0], istr[1]
+	if sd == 1 && ss == 1 {
+		copy(k.y[offs[0]:offs[0]+m], k.x[offs[1]:offs[1]+m])
+		return
+	}
+	for i := 0; i < m; i++ {
+		k.y[offs[0]+i*sd] = k.x[offs[1]+i*ss]
+	}
 }
 
 // Unary computes dst = op(src).
@@ -105,14 +120,22 @@ func (d *Device) Unary(op device.UnaryOp, dst, src device.View, arg float64) {
 
 func unary[T float](d *Device, op device.UnaryOp, dst, src device.View, arg float64) {
 	l := newLoop(dst.Shape, dst, src)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		x := load(src, offs[1], m, l.istr[1], sc.a[:])
-		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
-		unaryRow(op, y, x, T(arg))
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
-	})
+	runRows(d.threads, &l, unaryK[T]{op, dst, src, T(arg)})
+}
+
+type unaryK[T float] struct {
+	op       device.UnaryOp
+	dst, src device.View
+	arg      T
+}
+
+func (k unaryK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	x := load(k.src, offs[1], m, istr[1], sc.a[:])
+	y := target(k.dst, offs[0], m, istr[0], sc.b[:])
+	unaryRow(k.op, y, x, k.arg)
+	store(k.dst, offs[0], istr[0], y)
+	putScratch(sc)
 }
 
 const geluC = 0.7978845608028654 // sqrt(2/pi)
@@ -207,15 +230,23 @@ func unaryBackward[T float](d *Device, op device.UnaryOp, dx, x, y, dy device.Vi
 		in = y
 	}
 	l := newLoop(dx.Shape, dx, dy, in)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		g := load(dy, offs[1], m, l.istr[1], sc.a[:])
-		v := load(in, offs[2], m, l.istr[2], sc.b[:])
-		out := target(dx, offs[0], m, l.istr[0], sc.c[:])
-		unaryGradRow(op, out, v, g, T(arg))
-		store(dx, offs[0], l.istr[0], out)
-		putScratch(sc)
-	})
+	runRows(d.threads, &l, unaryGradK[T]{op, dx, dy, in, T(arg)})
+}
+
+type unaryGradK[T float] struct {
+	op         device.UnaryOp
+	dx, dy, in device.View
+	arg        T
+}
+
+func (k unaryGradK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	g := load(k.dy, offs[1], m, istr[1], sc.a[:])
+	v := load(k.in, offs[2], m, istr[2], sc.b[:])
+	out := target(k.dx, offs[0], m, istr[0], sc.c[:])
+	unaryGradRow(k.op, out, v, g, k.arg)
+	store(k.dx, offs[0], istr[0], out)
+	putScratch(sc)
 }
 
 // unaryGradRow computes out = g·f' where v is x or y as UnaryNeeds says.
@@ -311,15 +342,22 @@ func (d *Device) Binary(op device.BinaryOp, dst, a, b device.View) {
 
 func binary[T float](d *Device, op device.BinaryOp, dst, a, b device.View) {
 	l := newLoop(dst.Shape, dst, a, b)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		x := load(a, offs[1], m, l.istr[1], sc.a[:])
-		z := load(b, offs[2], m, l.istr[2], sc.b[:])
-		y := target(dst, offs[0], m, l.istr[0], sc.c[:])
-		binaryRow(op, y, x, z)
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
-	})
+	runRows(d.threads, &l, binaryK[T]{op, dst, a, b})
+}
+
+type binaryK[T float] struct {
+	op        device.BinaryOp
+	dst, a, b device.View
+}
+
+func (k binaryK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	x := load(k.a, offs[1], m, istr[1], sc.a[:])
+	z := load(k.b, offs[2], m, istr[2], sc.b[:])
+	y := target(k.dst, offs[0], m, istr[0], sc.c[:])
+	binaryRow(k.op, y, x, z)
+	store(k.dst, offs[0], istr[0], y)
+	putScratch(sc)
 }
 
 func binaryRow[T float](op device.BinaryOp, y, a, b []T) {
@@ -373,21 +411,28 @@ func (d *Device) MaskedFill(dst, src, mask device.View, value float64) {
 
 func maskedFill[T float](d *Device, dst, src, mask device.View, value float64) {
 	l := newLoop(dst.Shape, dst, src, mask)
-	l.run(d.threads, func(_ int, offs []int, m int) {
-		sc := getScratch[T]()
-		x := load(src, offs[1], m, l.istr[1], sc.a[:])
-		k := load(mask, offs[2], m, l.istr[2], sc.b[:])
-		y := target(dst, offs[0], m, l.istr[0], sc.c[:])
-		for i := range y {
-			if k[i] != 0 {
-				y[i] = T(value)
-			} else {
-				y[i] = x[i]
-			}
+	runRows(d.threads, &l, maskedFillK[T]{dst, src, mask, T(value)})
+}
+
+type maskedFillK[T float] struct {
+	dst, src, mask device.View
+	value          T
+}
+
+func (k maskedFillK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	x := load(k.src, offs[1], m, istr[1], sc.a[:])
+	mk := load(k.mask, offs[2], m, istr[2], sc.b[:])
+	y := target(k.dst, offs[0], m, istr[0], sc.c[:])
+	for i := range y {
+		if mk[i] != 0 {
+			y[i] = k.value
+		} else {
+			y[i] = x[i]
 		}
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
-	})
+	}
+	store(k.dst, offs[0], istr[0], y)
+	putScratch(sc)
 }
 
 // CausalFill writes value above the diagonal of the last two dimensions.
@@ -507,20 +552,28 @@ func (d *Device) Dropout(dst, src device.View, p float64, seed uint64) {
 }
 
 func dropout[T float](d *Device, dst, src device.View, p float64, seed uint64) {
-	scale := T(1 / (1 - p))
 	l := newLoop(dst.Shape, dst, src)
-	l.run(d.threads, func(pos int, offs []int, m int) {
-		sc := getScratch[T]()
-		x := load(src, offs[1], m, l.istr[1], sc.a[:])
-		y := target(dst, offs[0], m, l.istr[0], sc.b[:])
-		for i := range y {
-			if uniform01(seed, uint64(pos+i)) < p {
-				y[i] = 0
-			} else {
-				y[i] = x[i] * scale
-			}
+	runRows(d.threads, &l, dropoutK[T]{dst, src, p, T(1 / (1 - p)), seed})
+}
+
+type dropoutK[T float] struct {
+	dst, src device.View
+	p        float64
+	scale    T
+	seed     uint64
+}
+
+func (k dropoutK[T]) row(pos int, offs, istr [maxOps]int, m int) {
+	sc := getScratch[T]()
+	x := load(k.src, offs[1], m, istr[1], sc.a[:])
+	y := target(k.dst, offs[0], m, istr[0], sc.b[:])
+	for i := range y {
+		if uniform01(k.seed, uint64(pos+i)) < k.p {
+			y[i] = 0
+		} else {
+			y[i] = x[i] * k.scale
 		}
-		store(dst, offs[0], l.istr[0], y)
-		putScratch(sc)
-	})
+	}
+	store(k.dst, offs[0], istr[0], y)
+	putScratch(sc)
 }

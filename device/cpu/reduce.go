@@ -101,7 +101,7 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 	}
 
 	distinct := true // every row lands on its own dst elements
-	for _, s := range l.ostr[1] {
+	for _, s := range l.ostr[1][:l.nouter] {
 		if s == 0 {
 			distinct = false
 		}
@@ -123,9 +123,9 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sub := *l
+				sub := l
 				sub.n = e - s
-				sub.base = []int{l.base[0] + s*l.istr[0], l.base[1]}
+				sub.base = [maxOps]int{l.base[0] + s*l.istr[0], l.base[1]}
 				partial[p] = reduceRowOf[T](&sub, src, op)
 			}()
 		}

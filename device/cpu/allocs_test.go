@@ -1,0 +1,62 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// TestElementwiseAllocatesNothing: in steady state an elementwise kernel
+// below the parallel threshold makes no heap allocation (issue 10) —
+// contiguous, strided and broadcast operands, every dtype path.
+func TestElementwiseAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	d := New()
+	view := func(dt device.DType, shape, strides []int) device.View {
+		n := 1
+		for _, s := range shape {
+			n *= s
+		}
+		b, err := d.Alloc(int64(n*dt.Size())*2, memory.Temporary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Free(b) })
+		return device.View{Buf: b, DType: dt, Shape: shape, Strides: strides}
+	}
+	shape := []int{32, 48}
+	x := view(device.F32, shape, []int{48, 1})
+	y := view(device.F32, shape, []int{48, 1})
+	xt := view(device.F32, shape, []int{1, 32}) // transposed
+	row := view(device.F32, shape, []int{0, 1}) // broadcast row
+	h := view(device.BF16, shape, []int{48, 1})
+	w := view(device.F64, shape, []int{48, 1})
+	d.Fill(x, 0.5)
+	d.Fill(row, 1)
+	cases := []struct {
+		name string
+		fn   func()
+	}{
+		{"Fill", func() { d.Fill(y, 2) }},
+		{"Copy", func() { d.Copy(y, xt) }},
+		{"Copy bf16", func() { d.Copy(h, x) }},
+		{"Copy f64", func() { d.Copy(w, x) }},
+		{"Copy same bf16", func() { d.Copy(h, h) }},
+		{"Unary", func() { d.Unary(device.Gelu, y, x, 0) }},
+		{"Unary bf16", func() { d.Unary(device.Exp, h, h, 0) }},
+		{"UnaryBackward", func() { d.UnaryBackward(device.Tanh, y, x, x, xt, 0) }},
+		{"Binary", func() { d.Binary(device.Add, y, x, row) }},
+		{"Binary f64", func() { d.Binary(device.Mul, w, w, w) }},
+		{"MaskedFill", func() { d.MaskedFill(y, x, row, -1) }},
+		{"Dropout", func() { d.Dropout(y, x, 0.1, 7) }},
+	}
+	for _, c := range cases {
+		c.fn() // warm the scratch pools
+		if n := testing.AllocsPerRun(100, c.fn); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", c.name, n)
+		}
+	}
+}
