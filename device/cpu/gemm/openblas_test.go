@@ -9,15 +9,15 @@ import (
 	"github.com/memfit/memfit/device/cpu/gemm/internal/openblas"
 )
 
-// BenchmarkOpenBLAS runs the square benchmarks through cblas_sgemm so that
-// one `go test -tags openblas -bench 'Sgemm|OpenBLAS'` run measures the
-// ratio. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE to get its AVX-512
+// BenchmarkOpenBLAS runs the square and model-shape benchmarks through
+// cblas_sgemm so that one `go test -tags openblas -bench 'Sgemm|OpenBLAS'`
+// run measures the ratio. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE to get its AVX-512
 // kernel on this machine.
 func BenchmarkOpenBLAS(b *testing.B) {
 	defer openblas.SetThreads(openblas.SetThreads(1))
 	benchAll(b, f32gen, func(tA, tB bool, m, n, k int, a []float32, lda int, bb []float32, ldb int, c []float32, ldc int) {
 		openblas.Sgemm(tA, tB, m, n, k, 1, a, lda, bb, ldb, 0, c, ldc)
-	}, openblas.SetThreads, false)
+	}, openblas.SetThreads, true)
 }
 
 func TestOpenBLASAgrees(t *testing.T) {
