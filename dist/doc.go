@@ -15,7 +15,13 @@
 //   - NewMPI, with the build tag mpi: MPI_COMM_WORLD through cgo to Open
 //     MPI (Debian: apt-get install libopenmpi-dev openmpi-bin), for CPU
 //     ranks on one or many machines launched with mpirun;
-//   - NCCL for GPUs in cuda builds: not written yet.
+//   - NewNCCL, with the build tag cuda: NCCL over one GPU per rank,
+//     bootstrapped through another Comm (MPI) that carries NCCL's unique
+//     id. Collectives run on the tensors' GPU memory directly, on the
+//     device's compute stream (cuda.Device.OnStream), and wait for the
+//     GPU with a watchdog that aborts the communicator after the timeout
+//     (NCCLTimeout) or on NCCL's asynchronous error. `train -dist mpi
+//     -device cuda` uses it, each rank on the GPU of its local rank.
 //
 // # Comm
 //
@@ -118,10 +124,10 @@
 //
 // # Not done yet
 //
-//   - NCCL for GPU ranks (cuda build), and choosing the GPU by local rank:
-//     -dist mpi with -device cuda puts every rank of a node on GPU 0.
-//   - A zero-copy host path in package tensor (the engines stage through
-//     F64 copies).
+//   - NCCL with more than one rank has not run: the machines that checked
+//     it had one GPU (one-rank collectives pass on an H100, NCCL 2.28).
+//   - The CPU engines still stage tensors through F64 host copies;
+//     tensor.View now gives the memory they could use directly.
 //   - Overlapping communication with computation in time: the collectives
 //     of ReduceDuringBackward run inside backward, synchronously.
 package dist

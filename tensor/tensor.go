@@ -150,6 +150,17 @@ func (t *Tensor) describe() string {
 func (t *Tensor) String() string { return "tensor(" + t.describe() + ")" }
 
 // view is the kernel-facing description of t.
+// View describes t's elements in its device's memory, for code outside
+// this package that hands device memory to another engine (a collective
+// library writing gradients in place). It is valid while t is live. Writes
+// through it are invisible to the version check of saved tensors, so it is
+// for tensors no recorded graph has saved (gradients, parameters between
+// steps).
+func (t *Tensor) View() device.View {
+	t.mustLive("View")
+	return t.view()
+}
+
 func (t *Tensor) view() device.View {
 	return device.View{Buf: t.st.buf, DType: t.dtype, Offset: t.offset, Shape: t.shape, Strides: t.strides}
 }

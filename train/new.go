@@ -17,12 +17,16 @@ import (
 )
 
 // NewDevice returns the device a Config names, with its memory limit.
-func NewDevice(cfg Config) (device.Device, error) {
+func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg, 0) }
+
+// NewDeviceOrdinal is NewDevice on GPU ordinal for -device cuda (a rank's
+// GPU on a machine of several); other devices ignore it.
+func NewDeviceOrdinal(cfg Config, ordinal int) (device.Device, error) {
 	switch cfg.Device {
 	case "cpu":
 		return cpu.New(cpu.Capacity(cfg.MemLimit)), nil
 	case "cuda":
-		d, err := cuda.New(0, cuda.MemLimit(cfg.MemLimit))
+		d, err := cuda.New(ordinal, cuda.MemLimit(cfg.MemLimit))
 		if err != nil {
 			return nil, fmt.Errorf("-device cuda: %v", err)
 		}

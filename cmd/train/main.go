@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/memfit/memfit/dist"
@@ -81,9 +82,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.Summary, cfg.MemReport = "", ""
 		}
 	}
-	dev, err := train.NewDevice(cfg)
+	dev, err := train.NewDeviceOrdinal(cfg, localRank())
 	if err != nil {
 		return fail(2, err)
+	}
+	if comm != nil && cfg.Device == "cuda" {
+		// GPU ranks talk through NCCL; MPI only introduced them.
+		nc, err := dist.NewNCCL(comm, dev)
+		if err != nil {
+			return fail(2, fmt.Errorf("-dist mpi -device cuda: %v", err))
+		}
+		defer nc.Close()
+		comm = nc
 	}
 	if cfg.MemReport != "" {
 		dev.Memory().EnableHistory(1 << 20)
@@ -128,6 +138,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
 	}
 	return code
+}
+
+// localRank is this process's rank among those mpirun started on this
+// machine (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK), which picks its GPU; 0
+// outside mpirun.
+func localRank() int {
+	r, err := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+	if err != nil || r < 0 {
+		return 0
+	}
+	return r
 }
 
 // prefixed writes every Write's bytes after a prefix (error lines of a

@@ -289,6 +289,19 @@ func (d *Device) Read(dst []byte, src device.Buffer, off int64) {
 	}))
 }
 
+// OnStream runs fn on the thread that holds the device's context, giving it
+// the compute stream (a CUstream, which is a cudaStream_t) on which all of
+// the device's work is ordered: the way for a library that queues its own
+// GPU work, such as NCCL, to stay in order with the device's kernels and
+// allocator. fn must not call the device's methods (they run on the same
+// thread) and should queue work on that stream only.
+func (d *Device) OnStream(fn func(stream unsafe.Pointer) error) error {
+	return d.w.do(func() error { return fn(unsafe.Pointer(cStream(d.compute))) })
+}
+
+// Ordinal is the GPU's index.
+func (d *Device) Ordinal() int { return d.ordinal }
+
 // Synchronize waits until the GPU has finished all queued work and returns
 // the first error of that work.
 func (d *Device) Synchronize() error {
