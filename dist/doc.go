@@ -27,12 +27,12 @@
 //
 // AllReduce (Sum, Avg, Max, Min), ReduceScatter, AllGather, Broadcast and
 // Barrier on contiguous F32 tensors of any device, in place; errors are
-// returned. Every rank calls the same collectives in the same order. The
-// tensor package exposes no host pointer to a tensor's storage, so both
-// engines stage values through the host: the rank's tensor is read with
-// Float64s (a transient F64 copy on the device, 8 bytes per element,
-// memory.Temporary) and written back with SetFloat32s (a transient F32
-// copy). A zero-copy path needs an accessor in package tensor.
+// returned. Every rank calls the same collectives in the same order. MPI
+// works in place on a CPU tensor's memory (tensor.View) and NCCL on a GPU
+// tensor's; otherwise (NewLocal always, MPI on GPU tensors) values are
+// staged through the host: read with Float64s (a transient F64 copy on
+// the device, 8 bytes per element, memory.Temporary) and written back with
+// SetFloat32s (a transient F32 copy).
 //
 // Failures. A rank of NewLocal that does not join a collective within the
 // timeout (Timeout, default DefaultTimeout), or that closes its Comm while
@@ -126,8 +126,9 @@
 //
 //   - NCCL with more than one rank has not run: the machines that checked
 //     it had one GPU (one-rank collectives pass on an H100, NCCL 2.28).
-//   - The CPU engines still stage tensors through F64 host copies;
-//     tensor.View now gives the memory they could use directly.
+//   - The in-process engine still stages tensors through F64 host copies
+//     (MPI reads and writes CPU tensors in place, GPU tensors through
+//     host copies).
 //   - Overlapping communication with computation in time: the collectives
 //     of ReduceDuringBackward run inside backward, synchronously.
 package dist

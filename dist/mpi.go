@@ -179,6 +179,32 @@ func (m *mpiComm) run(op string, fn func() C.int) error {
 // host copies a tensor's values into a float32 slice.
 func host(t *tensor.Tensor) []float32 { return t.Float32s() }
 
+// direct returns t's elements as host memory MPI can read and write in
+// place (a contiguous F32 tensor of the CPU device), or nil.
+func direct(t *tensor.Tensor) []float32 {
+	v := t.View()
+	if v.DType != tensor.F32 || len(v.Buf.Host) == 0 || !v.Contiguous() || t.Len() == 0 {
+		return nil
+	}
+	all := unsafe.Slice((*float32)(unsafe.Pointer(&v.Buf.Host[0])), len(v.Buf.Host)/4)
+	return all[v.Offset : v.Offset+t.Len()]
+}
+
+// finish completes a collective whose result is in buf: in place (buf is
+// out's own memory) only Avg's division remains; otherwise buf is stored.
+func (m *mpiComm) finish(out *tensor.Tensor, buf []float32, inPlace bool, op Op) error {
+	if !inPlace {
+		return m.store(out, buf, op)
+	}
+	if op == Avg {
+		inv := 1 / float32(m.size)
+		for i := range buf {
+			buf[i] *= inv
+		}
+	}
+	return nil
+}
+
 func cint(op string, n int) (C.int, error) {
 	if n > math.MaxInt32 {
 		return 0, fmt.Errorf("dist: mpi %s: %d elements exceed MPI's int count; use smaller buckets", op, n)
@@ -201,11 +227,15 @@ func (m *mpiComm) AllReduce(t *tensor.Tensor, op Op) error {
 	if err != nil {
 		return err
 	}
-	buf := host(t)
+	buf := direct(t)
+	inPlace := buf != nil
+	if !inPlace {
+		buf = host(t)
+	}
 	if err := m.run("all_reduce", func() C.int { return C.memfit_allreduce(ptr(buf), n, C.int(op)) }); err != nil {
 		return err
 	}
-	return m.store(t, buf, op)
+	return m.finish(t, buf, inPlace, op)
 }
 
 // store writes buf back into t, dividing by Size for Avg.
@@ -228,11 +258,18 @@ func (m *mpiComm) ReduceScatter(out, in *tensor.Tensor, op Op) error {
 		return err
 	}
 	k = C.int(out.Len())
-	src, dst := host(in), make([]float32, out.Len())
+	src, dst := direct(in), direct(out)
+	if src == nil {
+		src = host(in)
+	}
+	inPlace := dst != nil
+	if !inPlace {
+		dst = make([]float32, out.Len())
+	}
 	if err := m.run("reduce_scatter", func() C.int { return C.memfit_reduce_scatter(ptr(src), ptr(dst), k, C.int(op)) }); err != nil {
 		return err
 	}
-	return m.store(out, dst, op)
+	return m.finish(out, dst, inPlace, op)
 }
 
 func (m *mpiComm) AllGather(out, in *tensor.Tensor) error {
@@ -243,11 +280,18 @@ func (m *mpiComm) AllGather(out, in *tensor.Tensor) error {
 		return err
 	}
 	k := C.int(in.Len())
-	src, dst := host(in), make([]float32, out.Len())
+	src, dst := direct(in), direct(out)
+	if src == nil {
+		src = host(in)
+	}
+	inPlace := dst != nil
+	if !inPlace {
+		dst = make([]float32, out.Len())
+	}
 	if err := m.run("all_gather", func() C.int { return C.memfit_allgather(ptr(src), ptr(dst), k) }); err != nil {
 		return err
 	}
-	return m.store(out, dst, Sum)
+	return m.finish(out, dst, inPlace, Sum)
 }
 
 func (m *mpiComm) Broadcast(t *tensor.Tensor, root int) error {
@@ -261,10 +305,13 @@ func (m *mpiComm) Broadcast(t *tensor.Tensor, root int) error {
 	if err != nil {
 		return err
 	}
-	var buf []float32
-	if m.rank == root {
+	buf := direct(t)
+	inPlace := buf != nil
+	switch {
+	case inPlace:
+	case m.rank == root:
 		buf = host(t)
-	} else {
+	default:
 		buf = make([]float32, t.Len())
 	}
 	if err := m.run("broadcast", func() C.int { return C.memfit_bcast(ptr(buf), n, C.int(root)) }); err != nil {
@@ -273,7 +320,7 @@ func (m *mpiComm) Broadcast(t *tensor.Tensor, root int) error {
 	if m.rank == root {
 		return nil
 	}
-	return m.store(t, buf, Sum)
+	return m.finish(t, buf, inPlace, Sum)
 }
 
 func (m *mpiComm) Barrier() error {
