@@ -3,6 +3,7 @@ package gemm
 import (
 	"math"
 	"sync"
+	"unsafe"
 )
 
 // packCopy packs rows i0..i0+rows-1, columns p0..p0+kc-1 of op(X) into
@@ -162,5 +163,40 @@ func makeTable(f func(uint16) float32) *[1 << 16]float32 {
 func convertPacker(tab func() *[1 << 16]float32) func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int) {
 	return func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, _ int) {
 		packConvert(dst, x, i0, rows, p0, kc, mr, tab())
+	}
+}
+
+// packPairs is packCopy for 16-bit operands packed in k pairs (kg 2, the
+// VDPBF16PS layout) when op(X) is transposed (the weight-gradient
+// products): each lane's pair of consecutive k values is one 32-bit word,
+// so two source rows merge into one sequential pass over the panel instead
+// of two interleaved half-word ones (1.5× faster; BenchmarkPackPairs).
+// Untransposed, packCopy's pair loop is faster and is used.
+func packPairs(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int) {
+	if kg != 2 || !x.trans || len(dst) == 0 {
+		packCopy(dst, x, i0, rows, p0, kc, mr, kg)
+		return
+	}
+	kcp := roundUp(kc, 2)
+	d32 := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), len(dst)/2)
+	for ir := 0; ir < rows; ir += mr {
+		nr := min(mr, rows-ir)
+		pan := d32[ir*kcp/2 : (ir+mr)*kcp/2]
+		for q := 0; q < kcp/2; q++ {
+			p := 2 * q
+			out := pan[q*mr : q*mr+mr]
+			s0 := x.data[(p0+p)*x.ld+i0+ir:][:nr]
+			if p+1 < kc {
+				s1 := x.data[(p0+p+1)*x.ld+i0+ir:][:nr]
+				for i, v := range s0 {
+					out[i] = uint32(v) | uint32(s1[i])<<16
+				}
+			} else {
+				for i, v := range s0 {
+					out[i] = uint32(v)
+				}
+			}
+			clear(out[nr:])
+		}
 	}
 }
