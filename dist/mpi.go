@@ -190,6 +190,19 @@ func direct(t *tensor.Tensor) []float32 {
 	return all[v.Offset : v.Offset+t.Len()]
 }
 
+// buffers returns what MPI reads (in's memory, or a copy) and where it
+// writes (out's memory, inPlace, or a new slice for finish to store).
+func buffers(in, out *tensor.Tensor) (src, dst []float32, inPlace bool) {
+	src, dst = direct(in), direct(out)
+	if src == nil {
+		src = host(in)
+	}
+	if dst == nil {
+		return src, make([]float32, out.Len()), false
+	}
+	return src, dst, true
+}
+
 // finish completes a collective whose result is in buf: in place (buf is
 // out's own memory) only Avg's division remains; otherwise buf is stored.
 func (m *mpiComm) finish(out *tensor.Tensor, buf []float32, inPlace bool, op Op) error {
@@ -258,14 +271,7 @@ func (m *mpiComm) ReduceScatter(out, in *tensor.Tensor, op Op) error {
 		return err
 	}
 	k = C.int(out.Len())
-	src, dst := direct(in), direct(out)
-	if src == nil {
-		src = host(in)
-	}
-	inPlace := dst != nil
-	if !inPlace {
-		dst = make([]float32, out.Len())
-	}
+	src, dst, inPlace := buffers(in, out)
 	if err := m.run("reduce_scatter", func() C.int { return C.memfit_reduce_scatter(ptr(src), ptr(dst), k, C.int(op)) }); err != nil {
 		return err
 	}
@@ -280,14 +286,7 @@ func (m *mpiComm) AllGather(out, in *tensor.Tensor) error {
 		return err
 	}
 	k := C.int(in.Len())
-	src, dst := direct(in), direct(out)
-	if src == nil {
-		src = host(in)
-	}
-	inPlace := dst != nil
-	if !inPlace {
-		dst = make([]float32, out.Len())
-	}
+	src, dst, inPlace := buffers(in, out)
 	if err := m.run("all_gather", func() C.int { return C.memfit_allgather(ptr(src), ptr(dst), k) }); err != nil {
 		return err
 	}

@@ -44,15 +44,7 @@ func TestTechniquesMatchCPU(t *testing.T) {
 			run := func(dev string) (*Trainer, []float64, Summary) {
 				c := cfg
 				c.Device = dev
-				c = c.Resolved()
-				d, err := NewDevice(c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tr, err := New(c, d, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				tr := newTrainer(t, c) // closed again at cleanup: Close is idempotent
 				var losses []float64
 				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {
 					losses = append(losses, r.Loss)

@@ -299,3 +299,18 @@ func TestDistRequiresRanks(t *testing.T) {
 		t.Fatalf("-zero 1 in one process: %v", err)
 	}
 }
+
+// TestCloseIsIdempotent: Close frees every byte, and a second Close (a
+// deferred one after an explicit one) does nothing — with ZeRO too.
+func TestCloseIsIdempotent(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps, cfg.Zero = 2, 2
+	trs, _ := runRanks(t, cfg, 2, nil)
+	for r, tr := range trs {
+		tr.Close()
+		tr.Close()
+		if n := tr.Device.Memory().Allocated(); n != 0 {
+			t.Errorf("rank %d: %d bytes allocated after Close", r, n)
+		}
+	}
+}

@@ -184,8 +184,9 @@ func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error)
 	return o, nil
 }
 
-// Close releases the model's parameters, gradients and optimizer state.
-// It does not close the communicator, which belongs to the caller.
+// Close releases the model's parameters, gradients and optimizer state;
+// calling it again does nothing. It does not close the communicator, which
+// belongs to the caller.
 func (t *Trainer) Close() {
 	switch {
 	case t.zero != nil:

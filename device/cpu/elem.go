@@ -131,30 +131,16 @@ func (l *loop) rowOffsets(r int, offs []int) {
 // results never depend on scheduling. The hot elementwise kernels use
 // runRows instead, which allocates nothing.
 func (l *loop) run(threads int, fn func(pos int, offs []int, m int)) {
-	total := l.rows() * l.n
-	if total == 0 {
-		return
-	}
-	parallelRange(threads, total, func(start, end int) {
-		var offs [maxOps]int
-		l.pieces(start, end, &offs, func(pos, m int) { fn(pos, offs[:l.nops], m) })
-	})
+	runRows(threads, l, closureK{fn, l.nops})
 }
 
-// pieces walks [start, end) of the iteration space in pieces of at most
-// chunk elements, leaving each piece's operand offsets in offs.
-func (l *loop) pieces(start, end int, offs *[maxOps]int, fn func(pos, m int)) {
-	for pos := start; pos < end; {
-		r, c := pos/l.n, pos%l.n
-		m := min(l.n-c, end-pos, chunk)
-		l.rowOffsets(r, offs[:l.nops])
-		for k := range l.nops {
-			offs[k] += c * l.istr[k]
-		}
-		fn(pos, m)
-		pos += m
-	}
+// closureK adapts run's function to a rowKernel.
+type closureK struct {
+	fn   func(pos int, offs []int, m int)
+	nops int
 }
+
+func (k closureK) row(pos int, offs, _ [maxOps]int, m int) { k.fn(pos, offs[:k.nops], m) }
 
 // rowKernel is an elementwise kernel as a value: row processes the m
 // elements at iteration position pos, operand k starting at offs[k] with

@@ -230,24 +230,35 @@ func unaryBackward[T float](d *Device, op device.UnaryOp, dx, x, y, dy device.Vi
 		in = y
 	}
 	l := newLoop(dx.Shape, dx, dy, in)
-	runRows(d.threads, &l, unaryGradK[T]{op, dx, dy, in, T(arg)})
+	runRows(d.threads, &l, zipK[T, unaryGradFn[T]]{dx, dy, in, unaryGradFn[T]{op, T(arg)}})
 }
 
-type unaryGradK[T float] struct {
-	op         device.UnaryOp
-	dx, dy, in device.View
-	arg        T
+// zipK is the shape of most elementwise kernels: f combines two loaded
+// operands, a and b, into dst.
+type zipK[T float, F zipFn[T]] struct {
+	dst, a, b device.View
+	f         F
 }
 
-func (k unaryGradK[T]) row(_ int, offs, istr [maxOps]int, m int) {
+type zipFn[T float] interface{ apply(y, a, b []T) }
+
+func (k zipK[T, F]) row(_ int, offs, istr [maxOps]int, m int) {
 	sc := getScratch[T]()
-	g := load(k.dy, offs[1], m, istr[1], sc.a[:])
-	v := load(k.in, offs[2], m, istr[2], sc.b[:])
-	out := target(k.dx, offs[0], m, istr[0], sc.c[:])
-	unaryGradRow(k.op, out, v, g, k.arg)
-	store(k.dx, offs[0], istr[0], out)
+	x := load(k.a, offs[1], m, istr[1], sc.a[:])
+	z := load(k.b, offs[2], m, istr[2], sc.b[:])
+	y := target(k.dst, offs[0], m, istr[0], sc.c[:])
+	k.f.apply(y, x, z)
+	store(k.dst, offs[0], istr[0], y)
 	putScratch(sc)
 }
+
+// unaryGradFn: a is dy, b the input UnaryNeeds asks for.
+type unaryGradFn[T float] struct {
+	op  device.UnaryOp
+	arg T
+}
+
+func (f unaryGradFn[T]) apply(y, dy, in []T) { unaryGradRow(f.op, y, in, dy, f.arg) }
 
 // unaryGradRow computes out = g·f' where v is x or y as UnaryNeeds says.
 func unaryGradRow[T float](op device.UnaryOp, out, v, g []T, arg T) {
@@ -342,23 +353,12 @@ func (d *Device) Binary(op device.BinaryOp, dst, a, b device.View) {
 
 func binary[T float](d *Device, op device.BinaryOp, dst, a, b device.View) {
 	l := newLoop(dst.Shape, dst, a, b)
-	runRows(d.threads, &l, binaryK[T]{op, dst, a, b})
+	runRows(d.threads, &l, zipK[T, binaryFn[T]]{dst, a, b, binaryFn[T]{op}})
 }
 
-type binaryK[T float] struct {
-	op        device.BinaryOp
-	dst, a, b device.View
-}
+type binaryFn[T float] struct{ op device.BinaryOp }
 
-func (k binaryK[T]) row(_ int, offs, istr [maxOps]int, m int) {
-	sc := getScratch[T]()
-	x := load(k.a, offs[1], m, istr[1], sc.a[:])
-	z := load(k.b, offs[2], m, istr[2], sc.b[:])
-	y := target(k.dst, offs[0], m, istr[0], sc.c[:])
-	binaryRow(k.op, y, x, z)
-	store(k.dst, offs[0], istr[0], y)
-	putScratch(sc)
-}
+func (f binaryFn[T]) apply(y, a, b []T) { binaryRow(f.op, y, a, b) }
 
 func binaryRow[T float](op device.BinaryOp, y, a, b []T) {
 	a, b = a[:len(y)], b[:len(y)]
@@ -411,28 +411,20 @@ func (d *Device) MaskedFill(dst, src, mask device.View, value float64) {
 
 func maskedFill[T float](d *Device, dst, src, mask device.View, value float64) {
 	l := newLoop(dst.Shape, dst, src, mask)
-	runRows(d.threads, &l, maskedFillK[T]{dst, src, mask, T(value)})
+	runRows(d.threads, &l, zipK[T, maskFn[T]]{dst, src, mask, maskFn[T]{T(value)}})
 }
 
-type maskedFillK[T float] struct {
-	dst, src, mask device.View
-	value          T
-}
+// maskFn writes value where the mask is non-zero, x elsewhere.
+type maskFn[T float] struct{ value T }
 
-func (k maskedFillK[T]) row(_ int, offs, istr [maxOps]int, m int) {
-	sc := getScratch[T]()
-	x := load(k.src, offs[1], m, istr[1], sc.a[:])
-	mk := load(k.mask, offs[2], m, istr[2], sc.b[:])
-	y := target(k.dst, offs[0], m, istr[0], sc.c[:])
+func (f maskFn[T]) apply(y, x, mask []T) {
 	for i := range y {
-		if mk[i] != 0 {
-			y[i] = k.value
+		if mask[i] != 0 {
+			y[i] = f.value
 		} else {
 			y[i] = x[i]
 		}
 	}
-	store(k.dst, offs[0], istr[0], y)
-	putScratch(sc)
 }
 
 // CausalFill writes value above the diagonal of the last two dimensions.
