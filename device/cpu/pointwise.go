@@ -171,8 +171,12 @@ func unaryRow[T float](op device.UnaryOp, y, x []T, arg T) {
 			y[i] = T(1 / (1 + math.Exp(-float64(v))))
 		}
 	case device.Relu:
-		for i, v := range x {
-			if v > 0 {
+		start := 0
+		if y32, ok := any(y).([]float32); ok {
+			start = reluVector(y32, any(x).([]float32))
+		}
+		for i := start; i < len(y); i++ {
+			if v := x[i]; v > 0 {
 				y[i] = v
 			} else {
 				y[i] = 0
@@ -293,7 +297,11 @@ func unaryGradRow[T float](op device.UnaryOp, out, v, g []T, arg T) {
 			out[i] = g[i] * v[i] * (1 - v[i])
 		}
 	case device.Relu:
-		for i := range out {
+		start := 0
+		if o32, ok := any(out).([]float32); ok {
+			start = reluGradVector(o32, any(v).([]float32), any(g).([]float32))
+		}
+		for i := start; i < len(out); i++ {
 			if v[i] > 0 {
 				out[i] = g[i]
 			} else {

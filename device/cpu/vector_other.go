@@ -24,3 +24,7 @@ func f32FromBF16Vector(dst []float32, src []uint16) int { return 0 }
 var hasAVX512 = false
 
 func expShiftVector(y, x []float32, shift float32) int { return 0 }
+
+func reluVector(y, x []float32) int { return 0 }
+
+func reluGradVector(out, v, g []float32) int { return 0 }
