@@ -47,7 +47,7 @@ var (
 	}
 	avx512BF16Engine = &engine[uint16, uint16, float32]{
 		name: "avx512bf16-14x32", mr: 14, nr: 32, kg: 2, mc: 14 * 24, kc: 512, nc: 4096,
-		pack: packPairs, kern: kernBF16,
+		pack: packPairsAVX512, kern: kernBF16,
 	}
 )
 

@@ -2,6 +2,11 @@
 
 package gemm
 
+import "unsafe"
+
+//go:noescape
+func pairRowsAVX512(out *uint32, src *uint16, ld, nq int, loadLo, loadHi, storeLo, storeHi uint16, outStride int)
+
 //go:noescape
 func transpose16F32(dst *float32, rows *[16]*float32, kc16, dstStride int, smask uint16)
 
@@ -37,5 +42,56 @@ func packF32AVX512(dst []float32, x mat[float32], i0, rows, p0, kc, mr, kg int) 
 	}
 	if full < rows {
 		packCopy(dst[full*kc:], x, i0+full, rows-full, p0, kc, mr, kg)
+	}
+}
+
+// packPairsAVX512 is packPairs with the untransposed case (rows of op(X)
+// contiguous, the activations of forward and input-gradient products)
+// done by packF32AVX512's register transposes: a k pair is one 32-bit
+// word, so a row of kc halves is a row of kc/2 words and the pair layout
+// is the float32 layout of those words. It needs an even leading
+// dimension, start column and kc (every block but an odd K's last).
+func packPairsAVX512(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int) {
+	if kg == 2 && x.trans && mr <= 32 && len(dst) > 0 {
+		packPairRows(dst, x, i0, rows, p0, kc, mr)
+		return
+	}
+	if kg != 2 || x.trans || x.ld%2 != 0 || p0%2 != 0 || kc%2 != 0 || len(dst) == 0 || len(x.data) < 2 {
+		packPairs(dst, x, i0, rows, p0, kc, mr, kg)
+		return
+	}
+	words := mat[float32]{
+		data: unsafe.Slice((*float32)(unsafe.Pointer(&x.data[0])), len(x.data)/2),
+		ld:   x.ld / 2,
+	}
+	d := unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), len(dst)/2)
+	packF32AVX512(d, words, i0, rows, p0/2, kc/2, mr, 1)
+}
+
+// packPairRows is packPairs' transposed case with pairRowsAVX512
+// interleaving each pair of source rows across a whole panel at once.
+func packPairRows(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr int) {
+	kcp := roundUp(kc, 2)
+	full := kc / 2
+	d32 := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), len(dst)/2)
+	lanes := func(n int) (lo, hi uint16) {
+		return uint16(1<<min(n, 16) - 1), uint16(1<<max(n-16, 0) - 1)
+	}
+	storeLo, storeHi := lanes(mr)
+	for ir := 0; ir < rows; ir += mr {
+		nr := min(mr, rows-ir)
+		pan := d32[ir*kcp/2 : (ir+mr)*kcp/2]
+		if full > 0 {
+			_ = x.data[(p0+2*full-1)*x.ld+i0+ir+nr-1] // the last element read
+			loadLo, loadHi := lanes(nr)
+			pairRowsAVX512(&pan[0], &x.data[p0*x.ld+i0+ir], x.ld, full, loadLo, loadHi, storeLo, storeHi, 4*mr)
+		}
+		if kc%2 == 1 {
+			out := pan[full*mr : full*mr+mr]
+			for i, v := range x.data[(p0+kc-1)*x.ld+i0+ir:][:nr] {
+				out[i] = uint32(v)
+			}
+			clear(out[nr:])
+		}
 	}
 }

@@ -29,24 +29,42 @@ func BenchmarkPack(b *testing.B) {
 // TestPackPairs: the word-wise bf16 packer lays out exactly what the
 // generic one does, transposed or not, with partial panels and odd k.
 func TestPackPairs(t *testing.T) {
-	const ld = 77
+	for _, ld := range []int{77, 78} {
+		testPackPairs(t, ld)
+	}
+}
+
+// pairPackers are the pair packers to check against packCopy.
+var pairPackers = []struct {
+	name string
+	pack func(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int)
+}{{"packPairs", packPairs}}
+
+func testPackPairs(t *testing.T, ld int) {
 	src := make([]uint16, 80*ld)
 	for i := range src {
 		src[i] = uint16(i*2654435761>>7) | 1
 	}
-	for _, trans := range []bool{false, true} {
-		for _, sh := range []struct{ i0, rows, p0, kc int }{{0, 28, 0, 16}, {3, 17, 5, 9}, {1, 14, 2, 1}, {0, 30, 0, 33}} {
-			x := mat[uint16]{src, ld, trans}
-			n := roundUp(sh.rows, 14) * roundUp(sh.kc, 2)
-			want, got := make([]uint16, n), make([]uint16, n)
-			for i := range got {
-				want[i], got[i] = 0xdead, 0xbeef
-			}
-			packCopy(want, x, sh.i0, sh.rows, sh.p0, sh.kc, 14, 2)
-			packPairs(got, x, sh.i0, sh.rows, sh.p0, sh.kc, 14, 2)
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("trans %v %+v: element %d is %#x, want %#x", trans, sh, i, got[i], want[i])
+	for _, mr := range []int{14, 32} {
+		for _, trans := range []bool{false, true} {
+			for _, sh := range []struct{ i0, rows, p0, kc int }{{0, 28, 0, 16}, {3, 17, 5, 9}, {1, 14, 2, 1}, {0, 30, 0, 33}, {2, 45, 4, 40}, {0, 32, 0, 64}} {
+				x := mat[uint16]{src, ld, trans}
+				n := roundUp(sh.rows, mr) * roundUp(sh.kc, 2)
+				want, got := make([]uint16, n), make([]uint16, n)
+				for i := range got {
+					want[i], got[i] = 0xdead, 0xbeef
+				}
+				packCopy(want, x, sh.i0, sh.rows, sh.p0, sh.kc, mr, 2)
+				for _, pk := range pairPackers {
+					for i := range got {
+						got[i] = 0xbeef
+					}
+					pk.pack(got, x, sh.i0, sh.rows, sh.p0, sh.kc, mr, 2)
+					for i := range want {
+						if got[i] != want[i] {
+							t.Fatalf("%s, ld %d, mr %d, trans %v %+v: element %d is %#x, want %#x", pk.name, ld, mr, trans, sh, i, got[i], want[i])
+						}
+					}
 				}
 			}
 		}
@@ -62,7 +80,7 @@ func BenchmarkPackPairs(b *testing.B) {
 		for _, tc := range []struct {
 			name string
 			pack func(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int)
-		}{{"generic", packCopy[uint16]}, {"pairs", packPairs}} {
+		}{{"generic", packCopy[uint16]}, {"pairs", packPairs}, {"engine", bf16Engine.pack}} {
 			b.Run(fmt.Sprintf("trans=%v/%s", trans, tc.name), func(b *testing.B) {
 				for b.Loop() {
 					tc.pack(dst, x, 0, 336, 0, 512, 14, 2)

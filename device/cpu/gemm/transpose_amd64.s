@@ -171,3 +171,43 @@ tr_loop:
 tr_done:
 	VZEROUPPER
 	RET
+
+// func pairRowsAVX512(out *uint32, src *uint16, ld, nq int, loadLo, loadHi, storeLo, storeHi uint16, outStride int)
+// For q < nq: out[q*outStride/4 + i] = src[2q*ld + i] | src[(2q+1)*ld + i]<<16
+// for the lanes of loadLo (i < 16) and loadHi (16 <= i < 32), and 0 for
+// the other lanes of storeLo and storeHi: interleaves two rows of 16-bit
+// values into k pairs, up to 32 lanes (a bf16 panel) per pair of rows.
+TEXT ·pairRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ    out+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    ld+16(FP), R8
+	MOVQ    nq+24(FP), CX
+	KMOVW   loadLo+32(FP), K1
+	KMOVW   loadHi+34(FP), K2
+	KMOVW   storeLo+36(FP), K3
+	KMOVW   storeHi+38(FP), K4
+	MOVQ    outStride+40(FP), R10
+	SHLQ    $1, R8               // bytes per source row
+	LEAQ    (R8)(R8*1), R11      // bytes per pair of rows
+
+ploop:
+	TESTQ       CX, CX
+	JZ          pdone
+	VPMOVZXWD.Z (SI), K1, Z0
+	VPMOVZXWD.Z (SI)(R8*1), K1, Z1
+	VPSLLD      $16, Z1, Z1
+	VPORD       Z1, Z0, Z0
+	VMOVDQU32   Z0, K3, (DI)
+	VPMOVZXWD.Z 32(SI), K2, Z2
+	VPMOVZXWD.Z 32(SI)(R8*1), K2, Z3
+	VPSLLD      $16, Z3, Z3
+	VPORD       Z3, Z2, Z2
+	VMOVDQU32   Z2, K4, 64(DI)
+	ADDQ        R11, SI
+	ADDQ        R10, DI
+	DECQ        CX
+	JMP         ploop
+
+pdone:
+	VZEROUPPER
+	RET
