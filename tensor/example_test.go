@@ -55,3 +55,23 @@ func ExampleNoGrad() {
 	// 22528
 	// 6144
 }
+
+// A gradient-ready hook: data-parallel engines reduce a parameter's
+// gradient as soon as backward has finished with it, and may release it
+// right away, before backward reaches the layers below.
+func ExampleTensor_OnGradReady() {
+	dev := cpu.New()
+	w1, _ := tensor.Full(dev, tensor.F32, []int{2}, 3, memory.Parameter)
+	w2, _ := tensor.Full(dev, tensor.F32, []int{2}, 5, memory.Parameter)
+	report := func(w *tensor.Tensor) { fmt.Println(w.Name(), "ready:", w.Grad().Float32s()) }
+	w1.SetName("w1").SetRequiresGrad(true).OnGradReady(report)
+	w2.SetName("w2").SetRequiresGrad(true).OnGradReady(report)
+	tensor.Step(func(s *tensor.Scope) error {
+		h := s.Mul(w1, w1)                    // layer 1
+		s.Sum(s.Mul(h, w2), false).Backward() // layer 2: its weight is ready first
+		return nil
+	})
+	// Output:
+	// w2 ready: [9 9]
+	// w1 ready: [30 30]
+}

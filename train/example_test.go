@@ -3,7 +3,10 @@ package train_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
+	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/train"
 )
 
@@ -33,4 +36,40 @@ func ExamplePlan() {
 	ckpt, _ := train.Plan(cfg)
 	fmt.Println(ckpt.Activation < full.Activation, ckpt.Parameter == full.Parameter)
 	// Output: true true
+}
+
+// Data parallelism from the library: two ranks in one process (dist's
+// in-process engine; under mpirun, dist.NewMPI's communicator instead),
+// each training on its half of every global batch, with ZeRO stage 1
+// sharding Adam's state between them.
+func ExampleNewDistributed() {
+	cfg := train.Default()
+	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps, cfg.Quiet, cfg.Zero = 1, 64, 16, 20, true, 1
+	comms := dist.NewLocal(2)
+	state := make([]int64, 2)
+	params := make([][]float32, 2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() {
+			defer c.Close()
+			dev, _ := train.NewDevice(cfg)
+			t, err := train.NewDistributed(cfg, dev, c, nil)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			defer t.Close()
+			t.Run(context.Background())
+			state[r] = t.Opt.StateBytes()
+			for _, p := range t.Model.Parameters() {
+				params[r] = append(params[r], p.Float32s()...)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("replicas equal:", slices.Equal(params[0], params[1]))
+	fmt.Println("each rank holds half the Adam state:", state[0]+state[1] == 8*int64(len(params[0])))
+	// Output:
+	// replicas equal: true
+	// each rank holds half the Adam state: true
 }
