@@ -229,3 +229,49 @@ func rankPID(t *testing.T, mpirunPID int, bin string, r int) int {
 	t.Fatalf("no process of rank %d under mpirun %d", r, mpirunPID)
 	return 0
 }
+
+// TestMPIInterrupt sends SIGINT to mpirun, which passes it to the ranks:
+// they must agree on one step to stop at, rank 0 must save the gathered
+// state there, and every rank must say where it is.
+func TestMPIInterrupt(t *testing.T) {
+	bin := mpiBinary(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.safetensors")
+	metrics := filepath.Join(dir, "m.jsonl")
+	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "1",
+		"-steps", "100000", "-save", state, "-metrics", metrics)
+	cmd := mpirun(context.Background(), 2, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		b, _ := os.ReadFile(metrics)
+		if bytes.Count(b, []byte("\n")) >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress after 90 s:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running 60 s after SIGINT:\n%s", out.String())
+	}
+	steps := regexp.MustCompile(`training interrupted at step (\d+); state saved to`).FindAllStringSubmatch(out.String(), -1)
+	if len(steps) != 2 || steps[0][1] != steps[1][1] {
+		t.Fatalf("want both ranks interrupted at one step, state saved:\n%s", out.String())
+	}
+	_, meta, err := train.ReadSafetensors(state)
+	if err != nil || meta["step"] != steps[0][1] {
+		t.Fatalf("state at step %q (%v), ranks stopped at %s", meta["step"], err, steps[0][1])
+	}
+}
