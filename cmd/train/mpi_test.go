@@ -97,8 +97,10 @@ var small = []string{"-quiet", "-model", "gpt", "-layers", "2", "-width", "32", 
 	"-eval-every", "0", "-workers", "1", "-steps", "20"}
 
 // TestMPIMatchesOneProcess: 2 ranks of -batch 4 under mpirun end where one
-// process of -batch 8 ends, with -zero 0, 1 and 2, and with bf16 plus
-// accumulation (against one process taking the same micro-batches).
+// process of -batch 8 ends, with -zero 0, 1 and 2: the GPT in f32, the MLP
+// in bf16 (Adam, 1e-5), and the GPT in bf16 with accumulation (SGD, 1e-4;
+// see train's TestDistEquivalence). 16-bit cases compare with one process
+// taking the same micro-batches.
 func TestMPIMatchesOneProcess(t *testing.T) {
 	bin := mpiBinary(t)
 	dir := t.TempDir()
@@ -109,6 +111,7 @@ func TestMPIMatchesOneProcess(t *testing.T) {
 		tol      float64
 	}{
 		{"f32", nil, "1", 1e-5},
+		{"mlp bf16", []string{"-model", "mlp", "-layers", "2", "-width", "64", "-amp", "bf16"}, "2", 1e-5},
 		// SGD and 1e-4: see train's TestDistEquivalence on 16-bit runs.
 		{"bf16 accum 2", []string{"-amp", "bf16", "-accum", "2", "-optim", "sgd", "-lr", "0.05"}, "4", 1e-4},
 	} {
