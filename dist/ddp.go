@@ -87,65 +87,58 @@ func (d *DDP) ReduceGradients() error {
 		return nil
 	}
 	f := newFlat(active)
-	k := min(d.bucket, f.total)
-	buf, err := tensor.New(d.dev, tensor.F32, []int{k}, memory.Temporary)
-	if err != nil {
-		return fmt.Errorf("dist: ddp: bucket: %w", err)
-	}
-	defer buf.Release()
 	grad := func(i int) *tensor.Tensor { return f.params[i].Grad() }
-	for lo := 0; lo < f.total; lo += k {
-		hi := min(lo+k, f.total)
-		err := tensor.Catch(func() error {
-			s := tempScope()
-			defer s.Close()
-			b := s.Narrow(buf, 0, 0, hi-lo)
-			f.gather(s, b, lo, hi, grad)
-			if err := d.comm.AllReduce(b, Avg); err != nil {
-				return err
-			}
-			f.scatter(s, b, lo, hi, grad)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("dist: ddp: gradients [%d, %d) of %d: %w", lo, hi, f.total, err)
+	return f.eachBucket(d.dev, d.bucket, "dist: ddp: gradients", func(s *tensor.Scope, b *tensor.Tensor, lo, hi int) error {
+		f.gather(s, b, lo, hi, grad)
+		if err := d.comm.AllReduce(b, Avg); err != nil {
+			return err
 		}
-	}
-	return nil
+		f.scatter(s, b, lo, hi, grad)
+		return nil
+	})
 }
 
 // broadcastFlat copies root's values of f's tensors to every rank through
 // a bucket of at most bucket elements.
 func broadcastFlat(c Comm, dev device.Device, f *flat, bucket, root int) error {
+	val := func(i int) *tensor.Tensor { return f.params[i] }
+	return f.eachBucket(dev, bucket, "dist: broadcast of parameters", func(s *tensor.Scope, b *tensor.Tensor, lo, hi int) error {
+		if c.Rank() == root {
+			f.gather(s, b, lo, hi, val)
+		}
+		if err := c.Broadcast(b, root); err != nil {
+			return err
+		}
+		if c.Rank() != root {
+			f.scatter(s, b, lo, hi, val)
+		}
+		return nil
+	})
+}
+
+// eachBucket runs fn over f's flat vector a range of at most bucket
+// elements at a time, with b a buffer of that range's length (one
+// memory.Temporary bucket for the whole walk) and s a scope for the
+// packing; an error names what and the range.
+func (f *flat) eachBucket(dev device.Device, bucket int, what string, fn func(s *tensor.Scope, b *tensor.Tensor, lo, hi int) error) error {
 	if f.total == 0 {
 		return nil
 	}
 	k := min(bucket, f.total)
 	buf, err := tensor.New(dev, tensor.F32, []int{k}, memory.Temporary)
 	if err != nil {
-		return fmt.Errorf("dist: broadcast: bucket: %w", err)
+		return fmt.Errorf("%s: bucket: %w", what, err)
 	}
 	defer buf.Release()
-	val := func(i int) *tensor.Tensor { return f.params[i] }
 	for lo := 0; lo < f.total; lo += k {
 		hi := min(lo+k, f.total)
 		err := tensor.Catch(func() error {
 			s := tempScope()
 			defer s.Close()
-			b := s.Narrow(buf, 0, 0, hi-lo)
-			if c.Rank() == root {
-				f.gather(s, b, lo, hi, val)
-			}
-			if err := c.Broadcast(b, root); err != nil {
-				return err
-			}
-			if c.Rank() != root {
-				f.scatter(s, b, lo, hi, val)
-			}
-			return nil
+			return fn(s, s.Narrow(buf, 0, 0, hi-lo), lo, hi)
 		})
 		if err != nil {
-			return fmt.Errorf("dist: broadcast of parameters [%d, %d) of %d: %w", lo, hi, f.total, err)
+			return fmt.Errorf("%s [%d, %d) of %d: %w", what, lo, hi, f.total, err)
 		}
 	}
 	return nil

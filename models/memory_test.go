@@ -23,6 +23,20 @@ type modelCase struct {
 	batch func(t testing.TB, dev device.Device) (x, y *tensor.Tensor)
 }
 
+// setup builds the case's model and batch on dev, released when the test
+// ends.
+func (c modelCase) setup(t testing.TB, dev device.Device) (m nn.Model, x, y *tensor.Tensor) {
+	t.Helper()
+	m, err := c.build(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nn.Release(m) })
+	x, y = c.batch(t, dev)
+	t.Cleanup(func() { x.Release(); y.Release() })
+	return m, x, y
+}
+
 var modelCases = []modelCase{
 	{
 		name: "mlp",
@@ -145,14 +159,7 @@ func TestInPlaceSavings(t *testing.T) {
 	for _, c := range modelCases {
 		t.Run(c.name, func(t *testing.T) {
 			dev := cpu.New()
-			m, err := c.build(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nn.Release(m)
-			x, y := c.batch(t, dev)
-			defer x.Release()
-			defer y.Release()
+			m, x, y := c.setup(t, dev)
 			lossOff, gradsOff, peakOff := stepStats(t, dev, m, x, y, false)
 			lossOn, gradsOn, peakOn := stepStats(t, dev, m, x, y, true)
 			if lossOn != lossOff {
@@ -248,14 +255,7 @@ func TestCheckpointedBlocks(t *testing.T) {
 	for _, c := range modelCases {
 		t.Run(c.name, func(t *testing.T) {
 			dev := cpu.New()
-			m, err := c.build(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nn.Release(m)
-			x, y := c.batch(t, dev)
-			defer x.Release()
-			defer y.Release()
+			m, x, y := c.setup(t, dev)
 			loss, grads, peak := stepStats(t, dev, m, x, y, true)
 			calls := 0
 			every := checkpoint.Every.Runner()
@@ -291,14 +291,7 @@ func TestAutocastStep(t *testing.T) {
 	for _, c := range modelCases {
 		t.Run(c.name, func(t *testing.T) {
 			dev := cpu.New()
-			m, err := c.build(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nn.Release(m)
-			x, y := c.batch(t, dev)
-			defer x.Release()
-			defer y.Release()
+			m, x, y := c.setup(t, dev)
 			var losses [2]float64
 			var grads [2][][]float32
 			for i, inPlace := range []bool{false, true} {

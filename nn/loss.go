@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memfit/memfit/tensor"
 )
@@ -57,7 +58,7 @@ func CrossEntropy(s *tensor.Scope, logits, targets *tensor.Tensor, opts ...Cross
 // MSE is the squared error between pred and target (same shape), averaged
 // (MeanReduction) or summed (SumReduction); a scalar.
 func MSE(s *tensor.Scope, pred, target *tensor.Tensor, red Reduction) *tensor.Tensor {
-	if !sameShape(pred.Shape(), target.Shape()) {
+	if !slices.Equal(pred.Shape(), target.Shape()) {
 		// Broadcasting [N, 1] against [N] would silently compare every
 		// prediction with every target.
 		panic(&tensor.Error{Op: "mse", Msg: fmt.Sprintf("prediction %v and target %v differ in shape", pred, target)})
@@ -74,16 +75,4 @@ func MSE(s *tensor.Scope, pred, target *tensor.Tensor, red Reduction) *tensor.Te
 		return out
 	}
 	panic(&tensor.Error{Op: "mse", Msg: fmt.Sprintf("unknown reduction %d", red)})
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

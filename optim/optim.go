@@ -326,7 +326,7 @@ func (o *Optimizer) StepScaled(gradScale float64) error {
 			if g == nil {
 				continue
 			}
-			if !sameShape(g.Shape(), p.Shape()) {
+			if !slices.Equal(g.Shape(), p.Shape()) {
 				return fmt.Errorf("optim: the gradient of %s has shape %v but the parameter is %v", label(p), g.Shape(), p.Shape())
 			}
 			if !p.IsContiguous() {
@@ -404,18 +404,6 @@ func release(ts ...*tensor.Tensor) {
 			t.Release()
 		}
 	}
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func checkNonNeg(field string, v float64) error {

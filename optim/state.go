@@ -189,7 +189,7 @@ func (o *Optimizer) Import(st State) error {
 		if err != nil {
 			return err
 		}
-		if !sameShape(t.Shape, p.Shape()) {
+		if !slices.Equal(t.Shape, p.Shape()) {
 			return errorf("state for %s has shape %v but the parameter is %v", name, t.Shape, p.Shape())
 		}
 		if len(t.Data) != p.Len() {

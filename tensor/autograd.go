@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"github.com/memfit/memfit/device"
@@ -205,7 +206,7 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 	bs := backwardScope()
 	var seed *Tensor
 	if cfg.grad != nil {
-		if !sameShape(cfg.grad.shape, t.shape) {
+		if !slices.Equal(cfg.grad.shape, t.shape) {
 			panic(errorf("backward", "gradient of shape %v for a tensor of shape %v", cfg.grad.shape, t.shape))
 		}
 		seed = cfg.grad.share()
@@ -285,7 +286,7 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 				gi = inGrads[i]
 			}
 			if gi != nil && (e.node != nil || e.leaf != nil) {
-				if !sameShape(gi.shape, e.shape) {
+				if !slices.Equal(gi.shape, e.shape) {
 					panic(errorf("backward", "%s produced a gradient of shape %v for input %d of shape %v", n.op, gi.shape, i, e.shape))
 				}
 				if gi.dtype != e.dtype {
@@ -344,18 +345,6 @@ func accumulateLeaf(bs *Scope, leaf, g *Tensor) {
 	}
 	dev.Binary(device.Add, leaf.grad.view(), leaf.grad.view(), g.broadcastView(leaf.grad.shape))
 	leaf.grad.st.version.Add(1)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // SetGradCategory sets the allocator category of the gradient backward

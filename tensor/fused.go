@@ -1,6 +1,10 @@
 package tensor
 
-import "github.com/memfit/memfit/device"
+import (
+	"slices"
+
+	"github.com/memfit/memfit/device"
+)
 
 // Fused optimizer updates: one kernel per parameter, no temporaries. The
 // parameter and state tensors are updated in place (their versions go up);
@@ -12,7 +16,7 @@ func checkFused(op string, p, g *Tensor, state ...*Tensor) {
 		if t == nil {
 			continue
 		}
-		if !sameShape(t.shape, p.shape) {
+		if !slices.Equal(t.shape, p.shape) {
 			panic(errorf(op, "%s does not match parameter %s", t.describe(), p.describe()))
 		}
 		if !t.IsContiguous() {

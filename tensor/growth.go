@@ -179,7 +179,7 @@ func (d *GrowthDetector) message(step int, st memory.Stats) string {
 		}
 		kind := "each"
 		for _, t := range born[s.site] {
-			if t.dtype != s.sample.dtype || !sameShape(t.shape, s.sample.shape) {
+			if t.dtype != s.sample.dtype || !slices.Equal(t.shape, s.sample.shape) {
 				kind = "and others"
 				break
 			}

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"github.com/memfit/memfit/device"
+	"slices"
 )
 
 func sameDevice(op string, ts ...*Tensor) device.Device {
@@ -61,7 +62,7 @@ func promote(a, b DType) DType {
 
 // sumTo reduces a gradient of a broadcast result back to shape.
 func (s *Scope) sumTo(g *Tensor, shape []int) *Tensor {
-	if sameShape(g.shape, shape) {
+	if slices.Equal(g.shape, shape) {
 		return g.share()
 	}
 	lead := len(g.shape) - len(shape)
@@ -250,7 +251,7 @@ func (s *Scope) Cast(x *Tensor, dtype DType) *Tensor {
 // MaskedFill returns x with value wherever mask (broadcast to x) is non-zero.
 func (s *Scope) MaskedFill(x, mask *Tensor, value float64) *Tensor {
 	dev := sameDevice("masked_fill", x, mask)
-	if !sameShape(broadcastShapes("masked_fill", x.shape, mask.shape), x.shape) {
+	if !slices.Equal(broadcastShapes("masked_fill", x.shape, mask.shape), x.shape) {
 		panic(errorf("masked_fill", "mask %v does not broadcast to %v", mask.shape, x.shape))
 	}
 	out := mustAlloc(dev, x.dtype, x.shape, s.cat)

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"github.com/memfit/memfit/device"
+	"slices"
 )
 
 // In-place ops write their result into x's storage and return a new handle
@@ -77,7 +78,7 @@ func (s *Scope) DropoutInPlace(x *Tensor, p float64, seed uint64) *Tensor {
 func (s *Scope) AddInPlace(x, y *Tensor) *Tensor {
 	s.checkInPlace("add_", x)
 	sameDevice("add_", x, y)
-	if !sameShape(broadcastShapes("add_", x.shape, y.shape), x.shape) {
+	if !slices.Equal(broadcastShapes("add_", x.shape, y.shape), x.shape) {
 		panic(errorf("add_", "%s does not broadcast into %s", y.describe(), x.describe()))
 	}
 	if promote(x.dtype, y.dtype) != x.dtype {

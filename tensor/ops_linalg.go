@@ -3,6 +3,7 @@ package tensor
 import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
+	"slices"
 )
 
 // operand describes the last two dimensions of t as a GEMM operand, and the
@@ -149,7 +150,7 @@ func (s *Scope) MatMul(a, b *Tensor) *Tensor {
 		panic(errorf("matmul", "inner dimensions differ: %s × %s", a.describe(), b.describe()))
 	}
 	ab, bb := a.shape[:a.Dim()-2], b.shape[:b.Dim()-2]
-	if len(ab) > 0 && len(bb) > 0 && !sameShape(ab, bb) {
+	if len(ab) > 0 && len(bb) > 0 && !slices.Equal(ab, bb) {
 		panic(errorf("matmul", "batch dimensions differ: %s × %s", a.describe(), b.describe()))
 	}
 	// A weight applied to a batch of rows is one big product, not a batch.

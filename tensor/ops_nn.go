@@ -3,6 +3,7 @@ package tensor
 import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
+	"slices"
 )
 
 // toF32 returns x in F32 when autocast is on and x is 16-bit (ops that run
@@ -360,7 +361,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 // shape (F32 under autocast).
 func (s *Scope) MSE(a, b *Tensor) *Tensor {
 	sameDevice("mse", a, b)
-	if !sameShape(a.shape, b.shape) {
+	if !slices.Equal(a.shape, b.shape) {
 		panic(errorf("mse", "shapes %v and %v differ (broadcasting a loss is almost always a bug)", a.shape, b.shape))
 	}
 	fa, fb := s.f32Input(a), s.f32Input(b)

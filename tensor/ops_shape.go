@@ -1,5 +1,7 @@
 package tensor
 
+import "slices"
+
 // viewOf returns a new handle on x's storage with another shape/strides.
 func viewOf(x *Tensor, shape, strides []int, offset int) *Tensor {
 	x.st.retain()
@@ -142,7 +144,7 @@ func (s *Scope) Narrow(x *Tensor, dim, start, length int) *Tensor {
 // Expand repeats x to shape without copying (broadcast view).
 func (s *Scope) Expand(x *Tensor, shape ...int) *Tensor {
 	sameDevice("expand", x)
-	if !sameShape(broadcastShapes("expand", x.shape, shape), shape) {
+	if !slices.Equal(broadcastShapes("expand", x.shape, shape), shape) {
 		panic(errorf("expand", "%v cannot expand to %v", x.shape, shape))
 	}
 	shape = append([]int(nil), shape...)

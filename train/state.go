@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -131,7 +132,7 @@ func (t *Trainer) Resume(path string) error {
 		if !ok {
 			return bad("no weights for parameter %s", p.Name())
 		}
-		if !sameInts(w.Shape, p.Shape()) {
+		if !slices.Equal(w.Shape, p.Shape()) {
 			return bad("parameter %s is %v in the checkpoint but %v in this model", p.Name(), w.Shape, p.Shape())
 		}
 	}
@@ -199,16 +200,4 @@ func convertPosition(st trainerState, global int) (data.Position, error) {
 		return p, fmt.Errorf("saved after %d examples of epoch %d (global batch %d); that is not a whole number of global batches of %d here (choose -batch × ranks dividing %d)", done, p.Epoch, saved, global, done)
 	}
 	return data.Position{Epoch: p.Epoch, Batch: done / global}, nil
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

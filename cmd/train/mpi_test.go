@@ -150,38 +150,20 @@ func TestMPIRankDeath(t *testing.T) {
 	state := filepath.Join(dir, "state.safetensors")
 	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "2",
 		"-steps", "100000", "-save", state, "-save-every", "10")
-	cmd := mpirun(context.Background(), 2, bin, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if _, err := os.Stat(state + ".state"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after 90 s:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, out := startJob(t, 2, bin, args...)
+	waitFor(t, "a checkpoint", out, func() bool {
+		_, err := os.Stat(state + ".state")
+		return err == nil
+	})
 	pid := rankPID(t, cmd.Process.Pid, bin, 1)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatalf("mpirun exited 0 after rank 1 was killed:\n%s", out.String())
-		}
+	if err := waitExit(t, cmd, "rank 1 was killed", out); err == nil {
+		t.Fatalf("mpirun exited 0 after rank 1 was killed:\n%s", out)
+	} else {
 		t.Logf("mpirun ended %v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("still running 60 s after rank 1 was killed:\n%s", out.String())
 	}
 	// Open MPI says "process rank 1 ... exited on signal 9" or names it
 	// as "Process name: [[job,1],1]", depending on how it died.
@@ -198,6 +180,66 @@ func TestMPIRankDeath(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(context.Background(), resumed, io.Discard, &stderr); code != 0 {
 		t.Fatalf("resuming on one process from step %d: exit %d\n%s", step, code, stderr.String())
+	}
+}
+
+// jobOutput collects a running job's output; safe to read while the
+// job writes.
+type jobOutput struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *jobOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *jobOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// startJob starts bin on n ranks under mpirun in the background, killed
+// when the test ends.
+func startJob(t *testing.T, n int, bin string, args ...string) (*exec.Cmd, *jobOutput) {
+	t.Helper()
+	cmd := mpirun(context.Background(), n, bin, args...)
+	out := &jobOutput{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, out
+}
+
+// waitFor polls cond until it holds, failing the test after 90 s.
+func waitFor(t *testing.T, what string, out fmt.Stringer, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 90 s:\n%s", what, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitExit waits for cmd to end, failing the test if it runs on 60 s after
+// what happened to it; it returns cmd's exit error.
+func waitExit(t *testing.T, cmd *exec.Cmd, after string, out fmt.Stringer) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running 60 s after %s:\n%s", after, out)
+		return nil
 	}
 }
 
@@ -243,32 +285,13 @@ func TestMPIInterrupt(t *testing.T) {
 	metrics := filepath.Join(dir, "m.jsonl")
 	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "1",
 		"-steps", "100000", "-save", state, "-metrics", metrics)
-	cmd := mpirun(context.Background(), 2, bin, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	cmd, out := startJob(t, 2, bin, args...)
+	waitFor(t, "20 steps", out, func() bool {
 		b, _ := os.ReadFile(metrics)
-		if bytes.Count(b, []byte("\n")) >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress after 90 s:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return bytes.Count(b, []byte("\n")) >= 20
+	})
 	cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("still running 60 s after SIGINT:\n%s", out.String())
-	}
+	waitExit(t, cmd, "SIGINT", out)
 	steps := regexp.MustCompile(`training interrupted at step (\d+); state saved to`).FindAllStringSubmatch(out.String(), -1)
 	if len(steps) != 2 || steps[0][1] != steps[1][1] {
 		t.Fatalf("want both ranks interrupted at one step, state saved:\n%s", out.String())

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/memfit/memfit/train"
 )
@@ -38,23 +37,16 @@ func TestSIGINTSavesAndResumes(t *testing.T) {
 	state := filepath.Join(dir, "state.safetensors")
 	metrics := filepath.Join(dir, "m.jsonl")
 	cmd := exec.Command(bin, append(args, "-save", state, "-metrics", metrics)...)
-	var stderr bytes.Buffer
+	var stderr jobOutput
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	defer cmd.Process.Kill()
+	waitFor(t, "20 steps", &stderr, func() bool {
 		b, _ := os.ReadFile(metrics)
-		if bytes.Count(b, []byte("\n")) >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("the run made no progress")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return bytes.Count(b, []byte("\n")) >= 20
+	})
 	cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	var exit *exec.ExitError
