@@ -26,7 +26,13 @@ type node struct {
 	saved    []*Tensor
 	versions []int64 // storage version of each saved tensor when saved
 	backward func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor
-	refs     int32
+	// addInto, where set, adds the gradient backward would pass to the
+	// node's single input straight into dst, a gradient already
+	// accumulated for that input. Ops whose input gradient is zero but
+	// for a region (narrow) set it, so that k slices of one tensor cost
+	// one full-size gradient, not k of them added together.
+	addInto func(dst, g *Tensor)
+	refs    int32
 	freed    bool // saved tensors already released by a backward pass
 }
 
@@ -276,7 +282,9 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 			// g stays in grads until the node has run, so that a panic
 			// (a version error, out of memory) still releases it.
 			n.checkSaved()
-			inGrads = n.backward(bs, g, n.saved)
+			if !n.accumulateInPlace(g, grads) {
+				inGrads = n.backward(bs, g, n.saved)
+			}
 			g.Release()
 		}
 		delete(grads, n)
@@ -327,6 +335,22 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 			n.freeSaved()
 		}
 	}
+}
+
+// accumulateInPlace adds the node's input gradient into the one already
+// accumulated for its input, when the node can (addInto) and nothing else
+// holds that gradient's storage; it reports whether it did.
+func (n *node) accumulateInPlace(g *Tensor, grads map[*node]*Tensor) bool {
+	if n.addInto == nil || len(n.edges) != 1 || n.edges[0].node == nil {
+		return false
+	}
+	prev := grads[n.edges[0].node]
+	if prev == nil || prev.st.refs.Load() != 1 || prev.dtype != g.dtype {
+		return false
+	}
+	n.addInto(prev, g)
+	prev.st.version.Add(1)
+	return true
 }
 
 // accumulateLeaf adds g into leaf.grad, allocating it (memory.Gradient, the

@@ -71,6 +71,24 @@ var gradCases = []gradCase{
 		return s.Reshape(s.Permute(x[0], 2, 0, 1), 4, 6)
 	}},
 	{name: "narrow", inputs: []input{in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Narrow(x[0], 1, 1, 3) }},
+	// Slices of one computed tensor: the second and third slice gradients
+	// are added in place into the first's full-size gradient.
+	{name: "narrow/three-slices", inputs: []input{in("", 3, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		c := s.MulScalar(x[0], 1.5)
+		a, b, d := s.Narrow(c, 0, 0, 1), s.Narrow(c, 0, 1, 1), s.Narrow(c, 0, 2, 1)
+		return s.Add(s.Mul(a, b), s.MulScalar(d, 3))
+	}},
+	{name: "narrow/overlapping", inputs: []input{in("", 4, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		c := s.Exp(x[0])
+		return s.Mul(s.Narrow(c, 0, 0, 3), s.Narrow(c, 0, 1, 3))
+	}},
+	// The sum passes one gradient to both its inputs: the slice's must not
+	// be added into that shared gradient in place.
+	{name: "narrow/shared-gradient", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		c, z := s.MulScalar(x[0], 2), s.MulScalar(x[0], 3)
+		y := s.Add(c, z)
+		return s.Add(y, s.MulScalar(s.Narrow(c, 0, 1, 1), 5))
+	}},
 	{name: "expand", inputs: []input{in("", 3, 1)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Expand(x[0], 2, 3, 4) }},
 	{name: "unsqueeze", inputs: []input{in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Unsqueeze(x[0], 1) }},
 	{name: "concat", inputs: []input{in("", 2, 3), in("", 2, 2)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Concat(1, x[0], x[1]) }},

@@ -1,6 +1,10 @@
 package tensor
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/memfit/memfit/device"
+)
 
 // viewOf returns a new handle on x's storage with another shape/strides.
 func viewOf(x *Tensor, shape, strides []int, offset int) *Tensor {
@@ -138,6 +142,14 @@ func (s *Scope) Narrow(x *Tensor, dim, start, length int) *Tensor {
 		g.st.dev.Copy(part, g.view())
 		return []*Tensor{dx}
 	})
+	if out.node != nil {
+		out.node.addInto = func(dst, g *Tensor) {
+			part := dst.view()
+			part.Shape = g.shape
+			part.Offset += start * dst.strides[dim]
+			g.st.dev.Binary(device.Add, part, part, g.view())
+		}
+	}
 	return s.own(out)
 }
 

@@ -61,6 +61,7 @@ func main() {
 	warmup := flag.Int("warmup", 2, "untimed steps first")
 	dev := flag.String("device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
+	kernels := flag.Bool("kernels", false, "print each kernel's wall time per timed step to standard error")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -88,6 +89,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "stepbench:", err)
 			os.Exit(2)
 		}
+		var timed *timedDevice
+		if *kernels {
+			timed = newTimedDevice(dev)
+			dev = timed
+		}
 		t, err := train.New(cfg, dev, nil)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "stepbench:", err)
@@ -97,6 +103,14 @@ func main() {
 		t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
 			if r.Step > *warmup {
 				times = append(times, float64(cfg.Batch)/r.SamplesPerS*1000)
+			}
+			if timed != nil {
+				switch r.Step {
+				case *warmup:
+					timed.reset()
+				case *warmup + *steps:
+					timed.stop() // the final evaluation is not a step
+				}
 			}
 			return nil
 		}
@@ -112,6 +126,10 @@ func main() {
 		}
 		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
+		if timed != nil {
+			fmt.Fprintf(os.Stderr, "%s: kernel wall time per step (median step %.1f ms)\n", name, res.MedianMS)
+			timed.report(os.Stderr, len(times))
+		}
 		t.Close()
 	}
 }

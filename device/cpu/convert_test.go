@@ -160,7 +160,9 @@ func TestVectorBF16Conversions(t *testing.T) {
 		all[i] = uint16(i)
 	}
 	wide := make([]float32, len(all))
-	f32FromBF16Vector(wide, all)
+	for i := f32FromBF16Vector(wide, all); i < len(all); i++ {
+		wide[i] = F32FromBF16(all[i]) // no vector path on this platform
+	}
 	for i, h := range all {
 		if math.Float32bits(wide[i]) != math.Float32bits(F32FromBF16(h)) {
 			t.Fatalf("f32(%#04x): vector %#08x", h, math.Float32bits(wide[i]))

@@ -48,28 +48,21 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 		for r := r0; r < r1; r++ {
 			x := load(src, src.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
 			y := target(dst, dst.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
-			m := math.Inf(-1)
-			for _, v := range x {
-				m = max(m, float64(v))
-			}
 			if x32, ok := any(x).([]float32); ok && !log {
 				// float32 rows: e^(x-m) once, with exp32, into y.
 				y32 := any(y).([]float32)
-				m32 := float32(m)
-				var s float64
+				m32 := rowMax(x32)
 				start := expShiftVector(y32, x32, m32)
 				for i := start; i < len(x32); i++ {
 					y32[i] = exp32(x32[i] - m32)
 				}
-				for _, e := range y32 {
-					s += float64(e)
-				}
-				inv := float32(1 / s)
-				for i := range y32 {
-					y32[i] *= inv
-				}
+				rowScale(y32, 1/rowSum(y32))
 				store(dst, dst.Offset+r*n, 1, y)
 				continue
+			}
+			m := math.Inf(-1)
+			for _, v := range x {
+				m = max(m, float64(v))
 			}
 			var s float64
 			for _, v := range x {
@@ -121,6 +114,15 @@ func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
 				}
 			} else {
 				// dx = y·(dy - sum(dy·y))
+				if o32, ok := any(out).([]float32); ok {
+					y32, g32 := any(yy).([]float32), any(g).([]float32)
+					s := rowDot(g32, y32)
+					for i := softmaxGradVector(o32, y32, g32, s); i < len(o32); i++ {
+						o32[i] = y32[i] * (g32[i] - s)
+					}
+					store(dx, dx.Offset+r*n, 1, out)
+					continue
+				}
 				var s float64
 				for i := range g {
 					s += float64(g[i]) * float64(yy[i])
@@ -140,7 +142,7 @@ func (d *Device) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float6
 		layerNorm[float64](d, y, mean, rstd, x, gamma, beta, eps)
 		return
 	}
-	layerNorm[float32](d, y, mean, rstd, x, gamma, beta, eps)
+	layerNorm32(d, y, mean, rstd, x, gamma, beta, eps)
 }
 
 func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, eps float64) {
@@ -185,7 +187,7 @@ func (d *Device) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma d
 		layerNormBackward[float64](d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
 		return
 	}
-	layerNormBackward[float32](d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+	layerNormBackward32(d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
 }
 
 func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma device.View) {
@@ -233,25 +235,8 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 		}()
 	}
 	wg.Wait()
-	accumulate := func(dst device.View, parts [][]float64) {
-		if dst.Buf.Block == nil && dst.Buf.Host == nil {
-			return
-		}
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		cur := load(dst, dst.Offset, n, 1, rowScratch(sc.a[:], n))
-		out := rowScratch(sc.b[:], n)
-		for i := range out {
-			s := float64(cur[i])
-			for _, p := range parts {
-				s += p[i]
-			}
-			out[i] = T(s)
-		}
-		store(dst, dst.Offset, 1, out)
-	}
-	accumulate(dgamma, dg)
-	accumulate(dbeta, db)
+	addParamGrad[T](dgamma, dg, n)
+	addParamGrad[T](dbeta, db, n)
 }
 
 // index reads element i of an integer view.

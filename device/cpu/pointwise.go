@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/memfit/memfit/device"
@@ -25,31 +26,57 @@ func putScratch[T float](s *scratch[T]) {
 
 // Fill sets every element of dst to v.
 func (d *Device) Fill(dst device.View, v float64) {
-	if wide(dst) || dst.DType == device.I32 || dst.DType == device.I64 {
-		fill[float64](d, dst, v)
+	// Every dtype is filled as raw bits: v is converted once, not once per
+	// element.
+	l := newLoop(dst.Shape, dst)
+	switch dst.DType {
+	case device.BF16:
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), BF16FromF32(float32(v))})
+	case device.F16:
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), F16FromF32(float32(v))})
+	case device.F32:
+		runRows(d.threads, &l, fillK[int32]{i32s(dst), int32(math.Float32bits(float32(v)))})
+	case device.I32:
+		runRows(d.threads, &l, fillK[int32]{i32s(dst), int32(v)})
+	case device.F64:
+		runRows(d.threads, &l, fillK[int64]{i64s(dst), int64(math.Float64bits(v))})
+	case device.I64:
+		runRows(d.threads, &l, fillK[int64]{i64s(dst), int64(v)})
+	default:
+		panic(fmt.Sprintf("cpu: cannot fill dtype %v", dst.DType))
+	}
+}
+
+// fillK writes the bits v into every element of a row.
+type fillK[E uint16 | int32 | int64] struct {
+	y []E
+	v E
+}
+
+func (k fillK[E]) row(_ int, offs, istr [maxOps]int, m int) {
+	if istr[0] == 1 {
+		fillBits(k.y[offs[0]:offs[0]+m], k.v)
 		return
 	}
-	fill[float32](d, dst, v)
-}
-
-func fill[T float](d *Device, dst device.View, v float64) {
-	l := newLoop(dst.Shape, dst)
-	runRows(d.threads, &l, fillK[T]{dst, T(v)})
-}
-
-type fillK[T float] struct {
-	dst device.View
-	v   T
-}
-
-func (k fillK[T]) row(_ int, offs, istr [maxOps]int, m int) {
-	sc := getScratch[T]()
-	y := target(k.dst, offs[0], m, istr[0], sc.a[:])
-	for i := range y {
-		y[i] = k.v
+	for i := 0; i < m; i++ {
+		k.y[offs[0]+i*istr[0]] = k.v
 	}
-	store(k.dst, offs[0], istr[0], y)
-	putScratch(sc)
+}
+
+// fillBits sets every element of y to v at memory-copy speed: zero through
+// the runtime's clear, anything else by doubling copies.
+func fillBits[E uint16 | int32 | int64](y []E, v E) {
+	if len(y) == 0 {
+		return
+	}
+	if v == 0 {
+		clear(y)
+		return
+	}
+	y[0] = v
+	for k := 1; k < len(y); k *= 2 {
+		copy(y[k:], y[:k])
+	}
 }
 
 // Copy copies src into dst, converting dtypes.
@@ -437,11 +464,56 @@ func (f maskFn[T]) apply(y, x, mask []T) {
 
 // CausalFill writes value above the diagonal of the last two dimensions.
 func (d *Device) CausalFill(dst, src device.View, value float64) {
+	if dst.DType == src.DType {
+		// Kept elements are copied as bits and value converted once.
+		switch dst.DType {
+		case device.BF16:
+			causalFillBits(d, u16s(dst), u16s(src), dst, src, BF16FromF32(float32(value)))
+			return
+		case device.F16:
+			causalFillBits(d, u16s(dst), u16s(src), dst, src, F16FromF32(float32(value)))
+			return
+		case device.F32:
+			causalFillBits(d, i32s(dst), i32s(src), dst, src, int32(math.Float32bits(float32(value))))
+			return
+		}
+	}
 	if wide(dst, src) {
 		causalFill[float64](d, dst, src, value)
 		return
 	}
 	causalFill[float32](d, dst, src, value)
+}
+
+// causalFillBits is CausalFill for one dtype on both sides: each row copies
+// its kept prefix (nothing when dst is src, the usual in-place masking) and
+// fills the rest.
+func causalFillBits[E uint16 | int32 | int64](d *Device, y, x []E, dst, src device.View, v E) {
+	r := len(dst.Shape)
+	rows, cols := dst.Shape[r-2], dst.Shape[r-1]
+	ds, ss := dst.Strides[r-1], src.Strides[r-1]
+	mats := dst.Len() / max(rows*cols, 1)
+	d.rowsParallel(mats*rows, cols, func(r0, r1 int) {
+		for q := r0; q < r1; q++ {
+			m, i := q/rows, q%rows
+			doff := matOffset(dst, m) + i*dst.Strides[r-2]
+			soff := matOffset(src, m) + i*src.Strides[r-2]
+			keep := min(i+1, cols)
+			if ds == 1 && ss == 1 {
+				if doff != soff || &y[0] != &x[0] {
+					copy(y[doff:doff+keep], x[soff:soff+keep])
+				}
+				fillBits(y[doff+keep:doff+cols], v)
+				continue
+			}
+			for j := 0; j < keep; j++ {
+				y[doff+j*ds] = x[soff+j*ss]
+			}
+			for j := keep; j < cols; j++ {
+				y[doff+j*ds] = v
+			}
+		}
+	})
 }
 
 func causalFill[T float](d *Device, dst, src device.View, value float64) {

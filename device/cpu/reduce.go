@@ -106,7 +106,13 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 			distinct = false
 		}
 	}
+	columns := !innerReduced && !distinct
+	for _, s := range l.ostr[1][:l.nouter] {
+		columns = columns && s == 0
+	}
 	switch {
+	case columns:
+		reduceColumns[T](d, op, &l, src, dst)
 	case distinct && rows > 1:
 		parallelRange(d.threads, rows*l.n, func(s, e int) {
 			// Convert the element range into whole rows (ranges are
@@ -152,4 +158,84 @@ func reduceRowOf[T float](l *loop, src device.View, op device.ReduceOp) float64 
 		}
 	}
 	return acc
+}
+
+// reduceColumns reduces every row of l onto the same dst row: only leading
+// dimensions are reduced, as in a bias gradient summed over the batch.
+// Each goroutine folds a fixed block of rows into its own accumulator of
+// one row, in T (float32 for every 16-bit dtype, so a bf16 sum is rounded
+// once, not at every add); the blocks are then combined in order and
+// folded into dst, so the result depends only on the thread count.
+func reduceColumns[T float](d *Device, op device.ReduceOp, l *loop, src, dst device.View) {
+	rows, n := l.rows(), l.n
+	parts := 1
+	if d.threads > 1 && rows*n >= parallelMin {
+		parts = min(d.threads, rows)
+	}
+	accs := make([][]T, parts)
+	fold := func(p int) {
+		acc := make([]T, n)
+		if id := T(identity(op)); id != 0 {
+			for i := range acc {
+				acc[i] = id
+			}
+		}
+		sc := getScratch[T]()
+		defer putScratch(sc)
+		var offs [maxOps]int
+		for r := rows * p / parts; r < rows*(p+1)/parts; r++ {
+			l.rowOffsets(r, offs[:l.nops])
+			for c := 0; c < n; c += chunk {
+				m := min(chunk, n-c)
+				foldInto(op, acc[c:c+m], load(src, offs[0]+c*l.istr[0], m, l.istr[0], sc.a[:]))
+			}
+		}
+		accs[p] = acc
+	}
+	if parts == 1 {
+		fold(0)
+	} else {
+		var wg sync.WaitGroup
+		for p := range parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fold(p)
+			}()
+		}
+		wg.Wait()
+	}
+	acc := accs[0]
+	for _, a := range accs[1:] {
+		foldInto(op, acc, a)
+	}
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	for c := 0; c < n; c += chunk {
+		m := min(chunk, n-c)
+		y := load(dst, l.base[1]+c*l.istr[1], m, l.istr[1], sc.b[:])
+		out := sc.c[:m]
+		copy(out, y)
+		foldInto(op, out, acc[c:c+m])
+		store(dst, l.base[1]+c*l.istr[1], l.istr[1], out)
+	}
+}
+
+// foldInto combines x into acc element by element.
+func foldInto[T float](op device.ReduceOp, acc, x []T) {
+	x = x[:len(acc)]
+	switch op {
+	case device.Max:
+		for i, v := range x {
+			acc[i] = max(acc[i], v)
+		}
+	case device.Min:
+		for i, v := range x {
+			acc[i] = min(acc[i], v)
+		}
+	default:
+		for i, v := range x {
+			acc[i] += v
+		}
+	}
 }
