@@ -33,7 +33,7 @@ type node struct {
 	// one full-size gradient, not k of them added together.
 	addInto func(dst, g *Tensor)
 	refs    int32
-	freed    bool // saved tensors already released by a backward pass
+	freed   bool // saved tensors already released by a backward pass
 }
 
 // edge leads from a node to one of its inputs: the node that produced it,
