@@ -10,28 +10,32 @@ import (
 // tilePool holds the f32 tiles of products with 16-bit outputs.
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}
 
-// Gemm runs a batched matrix product. Batches of small matrices are spread
-// over goroutines; each large product parallelises inside the gemm package.
+// Gemm runs a batched matrix product. A batch of at least as many products
+// as threads (attention heads) is spread over goroutines a product at a
+// time, each product running start to finish on one goroutine; otherwise
+// each product parallelises inside the gemm package.
 func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
-	one := func(b int) {
+	one := func(dev *Device, b int) {
 		oa := g.A.Offset + b*g.StrideA
 		ob := g.B.Offset + b*g.StrideB
 		oc := g.C.Offset + b*g.StrideC
-		d.gemmOne(g, oa, ob, oc)
+		dev.gemmOne(g, oa, ob, oc)
 	}
-	small := g.M*g.N*g.K < 1<<21
-	if g.Batch >= 2 && small && d.threads > 1 && g.Batch*g.M*g.N*g.K >= 1<<20 {
+	if parts := min(d.threads, g.Batch); parts > 1 && g.Batch*g.M*g.N*g.K >= 1<<20 &&
+		(g.Batch%parts == 0 || g.Batch >= 4*parts) {
+		// Products of equal size split evenly (or nearly) over the
+		// goroutines; each runs serially, conversions included.
+		serial := &Device{raw: d.raw, mem: d.mem, threads: 1}
 		var wg sync.WaitGroup
-		parts := min(d.threads, g.Batch)
 		for p := 0; p < parts; p++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for b := g.Batch * p / parts; b < g.Batch*(p+1)/parts; b++ {
-					one(b)
+					one(serial, b)
 				}
 			}()
 		}
@@ -39,21 +43,22 @@ func (d *Device) Gemm(g device.Gemm) {
 		return
 	}
 	for b := 0; b < g.Batch; b++ {
-		one(b)
+		one(d, b)
 	}
 }
 
 func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
 	alpha, beta := float32(g.Alpha), float32(g.Beta)
+	t := gemm.Threads(d.threads)
 	switch g.A.DType {
 	case device.F64:
-		gemm.Dgemm(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, f64s(g.A)[oa:], g.LDA, f64s(g.B)[ob:], g.LDB, g.Beta, f64s(g.C)[oc:], g.LDC)
+		t.Dgemm(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, f64s(g.A)[oa:], g.LDA, f64s(g.B)[ob:], g.LDB, g.Beta, f64s(g.C)[oc:], g.LDC)
 	case device.F32:
-		gemm.Sgemm(g.TransA, g.TransB, g.M, g.N, g.K, alpha, f32s(g.A)[oa:], g.LDA, f32s(g.B)[ob:], g.LDB, beta, f32s(g.C)[oc:], g.LDC)
+		t.Sgemm(g.TransA, g.TransB, g.M, g.N, g.K, alpha, f32s(g.A)[oa:], g.LDA, f32s(g.B)[ob:], g.LDB, beta, f32s(g.C)[oc:], g.LDC)
 	case device.BF16, device.F16:
-		lowGemm := gemm.GemmBF16
+		lowGemm := t.GemmBF16
 		if g.A.DType == device.F16 {
-			lowGemm = gemm.GemmF16
+			lowGemm = t.GemmF16
 		}
 		a, b := u16s(g.A)[oa:], u16s(g.B)[ob:]
 		if g.C.DType == device.F32 {

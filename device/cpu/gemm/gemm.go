@@ -18,8 +18,20 @@ func SetThreads(n int) int {
 	return int(threads.Swap(int64(max(n, 1))))
 }
 
+// Threads bounds the goroutines of the products called through it.
+// Threads(1) keeps a product on the calling goroutine, for callers that
+// spread many small products (a batch of attention heads) over goroutines
+// themselves: one goroutine per product packs each operand once and never
+// waits for another.
+type Threads int
+
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C in float32.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	Threads(threads.Load()).Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Sgemm is the package-level Sgemm on at most t goroutines.
+func (t Threads) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
@@ -27,12 +39,17 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc)
 }
 
 // Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64. It is meant for
 // correctness (gradient checks), not speed: portable Go on every platform.
 func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	Threads(threads.Load()).Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Dgemm is the package-level Dgemm on at most t goroutines.
+func (t Threads) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	if !prologue("Dgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
@@ -40,12 +57,17 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc)
 }
 
 // GemmBF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold
 // bfloat16 bit patterns; products are accumulated and written in float32.
 func GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	Threads(threads.Load()).GemmBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// GemmBF16 is the package-level GemmBF16 on at most t goroutines.
+func (t Threads) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
@@ -55,16 +77,21 @@ func GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda i
 	}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
-		run(bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc)
+		run(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc)
 		return
 	}
-	run(bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc)
+	run(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc)
 }
 
 // GemmF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold IEEE
 // half-precision bit patterns; they are converted to float32 while packing,
 // and the float32 kernel accumulates and writes float32.
 func GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	Threads(threads.Load()).GemmF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// GemmF16 is the package-level GemmF16 on at most t goroutines.
+func (t Threads) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("GemmF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
@@ -72,7 +99,7 @@ func GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda in
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc)
 }
 
 // prologue checks shapes, strides and slice lengths, panicking on a

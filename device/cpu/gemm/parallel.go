@@ -10,10 +10,9 @@ import (
 // goroutine costs more than it saves.
 const minWorkPerThread = 1 << 19
 
-// run computes the product, split over up to SetThreads goroutines when it
-// is large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int) {
-	parts := int(threads.Load())
+// run computes the product, split over up to parts goroutines when it is
+// large enough. k > 0 and alpha != 0.
+func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int) {
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
 	}
