@@ -7,9 +7,6 @@ import (
 	"github.com/memfit/memfit/device/cpu/gemm"
 )
 
-// tilePool holds the f32 tiles of products with 16-bit outputs.
-var tilePool = sync.Pool{New: func() any { return new([]float32) }}
-
 // Gemm runs a batched matrix product. A batch of at least as many products
 // as threads (attention heads) is spread over goroutines a product at a
 // time, each product running start to finish on one goroutine; otherwise
@@ -56,31 +53,21 @@ func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
 	case device.F32:
 		t.Sgemm(g.TransA, g.TransB, g.M, g.N, g.K, alpha, f32s(g.A)[oa:], g.LDA, f32s(g.B)[ob:], g.LDB, beta, f32s(g.C)[oc:], g.LDC)
 	case device.BF16, device.F16:
-		lowGemm := t.GemmBF16
-		if g.A.DType == device.F16 {
-			lowGemm = t.GemmF16
-		}
 		a, b := u16s(g.A)[oa:], u16s(g.B)[ob:]
-		if g.C.DType == device.F32 {
-			lowGemm(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, f32s(g.C)[oc:], g.LDC)
-			return
+		bf := g.A.DType == device.BF16
+		switch {
+		case g.C.DType == device.F32 && bf:
+			t.GemmBF16(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, f32s(g.C)[oc:], g.LDC)
+		case g.C.DType == device.F32:
+			t.GemmF16(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, f32s(g.C)[oc:], g.LDC)
+		case bf:
+			// A 16-bit C is rounded tile by tile inside the product.
+			t.GemmBF16To(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, u16s(g.C)[oc:], g.LDC)
+		default:
+			t.GemmF16To(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, u16s(g.C)[oc:], g.LDC)
 		}
-		// Low-precision output: accumulate in an f32 tile, then round once.
-		// The tile is pooled host scratch (with beta 0 GEMM overwrites it).
-		tp := tilePool.Get().(*[]float32)
-		if cap(*tp) < g.M*g.N {
-			*tp = make([]float32, g.M*g.N)
-		}
-		tmp := (*tp)[:g.M*g.N]
-		defer tilePool.Put(tp)
-		cv := device.View{Buf: g.C.Buf, DType: g.C.DType, Offset: oc, Shape: []int{g.M, g.N}, Strides: []int{g.LDC, 1}}
-		tv := device.View{Buf: device.Buffer{Host: f32bytes(tmp)}, DType: device.F32, Shape: []int{g.M, g.N}, Strides: []int{g.N, 1}}
-		if beta != 0 {
-			d.Copy(tv, cv)
-		}
-		lowGemm(g.TransA, g.TransB, g.M, g.N, g.K, alpha, a, g.LDA, b, g.LDB, beta, tmp, g.N)
-		d.Copy(cv, tv)
 	default:
 		panic("cpu: gemm on dtype " + g.A.DType.String())
 	}
 }
+

@@ -84,9 +84,21 @@ func getWS[D any, C float32 | float64](p *sync.Pool) *workspace[D, C] {
 func roundUp(x, r int) int { return (x + r - 1) / r * r }
 
 // serial runs the whole product on the calling goroutine. k > 0 and alpha != 0.
-func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int) {
+//
+// With o set (C float32 only) the output is o's 16-bit C: each tile is
+// accumulated in float32 and rounded once when its last K block is done,
+// with o.beta·C added then. A product whose k fits one K block needs no
+// float32 copy of C at all (the micro-kernel writes a tile that is rounded
+// at once); otherwise c is float32 scratch of m×n (ldc) that carries the
+// partial sums between K blocks.
+func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
 	mr, nr, kg := e.mr, e.nr, e.kg
 	ws.tile = grow(ws.tile, mr*nr)
+	var tile32, acc32 []float32
+	if o != nil {
+		tile32 = any(ws.tile).([]float32)
+		acc32, _ = any(c).([]float32)
+	}
 	bt := b.transposed() // op(B)ᵀ: its rows are op(B)'s columns
 	for jc := 0; jc < n; jc += e.nc {
 		nc := min(e.nc, n-jc)
@@ -99,7 +111,11 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 			bet := beta
 			if pc > 0 {
 				bet = 1
+			} else if o != nil {
+				bet = 0 // C's own term is added when rounding
 			}
+			last := pc+kc >= k
+			tileOnly := o != nil && pc == 0 && last
 			for ic := 0; ic < m; ic += e.mc {
 				mc := min(e.mc, m-ic)
 				ws.a = grow(ws.a, roundUp(mc, mr)*kcp)
@@ -110,18 +126,61 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 					for ir := 0; ir < mc; ir += mr {
 						ap := ws.a[ir*kcp:]
 						mrr := min(mr, mc-ir)
-						cc := c[(ic+ir)*ldc+jc+jr:]
-						if mrr == mr && nrr == nr {
-							e.kern(kq, ap, bp, cc, ldc, alpha, bet)
+						if tileOnly {
+							e.kern(kq, ap, bp, ws.tile, nr, alpha, 0)
+							o.finish(ic+ir, jc+jr, tile32, nr, mrr, nrr)
 							continue
 						}
-						e.kern(kq, ap, bp, ws.tile, nr, 1, 0)
-						edgeUpdate(cc, ldc, ws.tile, nr, mrr, nrr, alpha, bet)
+						off := (ic+ir)*ldc + jc + jr
+						cc := c[off:]
+						if mrr == mr && nrr == nr {
+							e.kern(kq, ap, bp, cc, ldc, alpha, bet)
+						} else {
+							e.kern(kq, ap, bp, ws.tile, nr, 1, 0)
+							edgeUpdate(cc, ldc, ws.tile, nr, mrr, nrr, alpha, bet)
+						}
+						if o != nil && last {
+							o.finish(ic+ir, jc+jr, acc32[off:], ldc, mrr, nrr)
+						}
 					}
 				}
 			}
 		}
 	}
+}
+
+// out16 is a 16-bit C (bfloat16 or half bits) and the function that
+// rounds a finished float32 tile into it.
+type out16 struct {
+	c    []uint16
+	ldc  int
+	beta float32
+	tile tileFunc
+}
+
+// tileFunc writes rows×cols (cols <= maxTileCols) of the float32 sums t
+// (leading dimension ldt) plus beta·C into the 16-bit C, rounded to
+// nearest even. It may overwrite t.
+type tileFunc func(c []uint16, ldc int, t []float32, ldt, rows, cols int, beta float32)
+
+// maxTileCols bounds the columns of one tile.
+const maxTileCols = 32
+
+func (o *out16) rowsFrom(i int) *out16 {
+	p := *o
+	p.c = p.c[i*p.ldc:]
+	return &p
+}
+
+func (o *out16) colsFrom(j int) *out16 {
+	p := *o
+	p.c = p.c[j:]
+	return &p
+}
+
+// finish rounds rows×cols of t into C at (i, j).
+func (o *out16) finish(i, j int, t []float32, ldt, rows, cols int) {
+	o.tile(o.c[i*o.ldc+j:], o.ldc, t, ldt, rows, cols, o.beta)
 }
 
 // edgeUpdate sets the rows×cols corner of C to alpha*T + beta*C.

@@ -3,6 +3,7 @@ package gemm
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -39,7 +40,7 @@ func (t Threads) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc, nil)
 }
 
 // Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64. It is meant for
@@ -57,7 +58,7 @@ func (t Threads) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []floa
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc, nil)
 }
 
 // GemmBF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold
@@ -77,10 +78,10 @@ func (t Threads) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []u
 	}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
-		run(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc)
+		run(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc, nil)
 		return
 	}
-	run(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc)
+	run(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc, nil)
 }
 
 // GemmF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold IEEE
@@ -99,7 +100,63 @@ func (t Threads) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc)
+	run(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc, nil)
+}
+
+// GemmBF16To is GemmBF16 with a bfloat16 C: products are accumulated in
+// float32 and each element is rounded once (to nearest even), as its tile
+// is finished, so no float32 copy of C is written out and read back.
+// Where k spans more than one of the engine's K blocks the partial sums
+// wait in pooled float32 scratch of m×n.
+func (t Threads) GemmBF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+	if !prologue("GemmBF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileBF16}
+	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
+	if bf16Engine != nil {
+		runTo16(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, o)
+		return
+	}
+	runTo16(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, o)
+}
+
+// GemmF16To is GemmF16 with a half-precision C, as GemmBF16To.
+func (t Threads) GemmF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+	if !prologue("GemmF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileF16}
+	runTo16(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, o)
+}
+
+// poolAcc holds the float32 scratch of 16-bit products whose k spans
+// several K blocks.
+var poolAcc = sync.Pool{New: func() any { return new([]float32) }}
+
+func runTo16[D any](parts int, e *engine[uint16, D, float32], pool *sync.Pool, m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
+	if k == 0 || alpha == 0 {
+		// C = beta·C, a row of tiles at a time.
+		var zero [maxTileCols]float32
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j += maxTileCols {
+				clear(zero[:])
+				o.finish(i, j, zero[:], maxTileCols, 1, min(maxTileCols, n-j))
+			}
+		}
+		return
+	}
+	if e.nr > maxTileCols {
+		panic("gemm: micro-tile wider than maxTileCols")
+	}
+	var acc []float32
+	if k > e.kc {
+		p := poolAcc.Get().(*[]float32)
+		defer poolAcc.Put(p)
+		*p = grow(*p, m*n)
+		acc = *p
+	}
+	run(parts, e, pool, m, n, k, alpha, a, b, 0, acc, n, o)
 }
 
 // prologue checks shapes, strides and slice lengths, panicking on a

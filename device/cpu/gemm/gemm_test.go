@@ -332,3 +332,101 @@ func TestSgemmNoAllocs(t *testing.T) {
 		})
 	}
 }
+
+// testLow16 checks a product with a 16-bit C against the float64
+// reference, within the inputs' tolerance plus one rounding of the result.
+func testLow16(t *testing.T, name string, f func(bool, bool, int, int, int, float32, []uint16, int, []uint16, int, float32, []uint16, int), gen func(*rand.Rand) uint16, conv func(uint16) float32, nan uint16, tol float64) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	widen := func(s []uint16) []float64 {
+		o := make([]float64, len(s))
+		for i, v := range s {
+			o[i] = float64(conv(v))
+		}
+		return o
+	}
+	forAll(t, func(sh shape, tA, tB bool, pad int, sc scal) {
+		a, lda := operand(rng, sh.m, sh.k, tA, pad, gen)
+		b, ldb := operand(rng, sh.k, sh.n, tB, pad+1, gen)
+		c, ldc := operand(rng, sh.m, sh.n, false, pad+2, gen)
+		if sc.nanC {
+			for i := range c {
+				if i%ldc < sh.n {
+					c[i] = nan
+				}
+			}
+		}
+		c0 := widen(c)
+		f(tA, tB, sh.m, sh.n, sh.k, float32(sc.alpha), a, lda, b, ldb, float32(sc.beta), c, ldc)
+		check(t, name, sh, tA, tB, sc, a, lda, b, ldb, c0, widen(c), ldc, func(v uint16) float64 { return float64(conv(v)) }, tol)
+	})
+}
+
+func TestGemmBF16To(t *testing.T) {
+	old, oldTile := bf16Engine, tileBF16
+	defer func() { bf16Engine, tileBF16 = old, oldTile }()
+	const tol = 1.0 / 256 // one bfloat16 rounding of the result
+	for _, tile := range []struct {
+		name string
+		fn   tileFunc
+	}{{"go", tileBF16Go}, {"native", oldTile}} {
+		tileBF16 = tile.fn
+		bf16Engine = nil
+		t.Run(tile.name+"/convert", func(t *testing.T) {
+			testLow16(t, "bf16-cvt", Threads(2).GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+		})
+		for _, e := range bf16Engines {
+			bf16Engine = e
+			for _, threads := range []Threads{1, 3} {
+				t.Run(fmt.Sprintf("%s/%s/threads=%d", tile.name, e.name, threads), func(t *testing.T) {
+					testLow16(t, e.name, threads.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+				})
+			}
+			tiny := *e // k spans several K blocks: partial sums in scratch
+			tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+			bf16Engine = &tiny
+			t.Run(tile.name+"/"+e.name+"-tinyblocks", func(t *testing.T) {
+				testLow16(t, e.name, Threads(2).GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+			})
+		}
+	}
+}
+
+// TestTileBF16 checks the vector tile rounding against the Go one bit for
+// bit, at every width up to a tile's, with and without beta, including
+// ties, NaN and infinities.
+func TestTileBF16(t *testing.T) {
+	const rows, ld = 3, 40
+	src := make([]float32, rows*ld)
+	for i := range src {
+		src[i] = math.Float32frombits(uint32(0x3f800000 + i*0x8000 + (i%3)*0x7fff)) // ties and near-ties
+	}
+	src[5], src[6], src[7] = float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))
+	for cols := 0; cols <= maxTileCols; cols++ {
+		for _, beta := range []float32{0, 1, -0.5} {
+			c1, c2 := make([]uint16, rows*ld), make([]uint16, rows*ld)
+			for i := range c1 {
+				c1[i] = uint16(0x3f00 + i)
+				c2[i] = c1[i]
+			}
+			t1, t2 := append([]float32(nil), src...), append([]float32(nil), src...)
+			tileBF16Go(c1, ld, t1, ld, rows, cols, beta)
+			tileBF16(c2, ld, t2, ld, rows, cols, beta)
+			for i := range c1 {
+				if c1[i] != c2[i] {
+					t.Fatalf("cols=%d beta=%v: element %d: %#04x, want %#04x", cols, beta, i, c2[i], c1[i])
+				}
+			}
+		}
+	}
+}
+
+func TestGemmF16To(t *testing.T) {
+	// Values of at most 3 significant bits below 1, so no sum overflows
+	// half precision.
+	gen := func(r *rand.Rand) uint16 { return f32ToF16(float32(r.IntN(15)-7) / 8) }
+	for _, e := range f32Engines {
+		withF32Engine(t, e, func(t *testing.T) {
+			testLow16(t, "f16", Threads(2).GemmF16To, gen, F16ToF32, 0x7e00, 1.0/1024)
+		})
+	}
+}

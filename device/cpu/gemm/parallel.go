@@ -12,7 +12,7 @@ const minWorkPerThread = 1 << 19
 
 // run computes the product, split over up to parts goroutines when it is
 // large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int) {
+func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
 	}
@@ -26,12 +26,12 @@ func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *syn
 	parts = min(parts, units)
 	if parts <= 1 {
 		ws := getWS[D, C](pool)
-		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc)
+		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc, o)
 		pool.Put(ws)
 		return
 	}
 	j := getJob[S, D, C]()
-	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc,
+	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, o: o,
 		parts: parts, units: units, splitM: splitM}
 	startWorkers(parts - 1)
 	// Offer the job to parts-1 helpers; everyone, the caller included,
@@ -67,6 +67,7 @@ type job[S, D any, C float32 | float64] struct {
 	a, b        mat[S]
 	c           []C
 	ldc         int
+	o           *out16 // a 16-bit C, c being its float32 scratch (or nil)
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
 	splitM      bool
@@ -92,12 +93,25 @@ func (j *job[S, D, C]) runPart(p int) {
 		return
 	}
 	ws := getWS[D, C](j.pool)
+	c, o := j.c, j.o
 	if j.splitM {
 		i0, i1 := u0*j.e.mr, min(u1*j.e.mr, j.m)
-		j.e.serial(ws, i1-i0, j.n, j.k, j.alpha, j.a.rowsFrom(i0), j.b, j.beta, j.c[i0*j.ldc:], j.ldc)
+		if c != nil {
+			c = c[i0*j.ldc:]
+		}
+		if o != nil {
+			o = o.rowsFrom(i0)
+		}
+		j.e.serial(ws, i1-i0, j.n, j.k, j.alpha, j.a.rowsFrom(i0), j.b, j.beta, c, j.ldc, o)
 	} else {
 		j0, j1 := u0*j.e.nr, min(u1*j.e.nr, j.n)
-		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, j.c[j0:], j.ldc)
+		if c != nil {
+			c = c[j0:]
+		}
+		if o != nil {
+			o = o.colsFrom(j0)
+		}
+		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, c, j.ldc, o)
 	}
 	j.pool.Put(ws)
 }
