@@ -70,4 +70,3 @@ func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
 		panic("cpu: gemm on dtype " + g.A.DType.String())
 	}
 }
-
