@@ -549,6 +549,21 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 		for r := r0; r < r1; r++ {
 			t := int(index(targets, r))
 			x := load(logits, logits.Offset+r*c, c, 1, rowScratch(sc.a[:], c))
+			if x32, ok := any(x).([]float32); ok {
+				g32 := any(rowScratch(sc.b[:], c)).([]float32)
+				one32 := any(one).([]float32)
+				var up float32
+				if backward && t != ignore {
+					up = float32(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
+				}
+				crossEntropyRow32(x32, g32, one32, t, ignore, float32(s), backward, up)
+				if backward {
+					store(out, out.Offset+r*c, 1, any(g32).([]T))
+				} else {
+					store(out, out.Offset+r, 1, one)
+				}
+				continue
+			}
 			m := math.Inf(-1)
 			for _, v := range x {
 				m = max(m, float64(v))
@@ -586,4 +601,35 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 			store(out, out.Offset+r*c, 1, g)
 		}
 	})
+}
+
+// crossEntropyRow32 is one row of CrossEntropy (backward false: the loss
+// into one[0]) or of its backward (g, scaled by the upstream gradient up)
+// in float32 with vector code; g doubles as the row's exponentials.
+func crossEntropyRow32(x, g, one []float32, t, ignore int, s float32, backward bool, u float32) {
+	if t == ignore {
+		one[0] = 0
+		clear(g)
+		return
+	}
+	c := float32(len(x))
+	m := rowMax(x)
+	for i := expShiftVector(g, x, m); i < len(x); i++ {
+		g[i] = exp32(x[i] - m)
+	}
+	se := rowSum(g)
+	lse := m + float32(math.Log(float64(se)))
+	if !backward {
+		// Σ logp = Σx - C·lse
+		one[0] = -(1-s)*(x[t]-lse) - s/c*(rowSum(x)-c*lse)
+		return
+	}
+	rowScale(g, u/se)
+	if s != 0 {
+		q := u * s / c
+		for i := range g {
+			g[i] -= q
+		}
+	}
+	g[t] -= u * (1 - s)
 }

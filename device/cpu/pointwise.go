@@ -397,6 +397,11 @@ func (f binaryFn[T]) apply(y, a, b []T) { binaryRow(f.op, y, a, b) }
 
 func binaryRow[T float](op device.BinaryOp, y, a, b []T) {
 	a, b = a[:len(y)], b[:len(y)]
+	if y32, ok := any(y).([]float32); ok {
+		if k := binaryVector(op, y32, any(a).([]float32), any(b).([]float32)); k > 0 {
+			y, a, b = y[k:], a[k:], b[k:]
+		}
+	}
 	switch op {
 	case device.Add:
 		for i := range y {

@@ -234,6 +234,10 @@ func foldInto[T float](op device.ReduceOp, acc, x []T) {
 			acc[i] = min(acc[i], v)
 		}
 	default:
+		if a32, ok := any(acc).([]float32); ok {
+			k := binaryVector(device.Add, a32, a32, any(x).([]float32))
+			acc, x = acc[k:], x[k:]
+		}
 		for i, v := range x {
 			acc[i] += v
 		}

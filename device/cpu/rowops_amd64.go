@@ -2,6 +2,8 @@
 
 package cpu
 
+import "github.com/memfit/memfit/device"
+
 //go:noescape
 func maxF32AVX512(x *float32, n int) float32
 
@@ -113,5 +115,31 @@ func lnGradDxVector(out, x, g, gm []float32, mu, rs, a, b float32) int {
 	}
 	x, g, gm = x[:len(out)], g[:len(out)], gm[:len(out)]
 	lnGradDxF32AVX512(&out[0], &x[0], &g[0], &gm[0], n, mu, rs, a, b)
+	return n
+}
+
+//go:noescape
+func binaryF32AVX512(op int, y, a, b *float32, n int)
+
+// binaryVector computes y = a op b for Add, Sub and Mul over the largest
+// multiple of 16 elements and returns how many it did.
+func binaryVector(op device.BinaryOp, y, a, b []float32) int {
+	n := len(y) &^ 15
+	if !hasAVX512 || n == 0 {
+		return 0
+	}
+	var code int
+	switch op {
+	case device.Add:
+		code = 0
+	case device.Sub:
+		code = 1
+	case device.Mul:
+		code = 2
+	default:
+		return 0
+	}
+	a, b = a[:len(y)], b[:len(y)]
+	binaryF32AVX512(code, &y[0], &a[0], &b[0], n)
 	return n
 }

@@ -320,3 +320,47 @@ xloop:
 xdone:
 	VZEROUPPER
 	RET
+
+// func binaryF32AVX512(op int, y, a, b *float32, n int)
+// y = a op b for op 0 (add), 1 (sub), 2 (mul).
+TEXT ·binaryF32AVX512(SB), NOSPLIT, $0-40
+	MOVQ op+0(FP), AX
+	MOVQ y+8(FP), DI
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DX
+	MOVQ n+32(FP), CX
+	XORQ BX, BX
+	CMPQ AX, $1
+	JEQ  subloop
+	JGT  mulloop
+
+addloop:
+	CMPQ BX, CX
+	JGE  bdone
+	VMOVUPS (SI)(BX*4), Z0
+	VADDPS (DX)(BX*4), Z0, Z0
+	VMOVUPS Z0, (DI)(BX*4)
+	ADDQ $16, BX
+	JMP  addloop
+
+subloop:
+	CMPQ BX, CX
+	JGE  bdone
+	VMOVUPS (SI)(BX*4), Z0
+	VSUBPS (DX)(BX*4), Z0, Z0
+	VMOVUPS Z0, (DI)(BX*4)
+	ADDQ $16, BX
+	JMP  subloop
+
+mulloop:
+	CMPQ BX, CX
+	JGE  bdone
+	VMOVUPS (SI)(BX*4), Z0
+	VMULPS (DX)(BX*4), Z0, Z0
+	VMOVUPS Z0, (DI)(BX*4)
+	ADDQ $16, BX
+	JMP  mulloop
+
+bdone:
+	VZEROUPPER
+	RET

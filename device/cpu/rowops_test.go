@@ -3,6 +3,8 @@ package cpu
 import (
 	"math"
 	"testing"
+
+	"github.com/memfit/memfit/device"
 )
 
 // TestRowOps: the vector row primitives agree with float64 references at
@@ -37,6 +39,24 @@ func TestRowOps(t *testing.T) {
 			for i := range s {
 				if s[i] != x[i]*0.5 {
 					t.Fatalf("rowScale(n=%d, off=%d)[%d] = %v, want %v", n, off, i, s[i], x[i]*0.5)
+				}
+			}
+			for _, op := range []device.BinaryOp{device.Add, device.Sub, device.Mul} {
+				got, want := make([]float32, n), make([]float32, n)
+				k := binaryVector(op, got, x, y)
+				binaryRow(op, got[k:], x[k:], y[k:])
+				for i := range want {
+					switch op {
+					case device.Add:
+						want[i] = x[i] + y[i]
+					case device.Sub:
+						want[i] = x[i] - y[i]
+					case device.Mul:
+						want[i] = x[i] * y[i]
+					}
+					if got[i] != want[i] {
+						t.Fatalf("%v(n=%d, off=%d)[%d] = %v, want %v", op, n, off, i, got[i], want[i])
+					}
 				}
 			}
 			out := make([]float32, n)

@@ -2,6 +2,8 @@
 
 package cpu
 
+import "github.com/memfit/memfit/device"
+
 type adamConsts struct {
 	gradScale, beta1, oneMinusBeta1, beta2, oneMinusBeta2 float32
 	stepSize, invSqrtBC2, eps, wd, decay                  float32
@@ -41,3 +43,5 @@ func lnGradDxVector(out, x, g, gm []float32, mu, rs, a, b float32) int { return 
 func lnGradStatsVector(x, g, gm, dg, db []float32, mu, rs float32) (s1, s2 float32, done int) {
 	return 0, 0, 0
 }
+
+func binaryVector(op device.BinaryOp, y, a, b []float32) int { return 0 }
