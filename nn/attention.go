@@ -64,8 +64,8 @@ func NewCausalSelfAttention(b *Builder, path string, c AttentionConfig) (*Causal
 //	y = dropout(softmax(causal(q·kᵀ/√(Dim/H))))·v, heads joined
 //	out = dropout(y·Wprojᵀ + bproj)
 //
-// q is scaled before the product (in place when the run allows), which is
-// cheaper than scaling the T×T scores. Every intermediate is released as
+// The 1/√(Dim/H) scale is the product's alpha (ScaledMatMul): no scaled
+// copy of q or of the T×T scores is made. Every intermediate is released as
 // soon as its consumer has run; the output is a new tensor that no op
 // saved.
 func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
@@ -82,19 +82,11 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	q, k, v := splitHeads(r, qkv, bsz, t, h, dh)
 	qkv.Release()
 
-	scale := 1 / math.Sqrt(float64(dh))
-	var qs *tensor.Tensor
-	if r.InPlace {
-		// q is a view of a buffer made just above that no op has saved.
-		qs = r.MulScalarInPlace(q, scale)
-	} else {
-		qs = r.MulScalar(q, scale)
-	}
-	q.Release()
+	// The 1/√dh scale rides on the product, so no scaled copy of q is made.
 	kt := r.Transpose(k, -1, -2)
 	k.Release()
-	scores := r.MatMul(qs, kt) // [B, H, T, T]
-	qs.Release()
+	scores := r.ScaledMatMul(q, kt, 1/math.Sqrt(float64(dh))) // [B, H, T, T]
+	q.Release()
 	kt.Release()
 	var masked *tensor.Tensor
 	if r.InPlace {

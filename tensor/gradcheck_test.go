@@ -51,6 +51,12 @@ var gradCases = []gradCase{
 	{name: "sigmoid", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Sigmoid(x[0]) }},
 	{name: "relu", inputs: []input{in("away", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Relu(x[0]) }},
 	{name: "gelu", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Gelu(x[0]) }},
+	{name: "scaled_matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.ScaledMatMul(x[0], s.Transpose(s.Transpose(x[1], 1, 2), 1, 2), -0.375)
+	}},
+	{name: "scaled_matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.ScaledMatMul(x[0], x[1], 0.125)
+	}},
 	{name: "matmul/2d", inputs: []input{in("", 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},

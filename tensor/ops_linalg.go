@@ -141,7 +141,14 @@ func (t *Tensor) share2() *Tensor {
 // batched over leading dimensions (which must match, or be absent on one
 // side). Under autocast both operands are cast to the low-precision dtype
 // and products accumulate in F32.
-func (s *Scope) MatMul(a, b *Tensor) *Tensor {
+func (s *Scope) MatMul(a, b *Tensor) *Tensor { return s.matMul(a, b, 1) }
+
+// ScaledMatMul is alpha·MatMul(a, b) as one product: the scale rides on
+// the GEMM (as attention's 1/√d does), so no scaled copy of an operand is
+// made or kept for backward.
+func (s *Scope) ScaledMatMul(a, b *Tensor, alpha float64) *Tensor { return s.matMul(a, b, alpha) }
+
+func (s *Scope) matMul(a, b *Tensor, alpha float64) *Tensor {
 	sameDevice("matmul", a, b)
 	if a.Dim() < 2 || b.Dim() < 2 {
 		panic(errorf("matmul", "operands need 2 or more dimensions: %s, %s", a.describe(), b.describe()))
@@ -157,7 +164,7 @@ func (s *Scope) MatMul(a, b *Tensor) *Tensor {
 	if b.Dim() == 2 && a.Dim() > 2 {
 		k := a.shape[a.Dim()-1]
 		a2 := s.Reshape(a, -1, k)
-		o2 := s.MatMul(a2, b)
+		o2 := s.matMul(a2, b, alpha)
 		shape := append(append([]int(nil), a.shape[:a.Dim()-1]...), b.shape[1])
 		out := s.Reshape(o2, shape...)
 		s.release(a2)
@@ -172,7 +179,7 @@ func (s *Scope) MatMul(a, b *Tensor) *Tensor {
 	}
 	shape := append(append([]int(nil), batch...), a.shape[a.Dim()-2], b.shape[b.Dim()-1])
 	out := mustAlloc(ca.st.dev, ca.dtype, shape, s.cat)
-	gemmInto(out, ca, cb, 1, 0, s)
+	gemmInto(out, ca, cb, alpha, 0, s)
 	aShape, bShape := ca.shape, cb.shape
 	needA, needB := ca.needsGrad(), cb.needsGrad()
 	s.record(out, "matmul", []*Tensor{ca, cb}, []*Tensor{ca, cb}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
@@ -182,7 +189,7 @@ func (s *Scope) MatMul(a, b *Tensor) *Tensor {
 		if needA {
 			bt := transposeView(sb)
 			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-1]...), aShape[len(aShape)-1]), s.cat)
-			gemmInto(full, g, bt, 1, 0, s)
+			gemmInto(full, g, bt, alpha, 0, s)
 			bt.Release()
 			da = s.sumTo(full, aShape)
 			full.Release()
@@ -190,7 +197,7 @@ func (s *Scope) MatMul(a, b *Tensor) *Tensor {
 		if needB {
 			at := transposeView(sa)
 			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-2]...), bShape[len(bShape)-2], g.shape[g.Dim()-1]), s.cat)
-			gemmInto(full, at, g, 1, 0, s)
+			gemmInto(full, at, g, alpha, 0, s)
 			at.Release()
 			db = s.sumTo(full, bShape)
 			full.Release()

@@ -136,3 +136,27 @@ func f32ToF16(f float32) uint16 {
 	}
 	return sign | uint16(e)<<10 | uint16(u>>13&0x3ff)
 }
+
+// BenchmarkGemmBF16To runs the GPT's products with a bfloat16 C, as the
+// CPU device runs them under bf16 autocast (compare GemmBF16/gpt/…/threads=2).
+func BenchmarkGemmBF16To(b *testing.B) {
+	for _, s := range modelShapes {
+		if s.name[:3] != "gpt" {
+			continue
+		}
+		b.Run(s.name+"/threads=2", func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 1))
+			batch := max(s.batch, 1)
+			a, lda := operand(rng, s.m, s.k, s.transA, 0, bf16gen)
+			bb, ldb := operand(rng, s.k, s.n, s.transB, 0, bf16gen)
+			c := make([]uint16, s.m*s.n)
+			for b.Loop() {
+				for i := 0; i < batch; i++ {
+					Threads(2).GemmBF16To(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+				}
+			}
+			flops := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(batch)
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
