@@ -57,6 +57,12 @@ var gradCases = []gradCase{
 	{name: "scaled_matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.ScaledMatMul(x[0], x[1], 0.125)
 	}},
+	// Heads viewed inside [B, T, H, D]: batch strides that do not
+	// collapse into one, read in place a batch of heads at a time.
+	{name: "matmul/strided-heads", inputs: []input{in("", 2, 3, 2, 4), in("", 2, 3, 2, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		q, k := s.Permute(x[0], 0, 2, 1, 3), s.Permute(x[1], 0, 2, 3, 1)
+		return s.MatMul(q, k)
+	}},
 	{name: "matmul/2d", inputs: []input{in("", 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},

@@ -6,11 +6,10 @@ import (
 	"slices"
 )
 
-// operand describes the last two dimensions of t as a GEMM operand, and the
-// element distance between consecutive matrices of its batch (0 when it has
-// no batch dimensions). ok is false when t's layout cannot be handed to
-// GEMM as it is.
-func operand(t *Tensor) (v device.View, trans bool, ld, batchStride int, ok bool) {
+// matrixOf describes the last two dimensions of t as a GEMM operand:
+// transposed or not, with leading dimension ld. ok is false when neither
+// dimension is unit-stride, so GEMM cannot read t as it is.
+func matrixOf(t *Tensor) (trans bool, ld int, ok bool) {
 	r := t.Dim()
 	rows, cols := t.shape[r-2], t.shape[r-1]
 	sr, sc := t.strides[r-2], t.strides[r-1]
@@ -26,62 +25,98 @@ func operand(t *Tensor) (v device.View, trans bool, ld, batchStride int, ok bool
 			ld = max(rows, 1)
 		}
 	default:
-		return v, false, 0, 0, false
+		return false, 0, false
 	}
-	// Batch dimensions must collapse into one stride.
-	nb := numel(t.shape[:r-2])
-	if nb > 1 {
-		inner := -1
-		for i := r - 3; i >= 0; i-- {
-			if t.shape[i] == 1 {
-				continue
+	return trans, ld, true
+}
+
+// batchStrides returns t's element strides over the batch dimensions
+// batch (t's leading dimensions, or none: a matrix broadcast over the
+// batch, stride 0).
+func batchStrides(t *Tensor, batch []int) []int {
+	st := make([]int, len(batch))
+	if t.Dim()-2 == len(batch) {
+		for i := range batch {
+			if t.shape[i] > 1 {
+				st[i] = t.strides[i]
 			}
-			if inner < 0 {
-				batchStride = t.strides[i]
-			} else if t.strides[i] != inner {
-				return v, false, 0, 0, false
-			}
-			inner = t.strides[i] * t.shape[i]
 		}
 	}
-	return t.view(), trans, ld, batchStride, true
+	return st
 }
 
 // gemmInto writes out = alpha·a·b + beta·out for a [B…, M, K], b [B…, K, N],
 // out [B…, M, N] where a's or b's batch dimensions may be absent
-// (broadcast). It packs operands whose layout GEMM cannot read.
+// (broadcast). Batch dimensions that collapse into one stride for all
+// three become one batched GEMM; otherwise (attention heads viewed inside
+// a [B, T, H, D] tensor) one batched GEMM per index of the outer ones, so
+// strided views are read in place. Only operands whose matrices have no
+// unit stride are packed first.
 func gemmInto(out, a, b *Tensor, alpha, beta float64, scratch *Scope) {
 	dev := out.st.dev
-	va, ta, lda, sa, ok := operand(a)
+	ta, lda, ok := matrixOf(a)
 	if !ok {
 		a = a.packed(a.dtype, scratch.cat)
 		defer a.Release()
-		va, ta, lda, sa, _ = operand(a)
+		ta, lda, _ = matrixOf(a)
 	}
-	vb, tb, ldb, sb, ok := operand(b)
+	tb, ldb, ok := matrixOf(b)
 	if !ok {
 		b = b.packed(b.dtype, scratch.cat)
 		defer b.Release()
-		vb, tb, ldb, sb, _ = operand(b)
+		tb, ldb, _ = matrixOf(b)
 	}
 	r := out.Dim()
 	m, n := out.shape[r-2], out.shape[r-1]
 	k := a.shape[a.Dim()-1]
-	batch := numel(out.shape[:r-2])
-	if a.Dim() == 2 || numel(a.shape[:a.Dim()-2]) == 1 {
-		sa = 0
+
+	// Merge batch dimensions (dropping size-1 ones) wherever all three
+	// operands step uniformly across them.
+	batch := out.shape[:r-2]
+	sa, sb, sc := batchStrides(a, batch), batchStrides(b, batch), batchStrides(out, batch)
+	var size []int
+	var str [][3]int
+	for i, d := range batch {
+		if d == 1 {
+			continue
+		}
+		cur := [3]int{sa[i], sb[i], sc[i]}
+		if j := len(size) - 1; j >= 0 && str[j][0] == cur[0]*d && str[j][1] == cur[1]*d && str[j][2] == cur[2]*d {
+			size[j] *= d
+			str[j] = cur
+			continue
+		}
+		size = append(size, d)
+		str = append(str, cur)
 	}
-	if b.Dim() == 2 || numel(b.shape[:b.Dim()-2]) == 1 {
-		sb = 0
-	}
-	dev.Gemm(device.Gemm{
+	g := device.Gemm{
 		TransA: ta, TransB: tb,
-		M: m, N: n, K: k, Batch: batch,
+		M: m, N: n, K: k, Batch: 1,
 		Alpha: alpha, Beta: beta,
-		A: va, B: vb, C: out.view(),
+		A: a.view(), B: b.view(), C: out.view(),
 		LDA: lda, LDB: ldb, LDC: n,
-		StrideA: sa, StrideB: sb, StrideC: m * n,
-	})
+	}
+	if len(size) == 0 {
+		dev.Gemm(g)
+		return
+	}
+	last := len(size) - 1
+	g.Batch = size[last]
+	g.StrideA, g.StrideB, g.StrideC = str[last][0], str[last][1], str[last][2]
+	outer := numel(size[:last])
+	base := [3]int{g.A.Offset, g.B.Offset, g.C.Offset}
+	for o := 0; o < outer; o++ {
+		off := base
+		for i, rem := last-1, o; i >= 0; i-- {
+			idx := rem % size[i]
+			rem /= size[i]
+			for j := range off {
+				off[j] += idx * str[i][j]
+			}
+		}
+		g.A.Offset, g.B.Offset, g.C.Offset = off[0], off[1], off[2]
+		dev.Gemm(g)
+	}
 }
 
 // autocastPair casts matmul operands to the scope's autocast dtype (weights
