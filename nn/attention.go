@@ -126,22 +126,21 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	return out
 }
 
-// splitHeads turns qkv [B, T, 3·H·Dh] into q, k and v [B, H, T, Dh]: one
-// contiguous copy laid out [3, B, H, T, Dh], of which each is a view, so
-// the products read them without further packing.
+// splitHeads turns qkv [B, T, 3·H·Dh] into q, k and v [B, H, T, Dh] as
+// views of it: no copy forward, and backward writes each head's gradient
+// straight into its slice of qkv's (the products read and write the heads
+// with qkv's row stride).
 func splitHeads(r *Run, qkv *tensor.Tensor, b, t, h, dh int) (q, k, v *tensor.Tensor) {
 	r5 := r.Reshape(qkv, b, t, 3, h, dh)
-	p := r.Permute(r5, 2, 0, 3, 1, 4)
-	r5.Release()
-	c := r.Contiguous(p)
-	p.Release()
 	var out [3]*tensor.Tensor
 	for i := range out {
-		n := r.Narrow(c, 0, i, 1)
-		out[i] = r.Reshape(n, b, h, t, dh)
+		n := r.Narrow(r5, 2, i, 1)
+		n4 := r.Reshape(n, b, t, h, dh)
 		n.Release()
+		out[i] = r.Permute(n4, 0, 2, 1, 3)
+		n4.Release()
 	}
-	c.Release()
+	r5.Release()
 	return out[0], out[1], out[2]
 }
 

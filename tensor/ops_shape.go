@@ -59,6 +59,8 @@ func (s *Scope) Reshape(x *Tensor, shape ...int) *Tensor {
 	var out *Tensor
 	if x.IsContiguous() {
 		out = viewOf(x, shape, contiguousStrides(shape), x.offset)
+	} else if st, ok := viewStrides(x.shape, x.strides, shape); ok {
+		out = viewOf(x, shape, st, x.offset)
 	} else {
 		c := x.packed(x.dtype, s.cat)
 		out = viewOf(c, shape, contiguousStrides(shape), c.offset)
@@ -244,4 +246,42 @@ func (s *Scope) Unsqueeze(x *Tensor, axis int) *Tensor {
 	}
 	shape := append(append(append([]int(nil), x.shape[:axis]...), 1), x.shape[axis:]...)
 	return s.Reshape(x, shape...)
+}
+
+// viewStrides returns strides that show a tensor of shape and strides as
+// newShape without moving an element, or ok false when none exist. Runs
+// of dimensions that are contiguous with each other (each stride the
+// next one's times its size) can be split and merged freely; a new
+// dimension may not straddle two runs.
+func viewStrides(shape, strides, newShape []int) (out []int, ok bool) {
+	if numel(shape) == 0 {
+		return contiguousStrides(newShape), true
+	}
+	out = make([]int, len(newShape))
+	nd := len(newShape) - 1
+	chunkNumel, viewNumel := 1, 1
+	chunkStride := 1
+	if len(strides) > 0 {
+		chunkStride = strides[len(strides)-1]
+	}
+	for d := len(shape) - 1; d >= 0; d-- {
+		chunkNumel *= shape[d]
+		// A run ends at d unless dimension d-1 continues it (size-1
+		// dimensions never break a run).
+		if d > 0 && (shape[d-1] == 1 || strides[d-1] == chunkNumel*chunkStride) {
+			continue
+		}
+		for nd >= 0 && (viewNumel < chunkNumel || newShape[nd] == 1) {
+			out[nd] = viewNumel * chunkStride
+			viewNumel *= newShape[nd]
+			nd--
+		}
+		if viewNumel != chunkNumel {
+			return nil, false
+		}
+		if d > 0 {
+			chunkStride, chunkNumel, viewNumel = strides[d-1], 1, 1
+		}
+	}
+	return out, nd == -1
 }
