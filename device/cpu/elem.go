@@ -169,16 +169,46 @@ func runRows[K rowKernel](threads int, l *loop, k K) {
 }
 
 func rowsOf[K rowKernel](l *loop, start, end int, k K) {
-	var offs [maxOps]int
+	// Offsets of the current row, stepped like an odometer from row to row
+	// (short strided rows, as attention heads, would otherwise spend more
+	// time dividing out their indices than moving their elements).
+	var offs, base [maxOps]int
+	var idx [maxDims]int
+	r, c := start/l.n, start%l.n
+	for i := l.nouter - 1; i >= 0; i-- {
+		idx[i] = r % l.outer[i]
+		r /= l.outer[i]
+	}
+	for op := range l.nops {
+		base[op] = l.base[op]
+		for i := range l.nouter {
+			base[op] += idx[i] * l.ostr[op][i]
+		}
+	}
 	for pos := start; pos < end; {
-		r, c := pos/l.n, pos%l.n
 		m := min(l.n-c, end-pos, chunk)
-		l.rowOffsets(r, offs[:l.nops])
-		for i := range l.nops {
-			offs[i] += c * l.istr[i]
+		for op := range l.nops {
+			offs[op] = base[op] + c*l.istr[op]
 		}
 		k.row(pos, offs, l.istr, m)
 		pos += m
+		if c += m; c < l.n {
+			continue
+		}
+		c = 0
+		for i := l.nouter - 1; i >= 0; i-- {
+			idx[i]++
+			for op := range l.nops {
+				base[op] += l.ostr[op][i]
+			}
+			if idx[i] < l.outer[i] {
+				break
+			}
+			idx[i] = 0
+			for op := range l.nops {
+				base[op] -= l.outer[i] * l.ostr[op][i]
+			}
+		}
 	}
 }
 
