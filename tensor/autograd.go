@@ -362,6 +362,14 @@ func accumulateLeaf(bs *Scope, leaf, g *Tensor) {
 		if leaf.gradCat != 0 {
 			cat = leaf.gradCat
 		}
+		if adoptable(g, leaf) {
+			// The incoming gradient is a buffer nothing else holds, laid
+			// out as the leaf: it becomes the gradient, recounted under
+			// cat, instead of being copied into a new one.
+			dev.Memory().Recategorize(g.st.buf.Block, cat)
+			leaf.grad = viewOf(g, leaf.shape, contiguousStrides(leaf.shape), 0)
+			return
+		}
 		gr := mustAlloc(dev, leaf.dtype, leaf.shape, cat)
 		dev.Copy(gr.view(), g.view())
 		leaf.grad = gr
@@ -369,6 +377,16 @@ func accumulateLeaf(bs *Scope, leaf, g *Tensor) {
 	}
 	dev.Binary(device.Add, leaf.grad.view(), leaf.grad.view(), g.broadcastView(leaf.grad.shape))
 	leaf.grad.st.version.Add(1)
+}
+
+// adoptable reports whether g can become leaf's gradient as it is: same
+// dtype and shape, contiguous, alone in a buffer of exactly its size that
+// no other handle shares.
+func adoptable(g, leaf *Tensor) bool {
+	b := g.st.buf.Block
+	return b != nil && g.st.refs.Load() == 1 && g.dtype == leaf.dtype && g.offset == 0 &&
+		slices.Equal(g.shape, leaf.shape) && g.IsContiguous() &&
+		b.Requested() == int64(g.Len()*g.dtype.Size())
 }
 
 // SetGradCategory sets the allocator category of the gradient backward
