@@ -33,11 +33,14 @@ func (s *Scope) softmax(name string, x *Tensor, log bool) *Tensor {
 	defer c.Release()
 	out := mustAlloc(dev, outDT, x.shape, s.cat)
 	dev.Softmax(out.view(), c.view(), log)
+	// The gradient is written in x's dtype: the kernel computes in F32 and
+	// rounds once as it stores, the same bits as an F32 result cast after.
+	inDT := x.dtype
 	s.record(out, name, []*Tensor{x}, []*Tensor{out}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		y := saved[0]
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dx := mustAlloc(g.st.dev, accumDType(g.dtype), y.shape, s.cat)
+		dx := mustAlloc(g.st.dev, inDT, y.shape, s.cat)
 		g.st.dev.SoftmaxBackward(dx.view(), y.view(), gc.view(), log)
 		return []*Tensor{dx}
 	})
@@ -86,12 +89,13 @@ func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 		dev.Copy(saveX.view(), c.view())
 		defer saveX.Release()
 	}
+	inDT := x.dtype // dx in x's dtype, rounded once (see softmax)
 	s.record(out, "layer_norm", []*Tensor{x, gamma, beta}, []*Tensor{saveX, mean, rstd, gamma}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sx, sm, sr, sg := saved[0], saved[1], saved[2], saved[3]
 		dev := g.st.dev
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dx := mustAlloc(dev, accumDType(g.dtype), sx.shape, s.cat)
+		dx := mustAlloc(dev, inDT, sx.shape, s.cat)
 		dgamma := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
 		dbeta := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
 		dev.Fill(dgamma.view(), 0)
