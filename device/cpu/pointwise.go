@@ -388,7 +388,37 @@ func (d *Device) Binary(op device.BinaryOp, dst, a, b device.View) {
 
 func binary[T float](d *Device, op device.BinaryOp, dst, a, b device.View) {
 	l := newLoop(dst.Shape, dst, a, b)
+	if dst.DType == device.BF16 && a.DType == device.BF16 && b.DType == device.BF16 && op <= device.Mul &&
+		l.istr[0] == 1 && l.istr[1] == 1 && l.istr[2] == 1 {
+		// Dense bf16 rows (gradients summed into slices of a bf16
+		// buffer) go straight through vector code: no scratch per row.
+		runRows(d.threads, &l, bf16BinaryK{op, u16s(dst), u16s(a), u16s(b)})
+		return
+	}
 	runRows(d.threads, &l, zipK[T, binaryFn[T]]{dst, a, b, binaryFn[T]{op}})
+}
+
+// bf16BinaryK is Add, Sub or Mul on bf16 operands with unit inner strides.
+type bf16BinaryK struct {
+	op      device.BinaryOp
+	y, a, b []uint16
+}
+
+func (k bf16BinaryK) row(_ int, offs, _ [maxOps]int, m int) {
+	y, a, b := k.y[offs[0]:offs[0]+m], k.a[offs[1]:offs[1]+m], k.b[offs[2]:offs[2]+m]
+	for i := binaryBF16Vector(k.op, y, a, b); i < m; i++ {
+		x, z := F32FromBF16(a[i]), F32FromBF16(b[i])
+		var v float32
+		switch k.op {
+		case device.Add:
+			v = x + z
+		case device.Sub:
+			v = x - z
+		default:
+			v = x * z
+		}
+		y[i] = BF16FromF32(v)
+	}
 }
 
 type binaryFn[T float] struct{ op device.BinaryOp }

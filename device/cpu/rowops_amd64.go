@@ -143,3 +143,17 @@ func binaryVector(op device.BinaryOp, y, a, b []float32) int {
 	binaryF32AVX512(code, &y[0], &a[0], &b[0], n)
 	return n
 }
+
+//go:noescape
+func binaryBF16AVX512(op int, y, a, b *uint16, n int)
+
+// binaryBF16Vector is binaryVector on bfloat16 bits.
+func binaryBF16Vector(op device.BinaryOp, y, a, b []uint16) int {
+	n := len(y) &^ 15
+	if !hasAVX512 || n == 0 || op > device.Mul {
+		return 0
+	}
+	a, b = a[:len(y)], b[:len(y)]
+	binaryBF16AVX512(int(op), &y[0], &a[0], &b[0], n)
+	return n
+}

@@ -364,3 +364,61 @@ mulloop:
 bdone:
 	VZEROUPPER
 	RET
+
+// func binaryBF16AVX512(op int, y, a, b *uint16, n int)
+// y = a op b on bfloat16 bits for op 0 (add), 1 (sub), 2 (mul): widened
+// exactly, combined in float32, rounded to nearest even (NaNs quiet), as
+// the converting path does. n is a multiple of 16.
+TEXT ·binaryBF16AVX512(SB), NOSPLIT, $0-40
+	MOVQ op+0(FP), AX
+	MOVQ y+8(FP), DI
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DX
+	MOVQ n+32(FP), CX
+	MOVL $0x7fff, R8
+	VPBROADCASTD R8, Z20          // rounding bias
+	MOVL $1, R8
+	VPBROADCASTD R8, Z21          // 1
+	MOVL $0x7fffffff, R8
+	VPBROADCASTD R8, Z22          // abs mask
+	MOVL $0x7f800000, R8
+	VPBROADCASTD R8, Z23          // +inf
+	MOVL $0x40, R8
+	VPBROADCASTD R8, Z24          // quiet bit of a bf16 NaN
+	XORQ BX, BX
+
+hloop:
+	CMPQ BX, CX
+	JGE  hdone
+	VPMOVZXWD (SI)(BX*2), Z0
+	VPSLLD $16, Z0, Z0
+	VPMOVZXWD (DX)(BX*2), Z7
+	VPSLLD $16, Z7, Z7
+	CMPQ AX, $1
+	JEQ  hsub
+	JGT  hmul
+	VADDPS Z7, Z0, Z0
+	JMP  hround
+hsub:
+	VSUBPS Z7, Z0, Z0
+	JMP  hround
+hmul:
+	VMULPS Z7, Z0, Z0
+hround:
+	VPSRLD  $16, Z0, Z1
+	VPANDD  Z21, Z1, Z2
+	VPADDD  Z20, Z0, Z3
+	VPADDD  Z2, Z3, Z3
+	VPSRLD  $16, Z3, Z3
+	VPANDD  Z22, Z0, Z4
+	VPCMPUD $6, Z23, Z4, K1
+	VPORD   Z24, Z1, Z5
+	VMOVDQA32 Z5, K1, Z3
+	VPMOVDW Z3, Y6
+	VMOVDQU Y6, (DI)(BX*2)
+	ADDQ $16, BX
+	JMP  hloop
+
+hdone:
+	VZEROUPPER
+	RET

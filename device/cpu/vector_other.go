@@ -45,3 +45,5 @@ func lnGradStatsVector(x, g, gm, dg, db []float32, mu, rs float32) (s1, s2 float
 }
 
 func binaryVector(op device.BinaryOp, y, a, b []float32) int { return 0 }
+
+func binaryBF16Vector(op device.BinaryOp, y, a, b []uint16) int { return 0 }
