@@ -13,7 +13,7 @@ import (
 // infinities and rounding ties, on rows of a strided view.
 func TestBinaryBF16Rows(t *testing.T) {
 	d := New(Threads(2))
-	shape := []int{40, 3, 37} // rows of 37: vector bulk and scalar tail
+	shape := []int{40, 3, 37}       // rows of 37: vector bulk and scalar tail
 	strides := []int{3 * 40, 40, 1} // rows padded to 40
 	mk := func() device.View { return hostView(t, d, device.BF16, shape, strides, 40*3*40) }
 	a, b := mk(), mk()
