@@ -152,7 +152,7 @@ func BenchmarkGemmBF16To(b *testing.B) {
 			c := make([]uint16, s.m*s.n)
 			for b.Loop() {
 				for i := 0; i < batch; i++ {
-					Threads(2).GemmBF16To(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+					Options{Threads: 2}.GemmBF16To(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
 				}
 			}
 			flops := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(batch)

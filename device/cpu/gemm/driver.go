@@ -91,7 +91,7 @@ func roundUp(x, r int) int { return (x + r - 1) / r * r }
 // float32 copy of C at all (the micro-kernel writes a tile that is rounded
 // at once); otherwise c is float32 scratch of m×n (ldc) that carries the
 // partial sums between K blocks.
-func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16, tri triangle) {
 	mr, nr, kg := e.mr, e.nr, e.kg
 	ws.tile = grow(ws.tile, mr*nr)
 	var tile32, acc32 []float32
@@ -126,18 +126,34 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 					for ir := 0; ir < mc; ir += mr {
 						ap := ws.a[ir*kcp:]
 						mrr := min(mr, mc-ir)
+						// The k-groups this tile needs, and whether its
+						// elements above the diagonal must be cleared.
+						q0, q1, upper := tri.span(ic+ir, jc+jr, mrr, nrr, pc, kg, kq)
 						if tileOnly {
-							e.kern(kq, ap, bp, ws.tile, nr, alpha, 0)
+							if q1 > q0 {
+								e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, alpha, 0)
+							} else {
+								clear(ws.tile)
+							}
+							if upper {
+								clearUpper(tile32, nr, mrr, nrr, tri.row0+ic+ir, tri.col0+jc+jr)
+							}
 							o.finish(ic+ir, jc+jr, tile32, nr, mrr, nrr)
 							continue
 						}
 						off := (ic+ir)*ldc + jc + jr
 						cc := c[off:]
-						if mrr == mr && nrr == nr {
-							e.kern(kq, ap, bp, cc, ldc, alpha, bet)
-						} else {
-							e.kern(kq, ap, bp, ws.tile, nr, 1, 0)
+						switch {
+						case q1 <= q0:
+							scaleTile(cc, ldc, mrr, nrr, bet) // nothing to add: C = bet·C
+						case mrr == mr && nrr == nr:
+							e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], cc, ldc, alpha, bet)
+						default:
+							e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, 1, 0)
 							edgeUpdate(cc, ldc, ws.tile, nr, mrr, nrr, alpha, bet)
+						}
+						if upper && last {
+							clearUpper(cc, ldc, mrr, nrr, tri.row0+ic+ir, tri.col0+jc+jr)
 						}
 						if o != nil && last {
 							o.finish(ic+ir, jc+jr, acc32[off:], ldc, mrr, nrr)
@@ -145,6 +161,61 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 					}
 				}
 			}
+		}
+	}
+}
+
+// triangle is a product's Triangle and the position of the rows and
+// columns this goroutine computes within the whole matrix.
+type triangle struct {
+	kind       Triangle
+	row0, col0 int
+}
+
+// span returns the k-groups [q0, q1) of the K block starting at pc that
+// the rows×cols tile at (i, j) needs, and whether the tile has elements
+// above the diagonal that LowerC must clear. A tile entirely above the
+// diagonal needs none.
+func (t triangle) span(i, j, rows, cols, pc, kg, kq int) (q0, q1 int, upper bool) {
+	q1 = kq
+	gi, gj := t.row0+i, t.col0+j
+	switch t.kind {
+	case LowerC:
+		if gj > gi+rows-1 {
+			return 0, 0, false // C = 0 there: beta is 0
+		}
+		upper = gj+cols-1 > gi
+	case LowerA: // A's row r needs k <= r
+		q1 = min(kq, max(0, (gi+rows-pc+kg-1)/kg))
+	case UpperA: // A's row r needs k >= r
+		q0 = min(kq, max(0, (gi-pc)/kg))
+	}
+	return q0, q1, upper
+}
+
+// scaleTile sets a rows×cols tile to beta times itself (zero for beta 0,
+// whatever it held).
+func scaleTile[C float32 | float64](t []C, ld, rows, cols int, beta C) {
+	for r := 0; r < rows; r++ {
+		row := t[r*ld : r*ld+cols]
+		switch beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+// clearUpper zeroes the elements of a rows×cols tile (leading dimension
+// ld) at global position (gi, gj) that lie above the diagonal.
+func clearUpper[C float32 | float64](t []C, ld, rows, cols, gi, gj int) {
+	for r := 0; r < rows; r++ {
+		if from := gi + r + 1 - gj; from < cols {
+			clear(t[r*ld+max(from, 0) : r*ld+cols])
 		}
 	}
 }

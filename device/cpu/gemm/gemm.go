@@ -19,88 +19,114 @@ func SetThreads(n int) int {
 	return int(threads.Swap(int64(max(n, 1))))
 }
 
-// Threads bounds the goroutines of the products called through it.
-// Threads(1) keeps a product on the calling goroutine, for callers that
-// spread many small products (a batch of attention heads) over goroutines
-// themselves: one goroutine per product packs each operand once and never
-// waits for another.
-type Threads int
+// Options shape one product: how many goroutines it may use and which
+// triangle of its matrices matters. Threads 1 keeps a product on the
+// calling goroutine, for callers that spread many small products (a batch
+// of attention heads) over goroutines themselves: one goroutine per
+// product packs each operand once and never waits for another. Threads
+// below 1 mean 1.
+type Options struct {
+	Threads  int
+	Triangle Triangle
+}
+
+// Triangle declares the triangular structure of a square product (M = N
+// for LowerC, M = K for LowerA and UpperA), as in causal attention, so
+// that the product skips the half that cannot matter.
+type Triangle uint8
+
+const (
+	// Full is an ordinary product.
+	Full Triangle = iota
+	// LowerC computes only C's lower triangle (j <= i) and sets the
+	// elements above the diagonal to zero. Beta must be 0.
+	LowerC
+	// LowerA declares op(A) zero above its diagonal (k > i): the caller
+	// guarantees it, and the product may skip those elements.
+	LowerA
+	// UpperA declares op(A) zero below its diagonal (k < i).
+	UpperA
+)
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C in float32.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	Threads(threads.Load()).Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	Options{Threads: int(threads.Load())}.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// Sgemm is the package-level Sgemm on at most t goroutines.
-func (t Threads) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// Sgemm is the package-level Sgemm with t's options.
+func (t Options) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("Sgemm", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc, nil)
+	run(t.Threads, t.tri(), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc, nil)
 }
 
 // Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64. It is meant for
 // correctness (gradient checks), not speed: portable Go on every platform.
 func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	Threads(threads.Load()).Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	Options{Threads: int(threads.Load())}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// Dgemm is the package-level Dgemm on at most t goroutines.
-func (t Threads) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+// Dgemm is the package-level Dgemm with t's options.
+func (t Options) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	if !prologue("Dgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("Dgemm", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc, nil)
+	run(t.Threads, t.tri(), dgemmEngine, &poolF64, m, n, k, alpha, mat[float64]{a, lda, transA}, mat[float64]{b, ldb, transB}, beta, c, ldc, nil)
 }
 
 // GemmBF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold
 // bfloat16 bit patterns; products are accumulated and written in float32.
 func GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	Threads(threads.Load()).GemmBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	Options{Threads: int(threads.Load())}.GemmBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// GemmBF16 is the package-level GemmBF16 on at most t goroutines.
-func (t Threads) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+// GemmBF16 is the package-level GemmBF16 with t's options.
+func (t Options) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("GemmBF16", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
-		run(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc, nil)
+		run(t.Threads, t.tri(), bf16Engine, &poolU16, m, n, k, alpha, am, bm, beta, c, ldc, nil)
 		return
 	}
-	run(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc, nil)
+	run(t.Threads, t.tri(), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, beta, c, ldc, nil)
 }
 
 // GemmF16 computes C = alpha*op(A)*op(B) + beta*C where A and B hold IEEE
 // half-precision bit patterns; they are converted to float32 while packing,
 // and the float32 kernel accumulates and writes float32.
 func GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	Threads(threads.Load()).GemmF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	Options{Threads: int(threads.Load())}.GemmF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// GemmF16 is the package-level GemmF16 on at most t goroutines.
-func (t Threads) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+// GemmF16 is the package-level GemmF16 with t's options.
+func (t Options) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if !prologue("GemmF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("GemmF16", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	run(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc, nil)
+	run(t.Threads, t.tri(), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc, nil)
 }
 
 // GemmBF16To is GemmBF16 with a bfloat16 C: products are accumulated in
@@ -108,33 +134,35 @@ func (t Threads) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 // is finished, so no float32 copy of C is written out and read back.
 // Where k spans more than one of the engine's K blocks the partial sums
 // wait in pooled float32 scratch of m×n.
-func (t Threads) GemmBF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+func (t Options) GemmBF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
 	if !prologue("GemmBF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("GemmBF16To", m, n, k, beta == 0)
 	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileBF16}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
-		runTo16(int(t), bf16Engine, &poolU16, m, n, k, alpha, am, bm, o)
+		runTo16(t.Threads, t.tri(), bf16Engine, &poolU16, m, n, k, alpha, am, bm, o)
 		return
 	}
-	runTo16(int(t), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, o)
+	runTo16(t.Threads, t.tri(), bf16CvtEngine, &poolF32, m, n, k, alpha, am, bm, o)
 }
 
 // GemmF16To is GemmF16 with a half-precision C, as GemmBF16To.
-func (t Threads) GemmF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+func (t Options) GemmF16To(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
 	if !prologue("GemmF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
+	t.checkTriangle("GemmF16To", m, n, k, beta == 0)
 	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileF16}
-	runTo16(int(t), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, o)
+	runTo16(t.Threads, t.tri(), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, o)
 }
 
 // poolAcc holds the float32 scratch of 16-bit products whose k spans
 // several K blocks.
 var poolAcc = sync.Pool{New: func() any { return new([]float32) }}
 
-func runTo16[D any](parts int, e *engine[uint16, D, float32], pool *sync.Pool, m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
+func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool *sync.Pool, m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
 	if k == 0 || alpha == 0 {
 		// C = beta·C, a row of tiles at a time.
 		var zero [maxTileCols]float32
@@ -156,7 +184,26 @@ func runTo16[D any](parts int, e *engine[uint16, D, float32], pool *sync.Pool, m
 		*p = grow(*p, m*n)
 		acc = *p
 	}
-	run(parts, e, pool, m, n, k, alpha, a, b, 0, acc, n, o)
+	run(parts, tri, e, pool, m, n, k, alpha, a, b, 0, acc, n, o)
+}
+
+func (t Options) tri() triangle { return triangle{kind: t.Triangle} }
+
+// checkTriangle panics when a product's shape does not fit its Triangle.
+func (t Options) checkTriangle(fn string, m, n, k int, betaZero bool) {
+	switch t.Triangle {
+	case Full:
+	case LowerC:
+		if m != n || !betaZero {
+			panic(fmt.Sprintf("gemm: %s: LowerC needs m == n and beta 0 (m=%d n=%d)", fn, m, n))
+		}
+	case LowerA, UpperA:
+		if m != k {
+			panic(fmt.Sprintf("gemm: %s: a triangular A needs m == k (m=%d k=%d)", fn, m, k))
+		}
+	default:
+		panic(fmt.Sprintf("gemm: %s: unknown triangle %d", fn, t.Triangle))
+	}
 }
 
 // prologue checks shapes, strides and slice lengths, panicking on a

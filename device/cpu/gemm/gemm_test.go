@@ -372,20 +372,20 @@ func TestGemmBF16To(t *testing.T) {
 		tileBF16 = tile.fn
 		bf16Engine = nil
 		t.Run(tile.name+"/convert", func(t *testing.T) {
-			testLow16(t, "bf16-cvt", Threads(2).GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+			testLow16(t, "bf16-cvt", Options{Threads: 2}.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
 		})
 		for _, e := range bf16Engines {
 			bf16Engine = e
-			for _, threads := range []Threads{1, 3} {
+			for _, threads := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s/%s/threads=%d", tile.name, e.name, threads), func(t *testing.T) {
-					testLow16(t, e.name, threads.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+					testLow16(t, e.name, Options{Threads: threads}.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
 				})
 			}
 			tiny := *e // k spans several K blocks: partial sums in scratch
 			tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
 			bf16Engine = &tiny
 			t.Run(tile.name+"/"+e.name+"-tinyblocks", func(t *testing.T) {
-				testLow16(t, e.name, Threads(2).GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
+				testLow16(t, e.name, Options{Threads: 2}.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)
 			})
 		}
 	}
@@ -426,7 +426,7 @@ func TestGemmF16To(t *testing.T) {
 	gen := func(r *rand.Rand) uint16 { return f32ToF16(float32(r.IntN(15)-7) / 8) }
 	for _, e := range f32Engines {
 		withF32Engine(t, e, func(t *testing.T) {
-			testLow16(t, "f16", Threads(2).GemmF16To, gen, F16ToF32, 0x7e00, 1.0/1024)
+			testLow16(t, "f16", Options{Threads: 2}.GemmF16To, gen, F16ToF32, 0x7e00, 1.0/1024)
 		})
 	}
 }

@@ -12,7 +12,8 @@ const minWorkPerThread = 1 << 19
 
 // run computes the product, split over up to parts goroutines when it is
 // large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+	parts = max(parts, 1)
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
 	}
@@ -26,12 +27,12 @@ func run[S, D any, C float32 | float64](parts int, e *engine[S, D, C], pool *syn
 	parts = min(parts, units)
 	if parts <= 1 {
 		ws := getWS[D, C](pool)
-		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc, o)
+		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc, o, tri)
 		pool.Put(ws)
 		return
 	}
 	j := getJob[S, D, C]()
-	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, o: o,
+	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, o: o, tri: tri,
 		parts: parts, units: units, splitM: splitM}
 	startWorkers(parts - 1)
 	// Offer the job to parts-1 helpers; everyone, the caller included,
@@ -68,6 +69,7 @@ type job[S, D any, C float32 | float64] struct {
 	c           []C
 	ldc         int
 	o           *out16 // a 16-bit C, c being its float32 scratch (or nil)
+	tri         triangle
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
 	splitM      bool
@@ -102,7 +104,9 @@ func (j *job[S, D, C]) runPart(p int) {
 		if o != nil {
 			o = o.rowsFrom(i0)
 		}
-		j.e.serial(ws, i1-i0, j.n, j.k, j.alpha, j.a.rowsFrom(i0), j.b, j.beta, c, j.ldc, o)
+		tri := j.tri
+		tri.row0 += i0
+		j.e.serial(ws, i1-i0, j.n, j.k, j.alpha, j.a.rowsFrom(i0), j.b, j.beta, c, j.ldc, o, tri)
 	} else {
 		j0, j1 := u0*j.e.nr, min(u1*j.e.nr, j.n)
 		if c != nil {
@@ -111,7 +115,9 @@ func (j *job[S, D, C]) runPart(p int) {
 		if o != nil {
 			o = o.colsFrom(j0)
 		}
-		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, c, j.ldc, o)
+		tri := j.tri
+		tri.col0 += j0
+		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, c, j.ldc, o, tri)
 	}
 	j.pool.Put(ws)
 }
