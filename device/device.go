@@ -196,6 +196,10 @@ const (
 // and Stride* the element distance between consecutive matrices of the batch
 // (0 repeats one matrix for every batch entry). A and B share a dtype; C is
 // F32 or the same dtype as A and B; products accumulate in at least F32.
+//
+// Triangle declares causal structure in each matrix (see the constants);
+// a device may ignore LowerA and UpperA (computing the zeros it could
+// skip) but must honour LowerC's zeros.
 type Gemm struct {
 	TransA, TransB            bool
 	M, N, K, Batch            int
@@ -203,7 +207,25 @@ type Gemm struct {
 	A, B, C                   View
 	LDA, LDB, LDC             int
 	StrideA, StrideB, StrideC int
+	Triangle                  Triangle
 }
+
+// Triangle is the triangular structure of a square product, as in causal
+// attention, which lets a device skip the half that cannot matter.
+type Triangle uint8
+
+const (
+	// Full is an ordinary product.
+	Full Triangle = iota
+	// LowerC (M = N, Beta 0) computes C's lower triangle, j <= i, and
+	// sets the elements above the diagonal to zero.
+	LowerC
+	// LowerA (M = K): the caller guarantees op(A) is zero above its
+	// diagonal (k > i), so a device may skip those elements.
+	LowerA
+	// UpperA (M = K): op(A) is zero below its diagonal (k < i).
+	UpperA
+)
 
 // ConvGeom is the geometry of a 2-D convolution over NCHW images.
 type ConvGeom struct {

@@ -83,7 +83,7 @@
 // CNN's dropout and ReLU write into their layer's output (the MLP applies
 // dropout before ReLU, which gives the same values and keeps one activation
 // per hidden layer instead of two), GPT's residual sums and dropouts write
-// into the branch outputs and attention masks its scores in place. The tensor
+// into the branch outputs. The tensor
 // package's version counters turn any mistake here into an error in
 // backward, never a wrong gradient.
 package models

@@ -177,10 +177,10 @@ func TestInPlaceSavings(t *testing.T) {
 			case peakOn > peakOff:
 				t.Errorf("in-place peak %d is above the out-of-place peak %d", peakOn, peakOff)
 			case peakOn == peakOff && c.name != "gpt":
-				// The GPT's in-place ops (causal mask, dropout) overwrite
-				// tensors that are dead before the activation peak, so
-				// they cannot move it; its attention scale, once scaled
-				// in place, rides on the product (ScaledMatMul) either way.
+				// The GPT's in-place ops (residual sums, dropout)
+				// overwrite tensors that are dead before the activation
+				// peak, so they cannot move it; its attention scores are
+				// scaled and masked inside one op either way.
 				t.Errorf("in-place peak %d is not below the out-of-place peak %d", peakOn, peakOff)
 			}
 		})

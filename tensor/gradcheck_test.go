@@ -63,6 +63,16 @@ var gradCases = []gradCase{
 		q, k := s.Permute(x[0], 0, 2, 1, 3), s.Permute(x[1], 0, 2, 3, 1)
 		return s.MatMul(q, k)
 	}},
+	{name: "causal_scores", inputs: []input{in("", 2, 5, 3), in("", 2, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CausalScores(x[0], x[1], 0.7, 0)
+	}},
+	{name: "causal_matmul", inputs: []input{in("", 2, 5, 5), in("", 2, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CausalMatMul(s.CausalMask(x[0], 0), x[1])
+	}},
+	{name: "causal_attention", inputs: []input{in("", 2, 2, 17, 3), in("", 2, 2, 17, 3), in("", 2, 2, 17, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		p := s.Softmax(s.CausalScores(x[0], x[1], 0.5, math.Inf(-1)))
+		return s.CausalMatMul(p, x[2])
+	}},
 	{name: "matmul/2d", inputs: []input{in("", 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},

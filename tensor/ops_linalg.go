@@ -53,6 +53,12 @@ func batchStrides(t *Tensor, batch []int) []int {
 // strided views are read in place. Only operands whose matrices have no
 // unit stride are packed first.
 func gemmInto(out, a, b *Tensor, alpha, beta float64, scratch *Scope) {
+	gemmIntoTri(out, a, b, alpha, beta, device.Full, scratch)
+}
+
+// gemmIntoTri is gemmInto with a declared triangular structure of each
+// matrix (device.Triangle).
+func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, scratch *Scope) {
 	dev := out.st.dev
 	ta, lda, ok := matrixOf(a)
 	if !ok {
@@ -95,6 +101,7 @@ func gemmInto(out, a, b *Tensor, alpha, beta float64, scratch *Scope) {
 		Alpha: alpha, Beta: beta,
 		A: a.view(), B: b.view(), C: out.view(),
 		LDA: lda, LDB: ldb, LDC: n,
+		Triangle: tri,
 	}
 	if len(size) == 0 {
 		dev.Gemm(g)
@@ -305,4 +312,86 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	res := s.Reshape(out, shape...)
 	out.Release()
 	return res
+}
+
+// CausalScores returns alpha·q·kᵀ for q and k [..., T, D] with every
+// element above the diagonal of each T×T matrix set to fill (−Inf for
+// attention): causal attention's masked scores as one op. The product
+// computes only the lower triangles, and so does backward, which passes
+// no gradient through the filled elements.
+func (s *Scope) CausalScores(q, k *Tensor, alpha, fill float64) *Tensor {
+	dev := sameDevice("causal_scores", q, k)
+	if q.Dim() < 2 || !slices.Equal(q.shape, k.shape) {
+		panic(errorf("causal_scores", "q %s and k %s must both be [..., T, D]", q.describe(), k.describe()))
+	}
+	cq, ck, done := s.autocastPair(q, k)
+	defer done()
+	r := q.Dim()
+	shape := append(append([]int(nil), q.shape[:r-1]...), q.shape[r-2])
+	out := mustAlloc(dev, cq.dtype, shape, s.cat)
+	kt := transposeView(ck)
+	gemmIntoTri(out, cq, kt, alpha, 0, device.LowerC, s)
+	kt.Release()
+	if fill != 0 {
+		dev.CausalFill(out.view(), out.view(), fill)
+	}
+	needQ, needK := cq.needsGrad(), ck.needsGrad()
+	s.record(out, "causal_scores", []*Tensor{cq, ck}, []*Tensor{cq, ck}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sq, sk := saved[0], saved[1]
+		dev := g.st.dev
+		// The gradient of the filled elements is zero; the products
+		// below skip them.
+		gm := mustAlloc(dev, g.dtype, g.shape, s.cat)
+		defer gm.Release()
+		dev.CausalFill(gm.view(), g.view(), 0)
+		var dq, dk *Tensor
+		if needQ {
+			dq = mustAlloc(dev, g.dtype, sq.shape, s.cat)
+			gemmIntoTri(dq, gm, sk, alpha, 0, device.LowerA, s)
+		}
+		if needK {
+			dk = mustAlloc(dev, g.dtype, sk.shape, s.cat)
+			gt := transposeView(gm)
+			gemmIntoTri(dk, gt, sq, alpha, 0, device.UpperA, s)
+			gt.Release()
+		}
+		return []*Tensor{dq, dk}
+	})
+	return s.own(out)
+}
+
+// CausalMatMul returns p·v for p [..., T, T], zero above the diagonal of
+// each matrix (causal attention's probabilities, as Softmax makes them
+// from CausalScores), and v [..., T, D]. The product skips p's zeros, and
+// p's elements above the diagonal receive a zero gradient.
+func (s *Scope) CausalMatMul(p, v *Tensor) *Tensor {
+	dev := sameDevice("causal_matmul", p, v)
+	r := p.Dim()
+	if r < 2 || v.Dim() != r || p.shape[r-1] != p.shape[r-2] || !slices.Equal(p.shape[:r-1], v.shape[:r-1]) {
+		panic(errorf("causal_matmul", "p %s must be [..., T, T] and v %s [..., T, D]", p.describe(), v.describe()))
+	}
+	cp, cv, done := s.autocastPair(p, v)
+	defer done()
+	out := mustAlloc(dev, cp.dtype, v.shape, s.cat)
+	gemmIntoTri(out, cp, cv, 1, 0, device.LowerA, s)
+	needP, needV := cp.needsGrad(), cv.needsGrad()
+	s.record(out, "causal_matmul", []*Tensor{cp, cv}, []*Tensor{cp, cv}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sp, sv := saved[0], saved[1]
+		dev := g.st.dev
+		var dp, dv *Tensor
+		if needP {
+			dp = mustAlloc(dev, g.dtype, sp.shape, s.cat)
+			vt := transposeView(sv)
+			gemmIntoTri(dp, g, vt, 1, 0, device.LowerC, s)
+			vt.Release()
+		}
+		if needV {
+			dv = mustAlloc(dev, g.dtype, sv.shape, s.cat)
+			pt := transposeView(sp)
+			gemmIntoTri(dv, pt, g, 1, 0, device.UpperA, s)
+			pt.Release()
+		}
+		return []*Tensor{dp, dv}
+	})
+	return s.own(out)
 }

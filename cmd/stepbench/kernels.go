@@ -106,8 +106,8 @@ func (d *timedDevice) Reduce(op device.ReduceOp, dst, src device.View) {
 }
 
 func (d *timedDevice) Gemm(g device.Gemm) {
-	defer d.add(fmt.Sprintf("gemm %s->%s tA=%t tB=%t batch=%d m=%d n=%d k=%d beta=%g",
-		dt(g.A), dt(g.C), g.TransA, g.TransB, g.Batch, g.M, g.N, g.K, g.Beta), time.Now())
+	defer d.add(fmt.Sprintf("gemm %s->%s tA=%t tB=%t batch=%d m=%d n=%d k=%d beta=%g%s",
+		dt(g.A), dt(g.C), g.TransA, g.TransB, g.Batch, g.M, g.N, g.K, g.Beta, triangleNames[g.Triangle]), time.Now())
 	d.Device.Gemm(g)
 }
 
@@ -205,3 +205,5 @@ func (d *timedDevice) SGDStep(param, grad, momentum device.View, h device.SGDHyp
 	defer d.add("sgd "+dt(grad), time.Now())
 	d.Device.SGDStep(param, grad, momentum, h)
 }
+
+var triangleNames = [...]string{device.Full: "", device.LowerC: " lowerC", device.LowerA: " lowerA", device.UpperA: " upperA"}

@@ -46,7 +46,7 @@ func (d *Device) Gemm(g device.Gemm) {
 
 func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
 	alpha, beta := float32(g.Alpha), float32(g.Beta)
-	t := gemm.Options{Threads: d.threads}
+	t := gemm.Options{Threads: d.threads, Triangle: gemm.Triangle(g.Triangle)}
 	switch g.A.DType {
 	case device.F64:
 		t.Dgemm(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, f64s(g.A)[oa:], g.LDA, f64s(g.B)[ob:], g.LDB, g.Beta, f64s(g.C)[oc:], g.LDC)

@@ -157,6 +157,15 @@ func (d *Device) Gemm(g device.Gemm) {
 		op = "cublasGemmStridedBatchedEx"
 	}
 	d.must(op, d.w.do(func() error { return d.blas.gemm(bg) }))
+	if g.Triangle == device.LowerC {
+		// cuBLAS computes all of C; LowerC promises zeros above the
+		// diagonal. (LowerA and UpperA are computed in full: the zeros
+		// they declare add nothing.)
+		c := g.C
+		c.Shape = []int{g.Batch, g.M, g.N}
+		c.Strides = []int{g.StrideC, g.LDC, 1}
+		d.CausalFill(c, c, 0)
+	}
 }
 
 func lastDim(v device.View) int { return v.Shape[len(v.Shape)-1] }

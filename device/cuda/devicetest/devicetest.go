@@ -344,6 +344,46 @@ var cases = []kcase{
 			}
 		}
 	}},
+	{"GemmTriangles", floats, func(e *env, dt device.DType) {
+		// Causal attention's products: scores (LowerC), probabilities
+		// times values (LowerA) and their transposes (UpperA).
+		t, dh, batch := 37, 9, 2
+		tri := func(upper bool) []float64 {
+			v := e.random(batch*t*t, 0, 1)
+			for i := range v {
+				r, c := (i/t)%t, i%t
+				if upper && c < r || !upper && c > r {
+					v[i] = 0
+				}
+			}
+			return v
+		}
+		for _, cdt := range []device.DType{device.F32, dt} {
+			q := e.tensor(dt, []int{batch, t * dh}, e.random(batch*t*dh, -1, 1))
+			k := e.tensor(dt, []int{batch, t * dh}, e.random(batch*t*dh, -1, 1))
+			s := e.tensor(cdt, []int{batch, t, t}, e.random(batch*t*t, -1, 1))
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Gemm(device.Gemm{TransB: true, M: t, N: t, K: dh, Batch: batch, Alpha: 0.5,
+					A: v(q), B: v(k), C: v(s), LDA: dh, LDB: dh, LDC: t,
+					StrideA: t * dh, StrideB: t * dh, StrideC: t * t, Triangle: device.LowerC})
+			})
+			e.check(fmt.Sprintf("gemm LowerC into %v", cdt), s, math.Max(Tolerance(dt), Tolerance(cdt)))
+			for _, upper := range []bool{false, true} {
+				p := e.tensor(dt, []int{batch, t * t}, tri(upper))
+				y := e.tensor(cdt, []int{batch, t, dh}, nil)
+				mode := device.LowerA
+				if upper {
+					mode = device.UpperA
+				}
+				both(e, func(d device.Device, v func(pair) device.View) {
+					d.Gemm(device.Gemm{M: t, N: dh, K: t, Batch: batch, Alpha: 1,
+						A: v(p), B: v(k), C: v(y), LDA: t, LDB: dh, LDC: dh,
+						StrideA: t * t, StrideB: t * dh, StrideC: t * dh, Triangle: mode})
+				})
+				e.check(fmt.Sprintf("gemm upper=%v into %v", upper, cdt), y, math.Max(Tolerance(dt), Tolerance(cdt)))
+			}
+		}
+	}},
 	{"Softmax", floats, func(e *env, dt device.DType) {
 		for _, lg := range []bool{false, true} {
 			x := e.tensor(dt, []int{6, 300}, e.random(1800, -4, 4))
