@@ -66,6 +66,11 @@ var gradCases = []gradCase{
 	{name: "causal_scores", inputs: []input{in("", 2, 5, 3), in("", 2, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CausalScores(x[0], x[1], 0.7, 0)
 	}},
+	// The sum hands one gradient to both inputs: the scores' backward
+	// must mask a copy, not the shared gradient.
+	{name: "causal_scores/shared-gradient", inputs: []input{in("", 2, 5, 3), in("", 2, 5, 3), in("", 2, 5, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Add(s.MulScalar(x[2], 2), s.CausalScores(x[0], x[1], 0.7, 0))
+	}},
 	{name: "causal_matmul", inputs: []input{in("", 2, 5, 5), in("", 2, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CausalMatMul(s.CausalMask(x[0], 0), x[1])
 	}},

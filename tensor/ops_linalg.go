@@ -340,9 +340,16 @@ func (s *Scope) CausalScores(q, k *Tensor, alpha, fill float64) *Tensor {
 		sq, sk := saved[0], saved[1]
 		dev := g.st.dev
 		// The gradient of the filled elements is zero; the products
-		// below skip them.
-		gm := mustAlloc(dev, g.dtype, g.shape, s.cat)
-		defer gm.Release()
+		// below skip them. A gradient nothing else holds is masked in
+		// place.
+		gm := g.share()
+		defer func() { gm.Release() }()
+		if g.st.refs.Load() == 2 { // g and gm
+			g.st.version.Add(1)
+		} else {
+			gm.Release()
+			gm = mustAlloc(dev, g.dtype, g.shape, s.cat)
+		}
 		dev.CausalFill(gm.view(), g.view(), 0)
 		var dq, dk *Tensor
 		if needQ {
