@@ -73,8 +73,13 @@ func fillBits[E uint16 | int32 | int64](y []E, v E) {
 		clear(y)
 		return
 	}
-	y[0] = v
-	for k := 1; k < len(y); k *= 2 {
+	// A short run (a causal mask's row tail) by plain stores; a long one
+	// seeded with 64 elements and doubled by copies.
+	k := min(len(y), 64)
+	for i := range y[:k] {
+		y[i] = v
+	}
+	for ; k < len(y); k *= 2 {
 		copy(y[k:], y[:k])
 	}
 }
@@ -101,7 +106,9 @@ type copyK[T float] struct{ dst, src device.View }
 
 func (k copyK[T]) row(_ int, offs, istr [maxOps]int, m int) {
 	sc := getScratch[T]()
-	x := load(k.src, offs[1], m, istr[1], sc.a[:])
+	// Converted straight into dst where dst holds T contiguously (a widen
+	// from bf16 into F32), through scratch otherwise.
+	x := load(k.src, offs[1], m, istr[1], target(k.dst, offs[0], m, istr[0], sc.a[:]))
 	store(k.dst, offs[0], istr[0], x)
 	putScratch(sc)
 }
