@@ -207,7 +207,25 @@ type Gemm struct {
 	A, B, C                   View
 	LDA, LDB, LDC             int
 	StrideA, StrideB, StrideC int
-	Triangle                  Triangle
+	// Outer, above 1, repeats the batch: Outer groups of Batch products,
+	// each group OuterStride* elements after the one before (attention
+	// heads viewed inside [B, T, H, D]: B groups of H heads, whose
+	// strides do not collapse into one). 0 or 1: a single group.
+	Outer                                    int
+	OuterStrideA, OuterStrideB, OuterStrideC int
+	Triangle                                 Triangle
+}
+
+// Groups returns max(Outer, 1).
+func (g Gemm) Groups() int { return max(g.Outer, 1) }
+
+// Group returns group o of g as a single-group Gemm.
+func (g Gemm) Group(o int) Gemm {
+	g.A.Offset += o * g.OuterStrideA
+	g.B.Offset += o * g.OuterStrideB
+	g.C.Offset += o * g.OuterStrideC
+	g.Outer, g.OuterStrideA, g.OuterStrideB, g.OuterStrideC = 0, 0, 0, 0
+	return g
 }
 
 // Triangle is the triangular structure of a square product, as in causal

@@ -78,6 +78,10 @@ var gradCases = []gradCase{
 		p := s.Softmax(s.CausalScores(x[0], x[1], 0.5, math.Inf(-1)))
 		return s.CausalMatMul(p, x[2])
 	}},
+	{name: "matmul/strided-heads-3-batch-dims", inputs: []input{in("", 2, 3, 2, 2, 4), in("", 2, 3, 2, 2, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		q, k := s.Permute(x[0], 2, 0, 3, 1, 4), s.Permute(x[1], 2, 0, 3, 4, 1)
+		return s.MatMul(q, k)
+	}},
 	{name: "matmul/2d", inputs: []input{in("", 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched", inputs: []input{in("", 2, 3, 4), in("", 2, 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "matmul/batched-by-2d", inputs: []input{in("", 2, 3, 4), in("", 4, 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},

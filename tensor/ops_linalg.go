@@ -107,14 +107,22 @@ func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, sc
 		dev.Gemm(g)
 		return
 	}
+	// The innermost run is the batch, the next the groups; any further
+	// ones are looped over here.
 	last := len(size) - 1
 	g.Batch = size[last]
 	g.StrideA, g.StrideB, g.StrideC = str[last][0], str[last][1], str[last][2]
-	outer := numel(size[:last])
+	if last == 0 {
+		dev.Gemm(g)
+		return
+	}
+	g.Outer = size[last-1]
+	g.OuterStrideA, g.OuterStrideB, g.OuterStrideC = str[last-1][0], str[last-1][1], str[last-1][2]
+	outer := numel(size[:last-1])
 	base := [3]int{g.A.Offset, g.B.Offset, g.C.Offset}
 	for o := 0; o < outer; o++ {
 		off := base
-		for i, rem := last-1, o; i >= 0; i-- {
+		for i, rem := last-2, o; i >= 0; i-- {
 			idx := rem % size[i]
 			rem /= size[i]
 			for j := range off {

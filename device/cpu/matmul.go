@@ -15,32 +15,35 @@ func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
-	one := func(dev *Device, b int) {
-		oa := g.A.Offset + b*g.StrideA
-		ob := g.B.Offset + b*g.StrideB
-		oc := g.C.Offset + b*g.StrideC
+	// Products are numbered across groups: p = o·Batch + b.
+	total := g.Groups() * g.Batch
+	one := func(dev *Device, p int) {
+		o, b := p/g.Batch, p%g.Batch
+		oa := g.A.Offset + o*g.OuterStrideA + b*g.StrideA
+		ob := g.B.Offset + o*g.OuterStrideB + b*g.StrideB
+		oc := g.C.Offset + o*g.OuterStrideC + b*g.StrideC
 		dev.gemmOne(g, oa, ob, oc)
 	}
-	if parts := min(d.threads, g.Batch); parts > 1 && g.Batch*g.M*g.N*g.K >= 1<<20 &&
-		(g.Batch%parts == 0 || g.Batch >= 4*parts) {
+	if parts := min(d.threads, total); parts > 1 && total*g.M*g.N*g.K >= 1<<20 &&
+		(total%parts == 0 || total >= 4*parts) {
 		// Products of equal size split evenly (or nearly) over the
 		// goroutines; each runs serially, conversions included.
 		serial := &Device{raw: d.raw, mem: d.mem, threads: 1}
 		var wg sync.WaitGroup
-		for p := 0; p < parts; p++ {
+		for q := 0; q < parts; q++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for b := g.Batch * p / parts; b < g.Batch*(p+1)/parts; b++ {
-					one(serial, b)
+				for p := total * q / parts; p < total*(q+1)/parts; p++ {
+					one(serial, p)
 				}
 			}()
 		}
 		wg.Wait()
 		return
 	}
-	for b := 0; b < g.Batch; b++ {
-		one(d, b)
+	for p := 0; p < total; p++ {
+		one(d, p)
 	}
 }
 

@@ -148,6 +148,12 @@ func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
+	if g.Outer > 1 {
+		for o := range g.Outer {
+			d.Gemm(g.Group(o))
+		}
+		return
+	}
 	bg, err := colMajor(g, d.cfg.allowTF32)
 	if err != nil {
 		panic(err)

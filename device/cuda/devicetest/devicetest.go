@@ -344,6 +344,20 @@ var cases = []kcase{
 			}
 		}
 	}},
+	{"GemmGroups", floats, func(e *env, dt device.DType) {
+		// Heads inside [B, T, H, D]: B groups of H products each.
+		b, t, h, d := 2, 5, 3, 4
+		x := e.tensor(dt, []int{b * t * h * d}, e.random(b*t*h*d, -1, 1))
+		w := e.tensor(dt, []int{d * 6}, e.random(d*6, -1, 1))
+		c := e.tensor(device.F32, []int{b, h, t, 6}, nil)
+		both(e, func(dev device.Device, v func(pair) device.View) {
+			dev.Gemm(device.Gemm{M: t, N: 6, K: d, Batch: h, Outer: b, Alpha: 1,
+				A: v(x), B: v(w), C: v(c), LDA: h * d, LDB: 6, LDC: 6,
+				StrideA: d, StrideB: 0, StrideC: t * 6,
+				OuterStrideA: t * h * d, OuterStrideC: h * t * 6})
+		})
+		e.check("gemm groups", c, Tolerance(dt))
+	}},
 	{"GemmTriangles", floats, func(e *env, dt device.DType) {
 		// Causal attention's products: scores (LowerC), probabilities
 		// times values (LowerA) and their transposes (UpperA).
