@@ -2,6 +2,7 @@ package tensor_test
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
@@ -74,4 +75,38 @@ func ExampleTensor_OnGradReady() {
 	// Output:
 	// w2 ready: [9 9]
 	// w1 ready: [30 30]
+}
+
+// Causal self-attention as three ops: CausalScores computes only the lower
+// triangle of q·kᵀ and fills the rest with −Inf, Softmax turns those into
+// zeros, and CausalMatMul skips them, so both products do half the work of
+// a masked full product.
+func ExampleScope_CausalScores() {
+	dev := cpu.New()
+	// One head, T = 3 positions, D = 2.
+	q, _ := tensor.FromFloat32(dev, []float32{1, 0, 0, 1, 1, 1}, []int{3, 2}, memory.Data)
+	v, _ := tensor.FromFloat32(dev, []float32{1, 0, 0, 1, 2, 2}, []int{3, 2}, memory.Data)
+	_ = tensor.Step(func(s *tensor.Scope) error {
+		scores := s.CausalScores(q, q, 1, math.Inf(-1))
+		p := s.Softmax(scores)
+		out := s.CausalMatMul(p, v)
+		fmt.Printf("%.3f\n%.3f\n", p.Float32s(), out.Float32s())
+		return nil
+	})
+	// Output:
+	// [1.000 0.000 0.000 0.269 0.731 0.000 0.212 0.212 0.576]
+	// [1.000 0.000 0.269 0.731 1.364 1.364]
+}
+
+// ScaledMatMul folds a constant factor into the product instead of a
+// separate multiply (and a separate activation) after it.
+func ExampleScope_ScaledMatMul() {
+	dev := cpu.New()
+	a, _ := tensor.FromFloat32(dev, []float32{1, 2, 3, 4}, []int{2, 2}, memory.Data)
+	b, _ := tensor.FromFloat32(dev, []float32{1, 0, 0, 1}, []int{2, 2}, memory.Data)
+	_ = tensor.Step(func(s *tensor.Scope) error {
+		fmt.Println(s.ScaledMatMul(a, b, 0.5).Float32s())
+		return nil
+	})
+	// Output: [0.5 1 1.5 2]
 }
