@@ -121,9 +121,9 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 }
 
 // splitHeads turns qkv [B, T, 3·H·Dh] into q, k and v [B, H, T, Dh] as
-// views of it: no copy forward, and backward writes each head's gradient
-// straight into its slice of qkv's (the products read and write the heads
-// with qkv's row stride).
+// views of it: no copy forward (the products read the heads with qkv's
+// row stride). Backward lays each head's gradient out as [B, T, H, Dh],
+// as the view it belongs to, so it joins qkv's gradient as dense rows.
 func splitHeads(r *Run, qkv *tensor.Tensor, b, t, h, dh int) (q, k, v *tensor.Tensor) {
 	r5 := r.Reshape(qkv, b, t, 3, h, dh)
 	var out [3]*tensor.Tensor

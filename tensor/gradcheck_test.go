@@ -78,6 +78,17 @@ var gradCases = []gradCase{
 		p := s.Softmax(s.CausalScores(x[0], x[1], 0.5, math.Inf(-1)))
 		return s.CausalMatMul(p, x[2])
 	}},
+	// q, k and v as heads of one fused [B, T, 3, H, D] projection, as the
+	// attention layer splits them: their gradients are laid out as the
+	// views and summed into the projection's through Narrow.
+	{name: "causal_attention/fused-qkv-heads", inputs: []input{in("", 2, 9, 3, 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		var h [3]*tensor.Tensor
+		for i := range h {
+			h[i] = s.Permute(s.Reshape(s.Narrow(x[0], 2, i, 1), 2, 9, 2, 3), 0, 2, 1, 3)
+		}
+		p := s.Softmax(s.CausalScores(h[0], h[1], 0.5, math.Inf(-1)))
+		return s.Reshape(s.Permute(s.CausalMatMul(p, h[2]), 0, 2, 1, 3), 2, 9, 6)
+	}},
 	{name: "matmul/strided-heads-3-batch-dims", inputs: []input{in("", 2, 3, 2, 2, 4), in("", 2, 3, 2, 2, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		q, k := s.Permute(x[0], 2, 0, 3, 1, 4), s.Permute(x[1], 2, 0, 3, 4, 1)
 		return s.MatMul(q, k)

@@ -75,6 +75,13 @@ func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, sc
 	r := out.Dim()
 	m, n := out.shape[r-2], out.shape[r-1]
 	k := a.shape[a.Dim()-1]
+	ldc := n
+	if m > 1 {
+		ldc = out.strides[r-2]
+	}
+	if n > 1 && out.strides[r-1] != 1 || ldc < n {
+		panic(errorf("matmul", "result %s has no unit column stride", out.describe()))
+	}
 
 	// Merge batch dimensions (dropping size-1 ones) wherever all three
 	// operands step uniformly across them.
@@ -100,7 +107,7 @@ func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, sc
 		M: m, N: n, K: k, Batch: 1,
 		Alpha: alpha, Beta: beta,
 		A: a.view(), B: b.view(), C: out.view(),
-		LDA: lda, LDB: ldb, LDC: n,
+		LDA: lda, LDB: ldb, LDC: ldc,
 		Triangle: tri,
 	}
 	if len(size) == 0 {
@@ -361,11 +368,11 @@ func (s *Scope) CausalScores(q, k *Tensor, alpha, fill float64) *Tensor {
 		dev.CausalFill(gm.view(), g.view(), 0)
 		var dq, dk *Tensor
 		if needQ {
-			dq = mustAlloc(dev, g.dtype, sq.shape, s.cat)
+			dq = mustAllocLike(dev, g.dtype, sq, s.cat)
 			gemmIntoTri(dq, gm, sk, alpha, 0, device.LowerA, s)
 		}
 		if needK {
-			dk = mustAlloc(dev, g.dtype, sk.shape, s.cat)
+			dk = mustAllocLike(dev, g.dtype, sk, s.cat)
 			gt := transposeView(gm)
 			gemmIntoTri(dk, gt, sq, alpha, 0, device.UpperA, s)
 			gt.Release()
@@ -387,7 +394,9 @@ func (s *Scope) CausalMatMul(p, v *Tensor) *Tensor {
 	}
 	cp, cv, done := s.autocastPair(p, v)
 	defer done()
-	out := mustAlloc(dev, cp.dtype, v.shape, s.cat)
+	// Laid out as v: heads viewed inside [B, T, H, D] give a result whose
+	// heads join back into [B, T, H·D] without a copy.
+	out := mustAllocLike(dev, cp.dtype, cv, s.cat)
 	gemmIntoTri(out, cp, cv, 1, 0, device.LowerA, s)
 	needP, needV := cp.needsGrad(), cv.needsGrad()
 	s.record(out, "causal_matmul", []*Tensor{cp, cv}, []*Tensor{cp, cv}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
@@ -401,7 +410,7 @@ func (s *Scope) CausalMatMul(p, v *Tensor) *Tensor {
 			vt.Release()
 		}
 		if needV {
-			dv = mustAlloc(dev, g.dtype, sv.shape, s.cat)
+			dv = mustAllocLike(dev, g.dtype, sv, s.cat)
 			pt := transposeView(sp)
 			gemmIntoTri(dv, pt, g, 1, 0, device.UpperA, s)
 			pt.Release()

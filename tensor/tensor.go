@@ -1,9 +1,11 @@
 package tensor
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -233,6 +235,32 @@ func mustAlloc(dev device.Device, dtype DType, shape []int, cat memory.Category)
 	t, err := alloc(dev, dtype, shape, cat)
 	if err != nil {
 		panic(err)
+	}
+	return t
+}
+
+// mustAllocLike is mustAlloc with like's shape and the order of like's
+// strides: a gradient laid out as the strided view it belongs to (a head
+// of a fused q/k/v projection) reaches that view's storage as dense rows
+// instead of as a transpose. PyTorch calls this preserving the memory
+// format.
+func mustAllocLike(dev device.Device, dtype DType, like *Tensor, cat memory.Category) *Tensor {
+	r := like.Dim()
+	order := make([]int, r) // dimensions from outermost to innermost
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(like.strides[b], like.strides[a]) })
+	phys := make([]int, r)
+	for i, d := range order {
+		phys[i] = like.shape[d]
+	}
+	t := mustAlloc(dev, dtype, phys, cat)
+	dense := t.strides
+	t.shape = append([]int(nil), like.shape...)
+	t.strides = make([]int, r)
+	for i, d := range order {
+		t.strides[d] = dense[i]
 	}
 	return t
 }

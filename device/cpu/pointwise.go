@@ -536,6 +536,13 @@ func causalFillBits[E uint16 | int32 | int64](d *Device, y, x []E, dst, src devi
 	ds, ss := dst.Strides[r-1], src.Strides[r-1]
 	mats := dst.Len() / max(rows*cols, 1)
 	d.rowsParallel(mats*rows, cols, func(r0, r1 int) {
+		// The row tails are filled by copies from a run of v made once:
+		// copy moves them with vector stores, which element stores of a
+		// generic type do not.
+		var run [256]E
+		for j := range run {
+			run[j] = v
+		}
 		for q := r0; q < r1; q++ {
 			m, i := q/rows, q%rows
 			doff := matOffset(dst, m) + i*dst.Strides[r-2]
@@ -545,7 +552,9 @@ func causalFillBits[E uint16 | int32 | int64](d *Device, y, x []E, dst, src devi
 				if doff != soff || &y[0] != &x[0] {
 					copy(y[doff:doff+keep], x[soff:soff+keep])
 				}
-				fillBits(y[doff+keep:doff+cols], v)
+				for tail := y[doff+keep : doff+cols]; len(tail) > 0; {
+					tail = tail[copy(tail, run[:]):]
+				}
 				continue
 			}
 			for j := 0; j < keep; j++ {
