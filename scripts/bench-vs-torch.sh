@@ -22,23 +22,25 @@ for r in $(seq "$rounds"); do
     --configs "$configs" --quick --json "$out/torch.$r.json" >/dev/null
 done
 /usr/bin/python3 - "$out" "$rounds" <<'PY'
-import json, statistics, sys, glob
+import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-mem = {}
-for f in glob.glob(out + "/memfit.*.jsonl"):
-    for line in open(f):
-        r = json.loads(line)
-        mem.setdefault(r["config"], []).append(r)
-tor = {}
-for f in glob.glob(out + "/torch.*.json"):
-    for r in json.load(open(f)):
-        if "step_s_median" in r:
-            tor.setdefault(r["config"], []).append(r)
-print(f"{'config':16} {'memfit ms':>10} {'torch ms':>10} {'ratio':>6} {'memfit act MiB':>15} {'torch saved MiB':>16}")
+# Per round: memfit's and PyTorch's medians of that round, taken back to
+# back, so each round's ratio compares the machine in one state.
+mem, tor = {}, {}
+for r in range(1, rounds + 1):
+    for line in open(f"{out}/memfit.{r}.jsonl"):
+        x = json.loads(line)
+        mem.setdefault(x["config"], {})[r] = x
+    for x in json.load(open(f"{out}/torch.{r}.json")):
+        if "step_s_median" in x:
+            tor.setdefault(x["config"], {})[r] = x
+print(f"{'config':16} {'memfit ms':>10} {'torch ms':>10} {'ratio':>6} {'memfit act MiB':>15} {'torch saved MiB':>16}  per round (memfit/torch ms)")
 for name, rs in sorted(mem.items()):
-    m = statistics.median(r["median_ms"] for r in rs)
-    act = rs[0]["peak_activation_bytes"] / 2**20
-    t = statistics.median(1000 * r["step_s_median"] for r in tor[name]) if name in tor else float("nan")
-    ts = tor[name][0]["saved_activation_bytes"] / 2**20 if name in tor else float("nan")
-    print(f"{name:16} {m:10.1f} {t:10.1f} {m/t:6.2f} {act:15.1f} {ts:16.1f}")
+    ts = tor.get(name, {})
+    m = statistics.median(x["median_ms"] for x in rs.values())
+    act = next(iter(rs.values()))["peak_activation_bytes"] / 2**20
+    t = statistics.median(1000 * x["step_s_median"] for x in ts.values()) if ts else float("nan")
+    saved = next(iter(ts.values()))["saved_activation_bytes"] / 2**20 if ts else float("nan")
+    rounds_s = " ".join(f"{rs[r]['median_ms']:.1f}/{1000 * ts[r]['step_s_median']:.1f}" for r in sorted(rs) if r in ts)
+    print(f"{name:16} {m:10.1f} {t:10.1f} {m/t:6.2f} {act:15.1f} {saved:16.1f}  {rounds_s}")
 PY
