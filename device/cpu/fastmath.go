@@ -110,75 +110,52 @@ func unaryRow32(op device.UnaryOp, y, x []float32) bool {
 	return true
 }
 
-// geluGrad32 computes out = g·gelu'(x) on float32 rows.
+// GELU here is the tanh approximation written as a sigmoid: 0.5·v·(1 +
+// tanh u) = v·σ(2u) = v/(1 + e^w) with w = -2u = v·(geluM2C + geluM2K·v²).
+// One exp and one division, no cancellation in 1 + tanh u for negative v
+// (the result keeps float32's relative accuracy there), and the same
+// formula for every input, so the vector kernels (gelu_amd64.s) have no
+// branches. w is clamped to [geluWMin, geluWMax]: e stays a normal float
+// and 1+e finite, which moves the result by less than float32 can show.
+const (
+	geluM2C  = -2 * geluC
+	geluM2K  = -2 * 0.044715 * geluC
+	geluWMin = -87
+	geluWMax = 88
+)
+
+// geluExpW returns e^w for GELU's w at v, as the vector kernels compute
+// it: n = round(w·log2 e) by adding 1.5·2²³ (no int conversions, which
+// stall the loop), r = w - n·ln2 and exp32's polynomial.
+func geluExpW(v float32) float32 {
+	w := v * (geluM2C + geluM2K*v*v)
+	w = min(max(w, geluWMin), geluWMax)
+	big := w*log2e + roundMagic
+	n := big - roundMagic
+	r := w - n*ln2Hi - n*ln2Lo
+	p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
+	return p * math.Float32frombits((math.Float32bits(big)-math.Float32bits(roundMagic)+127)<<23)
+}
+
+// geluGrad32 computes out = g·gelu'(x) on float32 rows: with s = σ(2u) =
+// 1/(1+e) and σ' = σ²·e, gelu'(v) = s·(1 + v·s·e·d(2u)/dv).
 func geluGrad32(out, x, g []float32) {
 	x, g = x[:len(out)], g[:len(out)]
 	start := geluGradVector(out, x, g)
 	for i := start; i < len(x); i++ {
 		v := x[i]
-		u := geluC * (v + 0.044715*v*v*v)
-		bits := math.Float32bits(u)
-		a := math.Float32frombits(bits &^ (1 << 31))
-		if a > 9 {
-			a = 9
-		}
-		// Round -2a·log2(e) to the nearest integer n without int
-		// conversions (which stall the loop): adding 1.5·2²³ leaves n in
-		// the low mantissa bits.
-		big := -2*a*log2e + roundMagic
-		n := big - roundMagic
-		r := -2*a - n*ln2Hi - n*ln2Lo
-		p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
-		e := p * math.Float32frombits((math.Float32bits(big)-math.Float32bits(roundMagic)+127)<<23)
-		th := math.Float32frombits(math.Float32bits((1-e)/(1+e)) | bits&(1<<31))
-		du := geluC * (1 + 3*0.044715*v*v)
-		out[i] = g[i] * (0.5*(1+th) + 0.5*v*(1-th*th)*du)
+		e := geluExpW(v)
+		s := 1 / (1 + e)
+		out[i] = g[i] * (s * (1 + v*s*e*(2*geluC+6*0.044715*geluC*v*v)))
 	}
 }
 
-// geluRow32 is GELU with tanh written out inline and without branches, so
-// that the processor overlaps the long dependency chains of neighbouring
-// elements. GELU needs tanh only to absolute accuracy (it enters as
-// 1+tanh), so one formula serves every input: tanh|u| = (1-e)/(1+e) with
-// e = exp(-2|u|) from the same range reduction and polynomial as exp32,
-// absolute error below 3e-7.
+// geluRow32 computes y = gelu(x) on float32 rows.
 func geluRow32(y, x []float32) {
 	x = x[:len(y)]
 	start := geluVector(y, x)
 	for i := start; i < len(x); i++ {
 		v := x[i]
-		// tanhAbsAccurate, written out: a call in this loop costs more
-		// than the arithmetic.
-		u := geluC * (v + 0.044715*v*v*v)
-		bits := math.Float32bits(u)
-		a := math.Float32frombits(bits &^ (1 << 31))
-		if a > 9 {
-			a = 9
-		}
-		// Round -2a·log2(e) to the nearest integer n without int
-		// conversions (which stall the loop): adding 1.5·2²³ leaves n in
-		// the low mantissa bits.
-		big := -2*a*log2e + roundMagic
-		n := big - roundMagic
-		r := -2*a - n*ln2Hi - n*ln2Lo
-		p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
-		e := p * math.Float32frombits((math.Float32bits(big)-math.Float32bits(roundMagic)+127)<<23)
-		th := math.Float32frombits(math.Float32bits((1-e)/(1+e)) | bits&(1<<31))
-		y[i] = 0.5 * v * (1 + th)
+		y[i] = v / (1 + geluExpW(v))
 	}
-}
-
-// tanhAbsAccurate is tanh to absolute accuracy 2e-7, branch-free.
-func tanhAbsAccurate(u float32) float32 {
-	bits := math.Float32bits(u)
-	a := math.Float32frombits(bits &^ (1 << 31))
-	a = min(a, 9)
-	t := -2 * a * log2e // in [-26, 0]
-	k := int32(t - 0.5) // t <= 0, so truncation rounds to nearest: |r| <= ln2/2
-	n := float32(k)
-	r := -2*a - n*ln2Hi - n*ln2Lo
-	p := ((((((expC7*r+expC6)*r+expC5)*r+expC4)*r+expC3)*r+expC2)*r+expC1)*r + 1
-	e := p * math.Float32frombits(uint32(k+127)<<23)
-	th := (1 - e) / (1 + e)
-	return math.Float32frombits(math.Float32bits(th) | bits&(1<<31))
 }

@@ -3,6 +3,9 @@ package cpu
 import (
 	"math"
 	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 )
 
 func TestFastMath(t *testing.T) {
@@ -39,18 +42,6 @@ func BenchmarkExp32(b *testing.B) {
 		x += 1e-7
 	}
 	_ = s
-}
-
-func TestTanhAbsAccurate(t *testing.T) {
-	worst := 0.0
-	for x := -20.0; x <= 20; x += 0.000731 {
-		f := float32(x)
-		got := float64(tanhAbsAccurate(f))
-		worst = math.Max(worst, math.Abs(got-math.Tanh(float64(f))))
-	}
-	if worst > 3e-7 {
-		t.Errorf("tanh absolute error %g", worst)
-	}
 }
 
 func BenchmarkGeluRow32(b *testing.B) {
@@ -131,5 +122,64 @@ func TestExpShiftVector(t *testing.T) {
 	}
 	if y[7] != 0 || y[8] != 0 {
 		t.Errorf("masked entries give %v, %v; want 0", y[7], y[8])
+	}
+}
+
+// GELU and its gradient on bfloat16 rows (the fused kernels) give the bits
+// that computing in float32 and rounding with Copy gives, on row lengths
+// with and without a vector tail, strided rows, and non-finite inputs.
+func TestGeluBF16MatchesF32(t *testing.T) {
+	d := New()
+	for _, tc := range []struct {
+		rows, cols int
+		strided    bool
+	}{{1, 5, false}, {3, 16, false}, {4, 37, false}, {64, 1536, false}, {5, 40, true}} {
+		n := tc.rows * tc.cols
+		view := func(dt device.DType) device.View {
+			buf, err := d.Alloc(int64(2*n*dt.Size()), memory.Other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := device.View{Buf: buf, DType: dt, Shape: []int{tc.rows, tc.cols}, Strides: []int{tc.cols, 1}}
+			if tc.strided { // every other element of rows twice as long
+				v.Strides = []int{2 * tc.cols, 2}
+			}
+			return v
+		}
+		x16, g16, y16, dx16 := view(device.BF16), view(device.BF16), view(device.BF16), view(device.BF16)
+		xs, gs := u16s(x16), u16s(g16)
+		for i := range xs {
+			xs[i] = BF16FromF32(float32(i%211-105) / 13) // [-8, 8]
+			gs[i] = BF16FromF32(float32(i%7) - 3)
+		}
+		xs[1] = BF16FromF32(float32(math.NaN()))
+		xs[2] = BF16FromF32(float32(math.Inf(1)))
+		xs[3] = BF16FromF32(-40)
+		d.Unary(device.Gelu, y16, x16, 0)
+		d.UnaryBackward(device.Gelu, dx16, x16, y16, g16, 0)
+
+		x32, g32, y32, dx32, want := view(device.F32), view(device.F32), view(device.F32), view(device.F32), view(device.BF16)
+		d.Copy(x32, x16)
+		d.Copy(g32, g16)
+		d.Unary(device.Gelu, y32, x32, 0)
+		d.UnaryBackward(device.Gelu, dx32, x32, y32, g32, 0)
+		for _, c := range []struct {
+			name      string
+			got, from device.View
+		}{{"gelu", y16, y32}, {"gelu'", dx16, dx32}} {
+			d.Copy(want, c.from)
+			for r := 0; r < tc.rows; r++ {
+				for j := 0; j < tc.cols; j++ {
+					o := r*want.Strides[0] + j*want.Strides[1]
+					if g, w := u16s(c.got)[o], u16s(want)[o]; g != w {
+						t.Fatalf("%dx%d strided=%v: %s at (%d, %d) of x=%v: bits %#04x, float32 path %#04x",
+							tc.rows, tc.cols, tc.strided, c.name, r, j, F32FromBF16(xs[o]), g, w)
+					}
+				}
+			}
+		}
+		for _, v := range []device.View{x16, g16, y16, dx16, x32, g32, y32, dx32, want} {
+			d.Free(v.Buf)
+		}
 	}
 }

@@ -6,19 +6,24 @@ import "math"
 
 // geluConsts is the table gelu_amd64.s reads (see the offsets there).
 type geluConsts struct {
-	c, k, k3, nine, log2e, magic, ln2hi, ln2lo float32
-	poly                                       [7]float32 // c7..c1
-	one, half                                  float32
-	absMask, signMask                          uint32
-	bias                                       int32
+	log2e, magic, ln2hi, ln2lo float32
+	poly                       [7]float32 // c7..c1
+	one                        float32
+	absMask                    uint32
+	bias                       int32
+	m2c, m2k, wMin, wMax       float32 // w = v·(m2c + m2k·v²), clamped
+	p2c, p6ck                  float32 // d(2u)/dv = p2c + p6ck·v²
+	rBias, rOne, rInf, rQuiet  uint32  // bfloat16 rounding
 }
 
 var geluTable = geluConsts{
-	c: geluC, k: 0.044715 * geluC, k3: 3 * 0.044715 * geluC, nine: 9, log2e: log2e, magic: roundMagic,
-	ln2hi: ln2Hi, ln2lo: ln2Lo,
-	poly: [7]float32{expC7, expC6, expC5, expC4, expC3, expC2, expC1},
-	one:  1, half: 0.5,
-	absMask: math.MaxInt32, signMask: 1 << 31, bias: 127,
+	log2e: log2e, magic: roundMagic, ln2hi: ln2Hi, ln2lo: ln2Lo,
+	poly:    [7]float32{expC7, expC6, expC5, expC4, expC3, expC2, expC1},
+	one:     1,
+	absMask: math.MaxInt32, bias: 127,
+	m2c: geluM2C, m2k: geluM2K, wMin: geluWMin, wMax: geluWMax,
+	p2c: 2 * geluC, p6ck: 6 * 0.044715 * geluC,
+	rBias: 0x7fff, rOne: 1, rInf: 0x7f800000, rQuiet: 0x40,
 }
 
 //go:noescape
@@ -26,6 +31,12 @@ func geluF32AVX512(y, x *float32, n int, c *geluConsts)
 
 //go:noescape
 func geluGradF32AVX512(out, x, gr *float32, n int, c *geluConsts)
+
+//go:noescape
+func geluBF16AVX512(y, x *uint16, n int, c *geluConsts)
+
+//go:noescape
+func geluGradBF16AVX512(out, x, gr *uint16, n int, c *geluConsts)
 
 // geluVector computes the largest multiple of 16 elements with AVX-512 and
 // returns how many it did.
@@ -45,6 +56,29 @@ func geluGradVector(out, x, g []float32) int {
 		return 0
 	}
 	geluGradF32AVX512(&out[0], &x[0], &g[0], n, &geluTable)
+	return n
+}
+
+// geluBF16Vector is geluVector on bfloat16 bits, computed in float32 and
+// rounded once to nearest even, as Unary's float32 path and a store would.
+func geluBF16Vector(y, x []uint16) int {
+	n := len(y) &^ 15
+	if !hasAVX512 || n == 0 {
+		return 0
+	}
+	_ = x[n-1]
+	geluBF16AVX512(&y[0], &x[0], n, &geluTable)
+	return n
+}
+
+// geluGradBF16Vector is geluGradVector on bfloat16 bits.
+func geluGradBF16Vector(out, x, g []uint16) int {
+	n := len(out) &^ 15
+	if !hasAVX512 || n == 0 {
+		return 0
+	}
+	_, _ = x[n-1], g[n-1]
+	geluGradBF16AVX512(&out[0], &x[0], &g[0], n, &geluTable)
 	return n
 }
 

@@ -2,96 +2,129 @@
 
 #include "textflag.h"
 
-// Constants (geluConsts), 4 bytes each: 0 sqrt(2/pi), 4 k = 0.044715·sqrt(2/pi),
-// 8 3k, 12 9, 16 log2(e), 20 1.5·2^23, 24 ln2hi, 28 ln2lo, 32..56 c7..c1,
-// 60 1, 64 0.5, 68 0x7fffffff, 72 0x80000000, 76 int32 127.
+// Constants (geluConsts), 4 bytes each: 0 log2(e), 4 1.5·2^23, 8 ln2hi,
+// 12 ln2lo, 16..40 c7..c1, 44 1, 48 0x7fffffff, 52 int32 127,
+// 56 -2·sqrt(2/pi), 60 -2k, 64 -87, 68 88, 72 2·sqrt(2/pi), 76 6k
+// (k = 0.044715·sqrt(2/pi)), 80 0x7fff, 84 1, 88 0x7f800000, 92 0x40.
 //
-// Registers: Z1 sqrt(2/pi), Z2 k, Z3 3k, Z4 0.5, Z19 9, Z20 log2e,
-// Z21 magic, Z22 ln2hi, Z23 ln2lo, Z24-Z27 c7-c4, Z16-Z18 c3-c1, Z29 1,
-// Z28 abs mask, Z30 sign mask, Z31 127.
+// Registers (LOADCONSTS, the exp constants): Z20 log2e, Z21 magic,
+// Z22 ln2hi, Z23 ln2lo, Z24-Z27 c7-c4, Z16-Z18 c3-c1, Z29 1, Z28 abs
+// mask, Z31 127.
 
 #define LOADCONSTS \
-	VBROADCASTSS 0(AX), Z1; \
-	VBROADCASTSS 4(AX), Z2; \
-	VBROADCASTSS 8(AX), Z3; \
-	VBROADCASTSS 12(AX), Z19; \
-	VBROADCASTSS 16(AX), Z20; \
-	VBROADCASTSS 20(AX), Z21; \
-	VBROADCASTSS 24(AX), Z22; \
-	VBROADCASTSS 28(AX), Z23; \
-	VBROADCASTSS 32(AX), Z24; \
-	VBROADCASTSS 36(AX), Z25; \
-	VBROADCASTSS 40(AX), Z26; \
-	VBROADCASTSS 44(AX), Z27; \
-	VBROADCASTSS 48(AX), Z16; \
-	VBROADCASTSS 52(AX), Z17; \
-	VBROADCASTSS 56(AX), Z18; \
-	VBROADCASTSS 60(AX), Z29; \
-	VBROADCASTSS 64(AX), Z4; \
-	VBROADCASTSS 68(AX), Z28; \
-	VBROADCASTSS 72(AX), Z30; \
-	VBROADCASTSS 76(AX), Z31
+	VBROADCASTSS 0(AX), Z20; \
+	VBROADCASTSS 4(AX), Z21; \
+	VBROADCASTSS 8(AX), Z22; \
+	VBROADCASTSS 12(AX), Z23; \
+	VBROADCASTSS 16(AX), Z24; \
+	VBROADCASTSS 20(AX), Z25; \
+	VBROADCASTSS 24(AX), Z26; \
+	VBROADCASTSS 28(AX), Z27; \
+	VBROADCASTSS 32(AX), Z16; \
+	VBROADCASTSS 36(AX), Z17; \
+	VBROADCASTSS 40(AX), Z18; \
+	VBROADCASTSS 44(AX), Z29; \
+	VBROADCASTSS 48(AX), Z28; \
+	VBROADCASTSS 52(AX), Z31
 
-// GELUARG computes u = v·(sqrt(2/pi) + k·v²) into Z8 from v in Z0, with
-// v² left in Z5.
-#define GELUARG \
+// LOADGELU loads what the GELU kernels need beyond LOADCONSTS' exp
+// constants: Z1 -2·sqrt(2/pi), Z2 -2k, Z3 -87, Z4 88, Z19 2·sqrt(2/pi),
+// Z14 6k, Z15 +inf bits, Z30 0x7fff (bf16 rounding bias).
+#define LOADGELU \
+	LOADCONSTS; \
+	VBROADCASTSS 56(AX), Z1; \
+	VBROADCASTSS 60(AX), Z2; \
+	VBROADCASTSS 64(AX), Z3; \
+	VBROADCASTSS 68(AX), Z4; \
+	VBROADCASTSS 72(AX), Z19; \
+	VBROADCASTSS 76(AX), Z14; \
+	VBROADCASTSS 88(AX), Z15; \
+	VBROADCASTSS 80(AX), Z30
+
+// GELUEXP computes e = exp(w) into Z13, w = -2u = v·(-2·sqrt(2/pi) - 2k·v²)
+// from v in Z0 clamped to [-87, 88] (so that 2^n stays a normal float and
+// 1+e finite), with v² left in Z5: GELU is v·σ(2u) = v/(1+e). The exp is
+// exp32's range reduction (n = round(w·log2 e) by the 1.5·2^23 trick,
+// r = w - n·ln2) and degree-7 polynomial. A NaN v gives w = -87, and the
+// NaN comes back through v. Scratch: Z8, Z11, Z12.
+#define GELUEXP \
 	VMULPS Z0, Z0, Z5; \
-	VMULPS Z2, Z5, Z8; \
-	VADDPS Z1, Z8, Z8; \
-	VMULPS Z0, Z8, Z8
-
-// TANH computes Z9 = tanh(Z8) to absolute error < 3e-7: with a = min(|u|, 9),
-// e = exp(-2a) by range reduction (n = round(-2a·log2 e) via the 1.5·2^23
-// trick, r = -2a - n·ln2) and the degree-7 polynomial, tanh|u| =
-// (1-e)/(1+e), and the sign of u put back. Scratch: Z10-Z13.
-#define TANH \
-	VPANDD Z28, Z8, Z10; \
-	VMINPS Z19, Z10, Z10; \
-	VADDPS Z10, Z10, Z10; \
+	VMOVAPS Z1, Z8; \
+	VFMADD231PS Z2, Z5, Z8; \
+	VMULPS Z0, Z8, Z8; \
+	VMAXPS Z3, Z8, Z8; \
+	VMINPS Z4, Z8, Z8; \
 	VMOVAPS Z21, Z11; \
-	VFNMADD231PS Z20, Z10, Z11; \
+	VFMADD231PS Z20, Z8, Z11; \
 	VSUBPS Z21, Z11, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VSUBPS Z10, Z13, Z10; \
-	VFNMADD231PS Z22, Z12, Z10; \
-	VFNMADD231PS Z23, Z12, Z10; \
+	VFNMADD231PS Z22, Z12, Z8; \
+	VFNMADD231PS Z23, Z12, Z8; \
 	VMOVAPS Z24, Z13; \
-	VFMADD213PS Z25, Z10, Z13; \
-	VFMADD213PS Z26, Z10, Z13; \
-	VFMADD213PS Z27, Z10, Z13; \
-	VFMADD213PS Z16, Z10, Z13; \
-	VFMADD213PS Z17, Z10, Z13; \
-	VFMADD213PS Z18, Z10, Z13; \
-	VFMADD213PS Z29, Z10, Z13; \
+	VFMADD213PS Z25, Z8, Z13; \
+	VFMADD213PS Z26, Z8, Z13; \
+	VFMADD213PS Z27, Z8, Z13; \
+	VFMADD213PS Z16, Z8, Z13; \
+	VFMADD213PS Z17, Z8, Z13; \
+	VFMADD213PS Z18, Z8, Z13; \
+	VFMADD213PS Z29, Z8, Z13; \
 	VPSUBD Z21, Z11, Z11; \
 	VPADDD Z31, Z11, Z11; \
 	VPSLLD $23, Z11, Z11; \
-	VMULPS Z11, Z13, Z13; \
-	VSUBPS Z13, Z29, Z10; \
-	VADDPS Z13, Z29, Z11; \
-	VDIVPS Z11, Z10, Z9; \
-	VPANDD Z30, Z8, Z10; \
-	VPORD Z10, Z9, Z9
+	VMULPS Z11, Z13, Z13
+
+// GELUY computes Z6 = gelu(v) = v/(1+e) after GELUEXP.
+#define GELUY \
+	VADDPS Z29, Z13, Z13; \
+	VDIVPS Z13, Z0, Z6
+
+// GELUD computes Z6 = gelu'(v) = s·(1 + v·s·e·(2·sqrt(2/pi) + 6k·v²)),
+// s = 1/(1+e), after GELUEXP (σ' = σ²·e). Scratch: Z7, Z9, Z10.
+#define GELUD \
+	VADDPS Z29, Z13, Z10; \
+	VDIVPS Z10, Z29, Z9; \
+	VMOVAPS Z19, Z6; \
+	VFMADD231PS Z14, Z5, Z6; \
+	VMULPS Z9, Z13, Z7; \
+	VMULPS Z0, Z7, Z7; \
+	VFMADD213PS Z29, Z7, Z6; \
+	VMULPS Z9, Z6, Z6
+
+// LOADBF16 widens 16 bfloat16s at addr into float32s in reg.
+#define LOADBF16(addr, reg) \
+	VPMOVZXWD addr, reg; \
+	VPSLLD $16, reg, reg
+
+// STOREBF16 rounds Z6 to 16 bfloat16s at addr, nearest-even, NaNs quiet:
+// the cpu package's conversion (convert_amd64.s), so a fused kernel rounds
+// as a separate Copy would. Scratch: Z10-Z12, K1.
+#define STOREBF16(addr) \
+	VPSRLD $16, Z6, Z10; \
+	VPANDD.BCST 84(AX), Z10, Z11; \
+	VPADDD Z11, Z6, Z11; \
+	VPADDD Z30, Z11, Z11; \
+	VPSRLD $16, Z11, Z11; \
+	VPANDD Z28, Z6, Z12; \
+	VPCMPUD $6, Z15, Z12, K1; \
+	VPORD.BCST 92(AX), Z10, K1, Z11; \
+	VPMOVDW Z11, Y12; \
+	VMOVDQU Y12, addr
 
 // func geluF32AVX512(y, x *float32, n int, c *geluConsts)
-// y = 0.5·v·(1 + tanh u) for n (a multiple of 16) elements.
+// y = gelu(x) for n (a multiple of 16) elements.
 TEXT ·geluF32AVX512(SB), NOSPLIT, $0-32
 	MOVQ y+0(FP), DI
 	MOVQ x+8(FP), SI
 	MOVQ n+16(FP), CX
 	MOVQ c+24(FP), AX
-	LOADCONSTS
+	LOADGELU
 	XORQ BX, BX
 
 gloop:
 	CMPQ CX, $16
 	JLT  gdone
 	VMOVUPS (SI)(BX*4), Z0
-	GELUARG
-	TANH
-	VADDPS  Z29, Z9, Z9
-	VMULPS  Z4, Z0, Z6
-	VMULPS  Z9, Z6, Z6
+	GELUEXP
+	GELUY
 	VMOVUPS Z6, (DI)(BX*4)
 	ADDQ    $16, BX
 	SUBQ    $16, CX
@@ -101,40 +134,83 @@ gdone:
 	VZEROUPPER
 	RET
 
+// func geluBF16AVX512(y, x *uint16, n int, c *geluConsts)
+// geluF32AVX512 on bfloat16s, computed in float32 and rounded once.
+TEXT ·geluBF16AVX512(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ c+24(FP), AX
+	LOADGELU
+	XORQ BX, BX
+
+hloop:
+	CMPQ CX, $16
+	JLT  hdone
+	LOADBF16((SI)(BX*2), Z0)
+	GELUEXP
+	GELUY
+	STOREBF16((DI)(BX*2))
+	ADDQ    $16, BX
+	SUBQ    $16, CX
+	JMP     hloop
+
+hdone:
+	VZEROUPPER
+	RET
+
 // func geluGradF32AVX512(out, x, gr *float32, n int, c *geluConsts)
-// out = gr·0.5·((1 + th) + v·(1 - th²)·(sqrt(2/pi) + 3k·v²)).
+// out = gr·gelu'(x).
 TEXT ·geluGradF32AVX512(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DI
 	MOVQ x+8(FP), SI
 	MOVQ gr+16(FP), DX
 	MOVQ n+24(FP), CX
 	MOVQ c+32(FP), AX
-	LOADCONSTS
+	LOADGELU
 	XORQ BX, BX
 
 bloop:
 	CMPQ CX, $16
 	JLT  bdone
 	VMOVUPS (SI)(BX*4), Z0
-	GELUARG
-	TANH
-	VMULPS  Z3, Z5, Z6
-	VADDPS  Z1, Z6, Z6
-	VMULPS  Z9, Z9, Z7
-	VSUBPS  Z7, Z29, Z7
-	VMULPS  Z7, Z6, Z6
-	VMULPS  Z0, Z6, Z6
-	VADDPS  Z29, Z9, Z9
-	VADDPS  Z9, Z6, Z6
-	VMULPS  Z4, Z6, Z6
-	VMOVUPS (DX)(BX*4), Z7
-	VMULPS  Z7, Z6, Z6
+	GELUEXP
+	GELUD
+	VMULPS  (DX)(BX*4), Z6, Z6
 	VMOVUPS Z6, (DI)(BX*4)
 	ADDQ    $16, BX
 	SUBQ    $16, CX
 	JMP     bloop
 
 bdone:
+	VZEROUPPER
+	RET
+
+// func geluGradBF16AVX512(out, x, gr *uint16, n int, c *geluConsts)
+// geluGradF32AVX512 on bfloat16s, computed in float32 and rounded once.
+TEXT ·geluGradBF16AVX512(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ gr+16(FP), DX
+	MOVQ n+24(FP), CX
+	MOVQ c+32(FP), AX
+	LOADGELU
+	XORQ BX, BX
+
+kloop:
+	CMPQ CX, $16
+	JLT  kdone
+	LOADBF16((SI)(BX*2), Z0)
+	GELUEXP
+	GELUD
+	LOADBF16((DX)(BX*2), Z7)
+	VMULPS  Z7, Z6, Z6
+	STOREBF16((DI)(BX*2))
+	ADDQ    $16, BX
+	SUBQ    $16, CX
+	JMP     kloop
+
+kdone:
 	VZEROUPPER
 	RET
 

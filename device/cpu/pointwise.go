@@ -154,7 +154,30 @@ func (d *Device) Unary(op device.UnaryOp, dst, src device.View, arg float64) {
 
 func unary[T float](d *Device, op device.UnaryOp, dst, src device.View, arg float64) {
 	l := newLoop(dst.Shape, dst, src)
-	runRows(d.threads, &l, unaryK[T]{op, dst, src, T(arg)})
+	k := unaryK[T]{op, dst, src, T(arg)}
+	if op == device.Gelu && dst.DType == device.BF16 && src.DType == device.BF16 {
+		runRows(d.threads, &l, geluBF16K{any(k).(unaryK[float32])})
+		return
+	}
+	runRows(d.threads, &l, k)
+}
+
+// geluBF16K runs GELU on bfloat16 rows without widening them through
+// scratch: the vector kernel converts in registers (the model's MLP
+// activations under bf16 autocast). Strided rows and tails take the
+// float32 path, which rounds the same way.
+type geluBF16K struct{ unaryK[float32] }
+
+func (k geluBF16K) row(w int, offs, istr [maxOps]int, m int) {
+	if istr[0] == 1 && istr[1] == 1 {
+		n := geluBF16Vector(u16s(k.dst)[offs[0]:offs[0]+m], u16s(k.src)[offs[1]:offs[1]+m])
+		offs[0] += n
+		offs[1] += n
+		m -= n
+	}
+	if m > 0 {
+		k.unaryK.row(w, offs, istr, m)
+	}
 }
 
 type unaryK[T float] struct {
@@ -268,7 +291,30 @@ func unaryBackward[T float](d *Device, op device.UnaryOp, dx, x, y, dy device.Vi
 		in = y
 	}
 	l := newLoop(dx.Shape, dx, dy, in)
-	runRows(d.threads, &l, zipK[T, unaryGradFn[T]]{dx, dy, in, unaryGradFn[T]{op, T(arg)}})
+	k := zipK[T, unaryGradFn[T]]{dx, dy, in, unaryGradFn[T]{op, T(arg)}}
+	if op == device.Gelu && dx.DType == device.BF16 && dy.DType == device.BF16 && in.DType == device.BF16 {
+		runRows(d.threads, &l, geluGradBF16K{any(k).(zipK[float32, unaryGradFn[float32]])})
+		return
+	}
+	runRows(d.threads, &l, k)
+}
+
+// geluGradBF16K is geluBF16K for the gradient: a is dy, b is x.
+type geluGradBF16K struct {
+	zipK[float32, unaryGradFn[float32]]
+}
+
+func (k geluGradBF16K) row(w int, offs, istr [maxOps]int, m int) {
+	if istr[0] == 1 && istr[1] == 1 && istr[2] == 1 {
+		n := geluGradBF16Vector(u16s(k.dst)[offs[0]:offs[0]+m], u16s(k.b)[offs[2]:offs[2]+m], u16s(k.a)[offs[1]:offs[1]+m])
+		for i := range offs[:3] {
+			offs[i] += n
+		}
+		m -= n
+	}
+	if m > 0 {
+		k.zipK.row(w, offs, istr, m)
+	}
 }
 
 // zipK is the shape of most elementwise kernels: f combines two loaded

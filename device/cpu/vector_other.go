@@ -18,6 +18,10 @@ func geluVector(y, x []float32) int { return 0 }
 // geluGradVector has no vector path on this platform.
 func geluGradVector(out, x, g []float32) int { return 0 }
 
+func geluBF16Vector(y, x []uint16) int { return 0 }
+
+func geluGradBF16Vector(out, x, g []uint16) int { return 0 }
+
 func bf16FromF32Vector(dst []uint16, src []float32) int { return 0 }
 
 func f32FromBF16Vector(dst []float32, src []uint16) int { return 0 }
