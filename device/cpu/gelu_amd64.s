@@ -1,31 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
-
-// Constants (geluConsts), 4 bytes each: 0 log2(e), 4 1.5·2^23, 8 ln2hi,
-// 12 ln2lo, 16..40 c7..c1, 44 1, 48 0x7fffffff, 52 int32 127,
-// 56 -2·sqrt(2/pi), 60 -2k, 64 -87, 68 88, 72 2·sqrt(2/pi), 76 6k
-// (k = 0.044715·sqrt(2/pi)), 80 0x7fff, 84 1, 88 0x7f800000, 92 0x40.
-//
-// Registers (LOADCONSTS, the exp constants): Z20 log2e, Z21 magic,
-// Z22 ln2hi, Z23 ln2lo, Z24-Z27 c7-c4, Z16-Z18 c3-c1, Z29 1, Z28 abs
-// mask, Z31 127.
-
-#define LOADCONSTS \
-	VBROADCASTSS 0(AX), Z20; \
-	VBROADCASTSS 4(AX), Z21; \
-	VBROADCASTSS 8(AX), Z22; \
-	VBROADCASTSS 12(AX), Z23; \
-	VBROADCASTSS 16(AX), Z24; \
-	VBROADCASTSS 20(AX), Z25; \
-	VBROADCASTSS 24(AX), Z26; \
-	VBROADCASTSS 28(AX), Z27; \
-	VBROADCASTSS 32(AX), Z16; \
-	VBROADCASTSS 36(AX), Z17; \
-	VBROADCASTSS 40(AX), Z18; \
-	VBROADCASTSS 44(AX), Z29; \
-	VBROADCASTSS 48(AX), Z28; \
-	VBROADCASTSS 52(AX), Z31
+#include "fastmath_amd64.h"
 
 // LOADGELU loads what the GELU kernels need beyond LOADCONSTS' exp
 // constants: Z1 -2·sqrt(2/pi), Z2 -2k, Z3 -87, Z4 88, Z19 2·sqrt(2/pi),
@@ -38,8 +14,7 @@
 	VBROADCASTSS 68(AX), Z4; \
 	VBROADCASTSS 72(AX), Z19; \
 	VBROADCASTSS 76(AX), Z14; \
-	VBROADCASTSS 88(AX), Z15; \
-	VBROADCASTSS 80(AX), Z30
+	LOADROUND
 
 // GELUEXP computes e = exp(w) into Z13, w = -2u = v·(-2·sqrt(2/pi) - 2k·v²)
 // from v in Z0 clamped to [-87, 88] (so that 2^n stays a normal float and
@@ -89,26 +64,6 @@
 	VFMADD213PS Z29, Z7, Z6; \
 	VMULPS Z9, Z6, Z6
 
-// LOADBF16 widens 16 bfloat16s at addr into float32s in reg.
-#define LOADBF16(addr, reg) \
-	VPMOVZXWD addr, reg; \
-	VPSLLD $16, reg, reg
-
-// STOREBF16 rounds Z6 to 16 bfloat16s at addr, nearest-even, NaNs quiet:
-// the cpu package's conversion (convert_amd64.s), so a fused kernel rounds
-// as a separate Copy would. Scratch: Z10-Z12, K1.
-#define STOREBF16(addr) \
-	VPSRLD $16, Z6, Z10; \
-	VPANDD.BCST 84(AX), Z10, Z11; \
-	VPADDD Z11, Z6, Z11; \
-	VPADDD Z30, Z11, Z11; \
-	VPSRLD $16, Z11, Z11; \
-	VPANDD Z28, Z6, Z12; \
-	VPCMPUD $6, Z15, Z12, K1; \
-	VPORD.BCST 92(AX), Z10, K1, Z11; \
-	VPMOVDW Z11, Y12; \
-	VMOVDQU Y12, addr
-
 // func geluF32AVX512(y, x *float32, n int, c *geluConsts)
 // y = gelu(x) for n (a multiple of 16) elements.
 TEXT ·geluF32AVX512(SB), NOSPLIT, $0-32
@@ -150,7 +105,7 @@ hloop:
 	LOADBF16((SI)(BX*2), Z0)
 	GELUEXP
 	GELUY
-	STOREBF16((DI)(BX*2))
+	STOREBF16(Z6, (DI)(BX*2))
 	ADDQ    $16, BX
 	SUBQ    $16, CX
 	JMP     hloop
@@ -205,7 +160,7 @@ kloop:
 	GELUD
 	LOADBF16((DX)(BX*2), Z7)
 	VMULPS  Z7, Z6, Z6
-	STOREBF16((DI)(BX*2))
+	STOREBF16(Z6, (DI)(BX*2))
 	ADDQ    $16, BX
 	SUBQ    $16, CX
 	JMP     kloop

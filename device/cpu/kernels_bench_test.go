@@ -48,3 +48,34 @@ func BenchmarkGelu(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSoftmax runs softmax forward and backward over the GPT
+// reference's attention probabilities ([B·H·T, T] = [24576, 256]) in each
+// dtype; the rows are causal scores (filled above the diagonal), as in the
+// model.
+func BenchmarkSoftmax(b *testing.B) {
+	const rows, n = 96 * 256, 256
+	for _, dt := range []device.DType{device.F32, device.BF16} {
+		d := New()
+		view := func() device.View {
+			buf, _ := d.Alloc(int64(rows*n*dt.Size()), memory.Other)
+			return device.View{Buf: buf, DType: dt, Shape: []int{96, 256, 256}, Strides: []int{256 * 256, 256, 1}}
+		}
+		x, y, g, dx := view(), view(), view(), view()
+		d.Random(x, device.Normal, 0, 1, 1)
+		d.CausalFill(x, x, -1e30)
+		d.Random(g, device.Normal, 0, 1, 2)
+		b.Run("forward/"+dt.String(), func(b *testing.B) {
+			b.SetBytes(int64(2 * rows * n * dt.Size()))
+			for range b.N {
+				d.Softmax(y, x, false)
+			}
+		})
+		b.Run("backward/"+dt.String(), func(b *testing.B) {
+			b.SetBytes(int64(3 * rows * n * dt.Size()))
+			for range b.N {
+				d.SoftmaxBackward(dx, y, g, false)
+			}
+		})
+	}
+}

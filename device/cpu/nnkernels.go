@@ -42,9 +42,14 @@ func (d *Device) Softmax(dst, src device.View, log bool) {
 func softmax[T float](d *Device, dst, src device.View, log bool) {
 	n := lastDim(src)
 	rows := src.Len() / max(n, 1)
+	bf16 := !log && src.DType == device.BF16 && dst.DType == device.BF16
 	d.rowsParallel(rows, n, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
+		if a32, ok := any(sc.a[:]).([]float32); ok && bf16 &&
+			softmaxBF16Rows(u16s(dst)[dst.Offset+r0*n:dst.Offset+r1*n], u16s(src)[src.Offset+r0*n:], a32, n) {
+			return
+		}
 		for r := r0; r < r1; r++ {
 			x := load(src, src.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
 			y := target(dst, dst.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
@@ -96,7 +101,11 @@ func (d *Device) SoftmaxBackward(dx, y, dy device.View, log bool) {
 func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
 	n := lastDim(y)
 	rows := y.Len() / max(n, 1)
+	bf16 := !log && dx.DType == device.BF16 && y.DType == device.BF16 && dy.DType == device.BF16
 	d.rowsParallel(rows, n, func(r0, r1 int) {
+		if bf16 && softmaxGradBF16Rows(u16s(dx)[dx.Offset+r0*n:dx.Offset+r1*n], u16s(y)[y.Offset+r0*n:], u16s(dy)[dy.Offset+r0*n:], n) {
+			return
+		}
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		for r := r0; r < r1; r++ {

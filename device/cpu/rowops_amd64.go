@@ -19,6 +19,34 @@ func scaleF32AVX512(y *float32, n int, s float32)
 //go:noescape
 func softmaxGradF32AVX512(out, y, gr *float32, n int, s float32)
 
+//go:noescape
+func softmaxBF16AVX512(y, x *uint16, tmp *float32, rows, n int, c *geluConsts)
+
+//go:noescape
+func softmaxGradBF16AVX512(dx, y, dy *uint16, rows, n int, c *geluConsts)
+
+// softmaxBF16Rows computes softmax over the rows of n bfloat16s in x into
+// y (both rows·n long) with tmp (n float32s) as scratch, and reports
+// whether it could: the rows need a multiple of 16 elements and AVX-512.
+func softmaxBF16Rows(y, x []uint16, tmp []float32, n int) bool {
+	if !hasAVX512 || n == 0 || n%16 != 0 || len(tmp) < n || len(y) == 0 {
+		return false
+	}
+	_ = x[len(y)-1]
+	softmaxBF16AVX512(&y[0], &x[0], &tmp[0], len(y)/n, n, &geluTable)
+	return true
+}
+
+// softmaxGradBF16Rows is softmaxBF16Rows for the gradient.
+func softmaxGradBF16Rows(dx, y, dy []uint16, n int) bool {
+	if !hasAVX512 || n == 0 || n%16 != 0 || len(dx) == 0 {
+		return false
+	}
+	_, _ = y[len(dx)-1], dy[len(dx)-1]
+	softmaxGradBF16AVX512(&dx[0], &y[0], &dy[0], len(dx)/n, n, &geluTable)
+	return true
+}
+
 // The ...Vector functions below do the largest multiple of 16 elements
 // with AVX-512 and return how many they did (0 without AVX-512); the
 // callers finish the tail.

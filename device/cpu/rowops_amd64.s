@@ -1,22 +1,12 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "fastmath_amd64.h"
 
 // Row primitives of the softmax kernels. Every function takes n, a
 // multiple of 16 and at least 16; the Go wrappers do the tails. The
 // reductions keep four accumulators so that consecutive vector operations
 // do not wait on each other, then fold the lanes.
-
-// HFOLD folds the 16 lanes of Z0 with OP into X0's lowest element.
-#define HFOLD(OP) \
-	VEXTRACTF64X4 $1, Z0, Y1; \
-	OP Y1, Y0, Y0; \
-	VEXTRACTF128 $1, Y0, X1; \
-	OP X1, X0, X0; \
-	VPERMILPS $0x4e, X0, X1; \
-	OP X1, X0, X0; \
-	VPERMILPS $0xb1, X0, X1; \
-	OP X1, X0, X0
 
 // func maxF32AVX512(x *float32, n int) float32
 TEXT ·maxF32AVX512(SB), NOSPLIT, $0-20

@@ -51,3 +51,7 @@ func lnGradStatsVector(x, g, gm, dg, db []float32, mu, rs float32) (s1, s2 float
 func binaryVector(op device.BinaryOp, y, a, b []float32) int { return 0 }
 
 func binaryBF16Vector(op device.BinaryOp, y, a, b []uint16) int { return 0 }
+
+func softmaxBF16Rows(y, x []uint16, tmp []float32, n int) bool { return false }
+
+func softmaxGradBF16Rows(dx, y, dy []uint16, n int) bool { return false }
