@@ -119,7 +119,20 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 			for ic := 0; ic < m; ic += e.mc {
 				mc := min(e.mc, m-ic)
 				ws.a = grow(ws.a, roundUp(mc, mr)*kcp)
-				e.pack(ws.a, a, ic, mc, pc, kc, mr, kg)
+				if tri.kind == LowerA || tri.kind == UpperA {
+					// Each panel only as far as its rows reach into the
+					// triangle: the k-groups outside it are never read
+					// (half of the operand, for a square one).
+					for ir := 0; ir < mc; ir += mr {
+						rows := min(mr, mc-ir)
+						q0, q1, _ := tri.span(ic+ir, 0, rows, 1, pc, kg, kq)
+						if q1 > q0 {
+							e.pack(ws.a[ir*kcp+q0*mr*kg:], a, ic+ir, rows, pc+q0*kg, min(kc-q0*kg, (q1-q0)*kg), mr, kg)
+						}
+					}
+				} else {
+					e.pack(ws.a, a, ic, mc, pc, kc, mr, kg)
+				}
 				for jr := 0; jr < nc; jr += nr {
 					bp := ws.b[jr*kcp:]
 					nrr := min(nr, nc-jr)
