@@ -44,6 +44,14 @@ type engine[S, D any, C float32 | float64] struct {
 	mr, nr, kg int // kg: k values packed side by side per lane (2 for bf16 pairs)
 	mc, kc, nc int // cache blocks; mc % mr == 0, nc % nr == 0, kc % kg == 0
 
+	// A k of at most kcOne (0: none) runs as one K block, with A blocks
+	// of mcOne rows (mcOne % mr == 0) to keep them in L2. C (or a 16-bit
+	// C's float32 partial sums) then goes through memory once instead of
+	// once per K block: 10-17% faster on the GPT's k = 1152 and 1536
+	// products. A larger k keeps kc, which suits the weight gradients' long
+	// k better.
+	kcOne, mcOne int
+
 	// pack copies the rows i0..i0+rows-1 and columns p0..p0+kc-1 of op(X)
 	// into micro-panels of mr rows: within a panel, k-group q holds
 	// mr*kg values, row i's group at i*kg. Rows and k past the end are zero.
@@ -100,10 +108,11 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 		acc32, _ = any(c).([]float32)
 	}
 	bt := b.transposed() // op(B)ᵀ: its rows are op(B)'s columns
+	mcBlk, kcBlk := e.blocks(k)
 	for jc := 0; jc < n; jc += e.nc {
 		nc := min(e.nc, n-jc)
-		for pc := 0; pc < k; pc += e.kc {
-			kc := min(e.kc, k-pc)
+		for pc := 0; pc < k; pc += kcBlk {
+			kc := min(kcBlk, k-pc)
 			kcp := roundUp(kc, kg)
 			kq := kcp / kg
 			ws.b = grow(ws.b, roundUp(nc, nr)*kcp)
@@ -116,8 +125,8 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 			}
 			last := pc+kc >= k
 			tileOnly := o != nil && pc == 0 && last
-			for ic := 0; ic < m; ic += e.mc {
-				mc := min(e.mc, m-ic)
+			for ic := 0; ic < m; ic += mcBlk {
+				mc := min(mcBlk, m-ic)
 				ws.a = grow(ws.a, roundUp(mc, mr)*kcp)
 				if tri.kind == LowerA || tri.kind == UpperA {
 					// Each panel only as far as its rows reach into the
@@ -176,6 +185,15 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 			}
 		}
 	}
+}
+
+// blocks returns the A block rows and the K block length for a product
+// of inner dimension k.
+func (e *engine[S, D, C]) blocks(k int) (mc, kc int) {
+	if k <= e.kcOne {
+		return e.mcOne, e.kcOne
+	}
+	return e.mc, e.kc
 }
 
 // triangle is a product's Triangle and the position of the rows and

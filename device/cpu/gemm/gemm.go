@@ -178,7 +178,7 @@ func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool
 		panic("gemm: micro-tile wider than maxTileCols")
 	}
 	var acc []float32
-	if k > e.kc {
+	if _, kc := e.blocks(k); k > kc {
 		p := poolAcc.Get().(*[]float32)
 		defer poolAcc.Put(p)
 		*p = grow(*p, m*n)

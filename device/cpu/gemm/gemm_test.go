@@ -151,6 +151,7 @@ func withF32Engine(t *testing.T, e *engine[float32, float32, float32], f func(t 
 	t.Run(e.name, f)
 	tiny := *e
 	tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+	tiny.kcOne = 0 // the small blocks above, whatever k
 	tiny.name += "-tinyblocks"
 	setF32Engine(&tiny)
 	t.Run(tiny.name, f)
@@ -237,6 +238,7 @@ func TestGemmBF16(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) { testLow(t, e.name, GemmBF16, bf16gen, BF16ToF32) })
 		tiny := *e
 		tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+		tiny.kcOne = 0 // the small blocks above, whatever k
 		bf16Engine = &tiny
 		t.Run(e.name+"-tinyblocks", func(t *testing.T) { testLow(t, e.name, GemmBF16, bf16gen, BF16ToF32) })
 	}
@@ -383,6 +385,7 @@ func TestGemmBF16To(t *testing.T) {
 			}
 			tiny := *e // k spans several K blocks: partial sums in scratch
 			tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 5*e.kg, 3*e.nr
+			tiny.kcOne = 0 // the small blocks above, whatever k
 			bf16Engine = &tiny
 			t.Run(tile.name+"/"+e.name+"-tinyblocks", func(t *testing.T) {
 				testLow16(t, e.name, Options{Threads: 2}.GemmBF16To, bf16gen, BF16ToF32, 0x7fc0, tol)

@@ -38,7 +38,7 @@ func kernBF16(kq int, a, b []uint16, c []float32, ldc int, alpha, beta float32) 
 
 var (
 	avx512F32Engine = &engine[float32, float32, float32]{
-		name: "avx512-14x32", mr: 14, nr: 32, kg: 1, mc: 14 * 24, kc: 256, nc: 4096,
+		name: "avx512-14x32", mr: 14, nr: 32, kg: 1, mc: 14 * 24, kc: 256, nc: 4096, kcOne: 1536, mcOne: 14 * 6,
 		pack: packF32AVX512, kern: kernAVX512,
 	}
 	avx2F32Engine = &engine[float32, float32, float32]{
@@ -46,7 +46,7 @@ var (
 		pack: packCopy[float32], kern: kernAVX2,
 	}
 	avx512BF16Engine = &engine[uint16, uint16, float32]{
-		name: "avx512bf16-14x32", mr: 14, nr: 32, kg: 2, mc: 14 * 24, kc: 512, nc: 4096,
+		name: "avx512bf16-14x32", mr: 14, nr: 32, kg: 2, mc: 14 * 24, kc: 512, nc: 4096, kcOne: 1536, mcOne: 14 * 12,
 		pack: packPairsAVX512, kern: kernBF16,
 	}
 )

@@ -72,7 +72,7 @@ var (
 // converting them to float32 through tab.
 func convertEngine(e *engine[float32, float32, float32], tab func() *[1 << 16]float32) *engine[uint16, float32, float32] {
 	return &engine[uint16, float32, float32]{
-		name: e.name + "+cvt", mr: e.mr, nr: e.nr, kg: 1, mc: e.mc, kc: e.kc, nc: e.nc,
+		name: e.name + "+cvt", mr: e.mr, nr: e.nr, kg: 1, mc: e.mc, kc: e.kc, nc: e.nc, kcOne: e.kcOne, mcOne: e.mcOne,
 		pack: convertPacker(tab), kern: e.kern,
 	}
 }

@@ -123,6 +123,7 @@ func engineVariants(product string) []engineVariant {
 		for _, e := range f32Engines {
 			tiny := *e
 			tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 7*e.kg, 3*e.nr
+			tiny.kcOne = 0 // the small blocks above, whatever k
 			out = append(out, engineVariant{e.name, func() { setF32Engine(e) }},
 				engineVariant{e.name + "-tiny", func() { setF32Engine(&tiny) }})
 		}
@@ -132,6 +133,7 @@ func engineVariants(product string) []engineVariant {
 	for _, e := range bf16Engines {
 		tiny := *e
 		tiny.mc, tiny.kc, tiny.nc = 2*e.mr, 7*e.kg, 3*e.nr
+		tiny.kcOne = 0 // the small blocks above, whatever k
 		out = append(out, engineVariant{e.name, func() { bf16Engine = e }},
 			engineVariant{e.name + "-tiny", func() { bf16Engine = &tiny }})
 	}
