@@ -61,6 +61,11 @@ type engine[S, D any, C float32 | float64] struct {
 	// k-groups of packed A and B (beta == 0 overwrites C). c has at least
 	// (mr-1)*ldc+nr elements.
 	kern func(kq int, a, b []D, c []C, ldc int, alpha, beta C)
+
+	// kernTo16, where there is one, is kern writing a whole tile straight
+	// into a bfloat16 C, rounded as out16's tile function rounds: the
+	// products whose k is one K block need no float32 tile in between.
+	kernTo16 func(kq int, a, b []D, c []uint16, ldc int, alpha, beta C)
 }
 
 // workspace holds one goroutine's packing buffers.
@@ -152,6 +157,10 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 						// elements above the diagonal must be cleared.
 						q0, q1, upper := tri.span(ic+ir, jc+jr, mrr, nrr, pc, kg, kq)
 						if tileOnly {
+							if e.kernTo16 != nil && o.bf16 && q1 > q0 && !upper && mrr == mr && nrr == nr {
+								e.kernTo16(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], o.c[(ic+ir)*o.ldc+jc+jr:], o.ldc, alpha, C(o.beta))
+								continue
+							}
 							if q1 > q0 {
 								e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, alpha, 0)
 							} else {
@@ -258,6 +267,7 @@ type out16 struct {
 	ldc  int
 	beta float32
 	tile tileFunc
+	bf16 bool // C is bfloat16 (else half precision)
 }
 
 // tileFunc writes rows×cols (cols <= maxTileCols) of the float32 sums t

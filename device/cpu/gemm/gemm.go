@@ -139,7 +139,7 @@ func (t Options) GemmBF16To(transA, transB bool, m, n, k int, alpha float32, a [
 		return
 	}
 	t.checkTriangle("GemmBF16To", m, n, k, beta == 0)
-	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileBF16}
+	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileBF16, bf16: true}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
 		runTo16(t.Threads, t.tri(), bf16Engine, &poolU16, m, n, k, alpha, am, bm, o)

@@ -433,3 +433,45 @@ func TestGemmF16To(t *testing.T) {
 		})
 	}
 }
+
+// GemmBF16To gives the bits of GemmBF16 into a float32 C rounded to
+// bfloat16 afterwards, whichever path writes a tile (whole tiles straight
+// from the micro-kernel, edge tiles through a float32 tile): with beta 0,
+// and with beta·C where k is one K block (over several, GemmBF16 adds C to
+// the first block's sums, GemmBF16To to the last's).
+func TestGemmBF16ToRoundsAsGemmBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, tc := range []struct {
+		m, n, k int
+		beta    float32
+	}{
+		{14, 32, 64, 0}, {28, 64, 384, 0.5}, {29, 70, 130, 0}, {29, 70, 130, -1},
+		{100, 96, 1536, 0.25}, {33, 40, 1600, 0},
+	} {
+		for _, tA := range []bool{false, true} {
+			for _, tB := range []bool{false, true} {
+				for _, threads := range []int{1, 2} {
+					a, lda := operand(rng, tc.m, tc.k, tA, 0, bf16gen)
+					b, ldb := operand(rng, tc.k, tc.n, tB, 0, bf16gen)
+					c16 := make([]uint16, tc.m*tc.n)
+					for i := range c16 {
+						c16[i] = bf16gen(rng)
+					}
+					c32 := make([]float32, len(c16))
+					for i, v := range c16 {
+						c32[i] = BF16ToF32(v)
+					}
+					o := Options{Threads: threads}
+					o.GemmBF16To(tA, tB, tc.m, tc.n, tc.k, 0.75, a, lda, b, ldb, tc.beta, c16, tc.n)
+					o.GemmBF16(tA, tB, tc.m, tc.n, tc.k, 0.75, a, lda, b, ldb, tc.beta, c32, tc.n)
+					for i, v := range c32 {
+						if want := roundBF16(v); c16[i] != want {
+							t.Fatalf("m=%d n=%d k=%d beta=%v tA=%v tB=%v threads=%d: C[%d,%d] = %#04x, GemmBF16 rounded %#04x",
+								tc.m, tc.n, tc.k, tc.beta, tA, tB, threads, i/tc.n, i%tc.n, c16[i], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

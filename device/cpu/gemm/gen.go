@@ -30,6 +30,7 @@ type kernel struct {
 	unroll int
 	pfA    int  // prefetch distance for A in bytes (0: none)
 	bcst   bool // FMA with an embedded-broadcast memory operand (no broadcast register)
+	to16   bool // C is bfloat16: the tile is rounded (nearest even) as it is written
 }
 
 func (k kernel) acc(i, v int) string { return fmt.Sprintf("%s%d", k.reg, i*k.vecs+v) }
@@ -88,19 +89,30 @@ func (k kernel) step(u int) {
 
 func (k kernel) emit() {
 	nr := k.vecs * k.vbytes / 4
-	elem := "float32"
+	elem, celem, csize := "float32", "float32", 4
 	if k.bf16 {
 		elem = "uint16"
 	}
-	fmt.Fprintf(&out, "\n// func %s(kq int, a, b *%s, c *float32, ldc int, alpha, beta float32)\n", k.name, elem)
-	fmt.Fprintf(&out, "// %d×%d tile: C = alpha*A*B + beta*C (beta == 0: C = alpha*A*B).\n", k.mr, nr)
+	if k.to16 {
+		celem, csize = "uint16", 2
+	}
+	fmt.Fprintf(&out, "\n// func %s(kq int, a, b *%s, c *%s, ldc int, alpha, beta float32)\n", k.name, elem, celem)
+	if k.to16 {
+		fmt.Fprintf(&out, "// %d×%d tile: C = round(alpha*A*B + beta*C) into bfloat16 (beta == 0: C is not read).\n", k.mr, nr)
+	} else {
+		fmt.Fprintf(&out, "// %d×%d tile: C = alpha*A*B + beta*C (beta == 0: C = alpha*A*B).\n", k.mr, nr)
+	}
 	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-48\n", k.name)
 	p("MOVQ kq+0(FP), CX")
 	p("MOVQ a+8(FP), AX")
 	p("MOVQ b+16(FP), BX")
 	p("MOVQ c+24(FP), DI")
 	p("MOVQ ldc+32(FP), R8")
-	p("SHLQ $2, R8")
+	if k.to16 {
+		p("SHLQ $1, R8")
+	} else {
+		p("SHLQ $2, R8")
+	}
 	for i := 0; i < k.mr; i++ {
 		for v := 0; v < k.vecs; v++ {
 			a := k.acc(i, v)
@@ -114,7 +126,7 @@ func (k kernel) emit() {
 	// Prefetch the C tile: it is read (or written) after the loop.
 	p("MOVQ DI, R9")
 	for i := 0; i < k.mr; i++ {
-		for off := 0; off < nr*4; off += 64 {
+		for off := 0; off < nr*csize; off += 64 {
 			p("PREFETCHT0 %d(R9)", off)
 		}
 		p("ADDQ R8, R9")
@@ -144,6 +156,10 @@ func (k kernel) emit() {
 	p("JMP %s_tail", k.name)
 
 	label(k.name + "_update")
+	if k.to16 {
+		k.update16()
+		return
+	}
 	al, be := fmt.Sprintf("%s%d", k.reg, k.bReg(0)), fmt.Sprintf("%s%d", k.reg, k.bReg(1))
 	p("VBROADCASTSS alpha+40(FP), %s", al)
 	p("MOVL beta+44(FP), DX")
@@ -176,6 +192,53 @@ func (k kernel) emit() {
 	}
 	p("VZEROUPPER")
 	p("RET")
+}
+
+// update16 writes the tile into a bfloat16 C: alpha·acc (+ beta·C) rounded
+// to nearest even with NaNs kept quiet, the integer method of the cpu
+// package's conversion and of tileBF16AVX512, so a tile rounds alike
+// whichever path writes it. The constants come from memory (bf16c<>) by
+// embedded broadcast: only the four B and broadcast registers are free.
+func (k kernel) update16() {
+	al, be, t0, t1 := "Z28", "Z29", "Z30", "Z31"
+	p("VBROADCASTSS alpha+40(FP), %s", al)
+	p("VBROADCASTSS beta+44(FP), %s", be)
+	p("MOVL beta+44(FP), DX")
+	p("ANDL $0x7fffffff, DX") // -0 counts as zero
+	for _, withBeta := range []bool{true, false} {
+		if withBeta {
+			p("JZ %s_overwrite", k.name)
+		} else {
+			label(k.name + "_overwrite")
+		}
+		for i := 0; i < k.mr; i++ {
+			for v := 0; v < k.vecs; v++ {
+				a := k.acc(i, v)
+				off := v * 32 // 16 bfloat16s per vector
+				p("VMULPS %s, %s, %s", al, a, a)
+				if withBeta {
+					p("VPMOVZXWD %d(DI), %s", off, t0)
+					p("VPSLLD $16, %s, %s", t0, t0)
+					p("VFMADD231PS %s, %s, %s", be, t0, a)
+				}
+				p("VPSRLD $16, %s, %s", a, t0)                  // high half
+				p("VPANDD.BCST bf16c<>+0(SB), %s, %s", t0, t1)  // its lowest bit
+				p("VPADDD %s, %s, %s", a, t1, t1)               // x + lsb
+				p("VPADDD.BCST bf16c<>+4(SB), %s, %s", t1, t1)  // + 0x7fff
+				p("VPSRLD $16, %s, %s", t1, t1)                 // rounded
+				p("VPANDD.BCST bf16c<>+8(SB), %s, %s", a, a)    // |x|
+				p("VPCMPUD.BCST $6, bf16c<>+12(SB), %s, K1", a) // NaN: |x| > +inf
+				p("VPORD.BCST bf16c<>+16(SB), %s, K1, %s", t0, t1)
+				p("VPMOVDW %s, Y30", t1)
+				p("VMOVDQU32 Y30, %d(DI)", off)
+			}
+			if i < k.mr-1 {
+				p("ADDQ R8, DI")
+			}
+		}
+		p("VZEROUPPER")
+		p("RET")
+	}
 }
 
 // transpose emits transpose16F32, which packs 16 rows × 16k columns into
@@ -249,7 +312,14 @@ func main() {
 		{name: "kernF32AVX512", mr: 14, vecs: 2, reg: "Z", vbytes: 64, unroll: 4, pfA: 512},
 		{name: "kernF32AVX2", mr: 6, vecs: 2, reg: "Y", vbytes: 32, unroll: 4, pfA: 256},
 		{name: "kernBF16AVX512", mr: 14, vecs: 2, reg: "Z", vbytes: 64, bf16: true, unroll: 4, pfA: 512},
+		{name: "kernBF16AVX512To16", mr: 14, vecs: 2, reg: "Z", vbytes: 64, bf16: true, unroll: 4, pfA: 512, to16: true},
 	}
+	// bf16c: update16's rounding constants: 1, 0x7fff, the absolute value
+	// mask, +inf, a bfloat16 NaN's quiet bit.
+	for i, v := range []uint32{1, 0x7fff, 0x7fffffff, 0x7f800000, 0x40} {
+		fmt.Fprintf(&out, "DATA bf16c<>+%d(SB)/4, $0x%x\n", 4*i, v)
+	}
+	out.WriteString("GLOBL bf16c<>(SB), RODATA|NOPTR, $20\n")
 	for _, k := range kernels {
 		k.emit()
 	}

@@ -15,6 +15,9 @@ func kernF32AVX2(kq int, a, b, c *float32, ldc int, alpha, beta float32)
 //go:noescape
 func kernBF16AVX512(kq int, a, b *uint16, c *float32, ldc int, alpha, beta float32)
 
+//go:noescape
+func kernBF16AVX512To16(kq int, a, b *uint16, c *uint16, ldc int, alpha, beta float32)
+
 // The wrappers check that the packed panels and C are long enough, so that
 // a driver bug panics instead of corrupting memory.
 
@@ -36,6 +39,12 @@ func kernBF16(kq int, a, b []uint16, c []float32, ldc int, alpha, beta float32) 
 	kernBF16AVX512(kq, &a[0], &b[0], &c[0], ldc, alpha, beta)
 }
 
+func kernBF16To16(kq int, a, b, c []uint16, ldc int, alpha, beta float32) {
+	const mr, nr = 14, 32
+	_, _, _ = a[2*kq*mr-1], b[2*kq*nr-1], c[(mr-1)*ldc+nr-1]
+	kernBF16AVX512To16(kq, &a[0], &b[0], &c[0], ldc, alpha, beta)
+}
+
 var (
 	avx512F32Engine = &engine[float32, float32, float32]{
 		name: "avx512-14x32", mr: 14, nr: 32, kg: 1, mc: 14 * 24, kc: 256, nc: 4096, kcOne: 1536, mcOne: 14 * 6,
@@ -47,7 +56,7 @@ var (
 	}
 	avx512BF16Engine = &engine[uint16, uint16, float32]{
 		name: "avx512bf16-14x32", mr: 14, nr: 32, kg: 2, mc: 14 * 24, kc: 512, nc: 4096, kcOne: 1536, mcOne: 14 * 12,
-		pack: packPairsAVX512, kern: kernBF16,
+		pack: packPairsAVX512, kern: kernBF16, kernTo16: kernBF16To16,
 	}
 )
 
