@@ -44,25 +44,48 @@ var squareSizes = []int{256, 512, 1024, 2048}
 // gemmFunc runs one product on operands of element type T.
 type gemmFunc[T any] func(transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []float32, ldc int)
 
-func benchOne[T any](b *testing.B, s benchShape, gen func(*rand.Rand) T, f gemmFunc[T]) {
+// benchCase is one shape's operands: distinct A and B per batch entry, as
+// in attention.
+type benchCase[T any] struct {
+	s        benchShape
+	as, bs   [][]T
+	lda, ldb int
+	c        []float32
+}
+
+func newBenchCase[T any](s benchShape, gen func(*rand.Rand) T) *benchCase[T] {
 	rng := rand.New(rand.NewPCG(1, 1))
 	batch := max(s.batch, 1)
 	a, lda := operand(rng, s.m, s.k, s.transA, 0, gen)
 	bb, ldb := operand(rng, s.k, s.n, s.transB, 0, gen)
-	c := make([]float32, s.m*s.n)
-	as, bs := make([][]T, batch), make([][]T, batch)
-	for i := range as { // distinct operands per batch entry, as in attention
-		as[i] = append([]T(nil), a...)
-		bs[i] = append([]T(nil), bb...)
+	bc := &benchCase[T]{s: s, as: make([][]T, batch), bs: make([][]T, batch), lda: lda, ldb: ldb, c: make([]float32, s.m*s.n)}
+	for i := range bc.as {
+		bc.as[i] = append([]T(nil), a...)
+		bc.bs[i] = append([]T(nil), bb...)
 	}
+	return bc
+}
+
+// run computes every product of the batch with f.
+func (bc *benchCase[T]) run(f gemmFunc[T]) {
+	s := bc.s
+	for i := range bc.as {
+		f(s.transA, s.transB, s.m, s.n, s.k, bc.as[i], bc.lda, bc.bs[i], bc.ldb, bc.c, s.n)
+	}
+}
+
+// flops is the floating-point operations of one run.
+func (bc *benchCase[T]) flops() float64 {
+	return 2 * float64(bc.s.m) * float64(bc.s.n) * float64(bc.s.k) * float64(len(bc.as))
+}
+
+func benchOne[T any](b *testing.B, s benchShape, gen func(*rand.Rand) T, f gemmFunc[T]) {
+	bc := newBenchCase(s, gen)
 	b.ResetTimer()
 	for b.Loop() {
-		for i := 0; i < batch; i++ {
-			f(s.transA, s.transB, s.m, s.n, s.k, as[i], lda, bs[i], ldb, c, s.n)
-		}
+		bc.run(f)
 	}
-	flops := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(batch)
-	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	b.ReportMetric(bc.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 func benchAll[T any](b *testing.B, gen func(*rand.Rand) T, f gemmFunc[T], setThreads func(int) int, models bool) {

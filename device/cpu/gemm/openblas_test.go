@@ -3,8 +3,10 @@
 package gemm
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/memfit/memfit/device/cpu/gemm/internal/openblas"
 )
@@ -18,6 +20,48 @@ func BenchmarkOpenBLAS(b *testing.B) {
 	benchAll(b, f32gen, func(tA, tB bool, m, n, k int, a []float32, lda int, bb []float32, ldb int, c []float32, ldc int) {
 		openblas.Sgemm(tA, tB, m, n, k, 1, a, lda, bb, ldb, 0, c, ldc)
 	}, openblas.SetThreads, true)
+}
+
+// BenchmarkSgemmVsOpenBLAS alternates memfit's Sgemm and OpenBLAS's on the
+// same operands, one run of each per iteration, so that both see the
+// machine in the same state (this VM's throughput drifts by 10-15% over
+// minutes, which separate benchmarks read as a difference between the
+// libraries). It reports each one's GFLOP/s and memfit's speed as a
+// fraction of OpenBLAS's.
+func BenchmarkSgemmVsOpenBLAS(b *testing.B) {
+	defer openblas.SetThreads(openblas.SetThreads(1))
+	memfit := func(tA, tB bool, m, n, k int, a []float32, lda int, bb []float32, ldb int, c []float32, ldc int) {
+		Sgemm(tA, tB, m, n, k, 1, a, lda, bb, ldb, 0, c, ldc)
+	}
+	blas := func(tA, tB bool, m, n, k int, a []float32, lda int, bb []float32, ldb int, c []float32, ldc int) {
+		openblas.Sgemm(tA, tB, m, n, k, 1, a, lda, bb, ldb, 0, c, ldc)
+	}
+	shapes := []benchShape{}
+	for _, n := range squareSizes {
+		shapes = append(shapes, benchShape{name: fmt.Sprintf("square/n=%d", n), m: n, n: n, k: n})
+	}
+	shapes = append(shapes, modelShapes...)
+	for _, s := range shapes {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", s.name, threads), func(b *testing.B) {
+				defer SetThreads(SetThreads(threads))
+				defer openblas.SetThreads(openblas.SetThreads(threads))
+				bc := newBenchCase(s, f32gen)
+				var tm, to time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					bc.run(memfit)
+					t1 := time.Now()
+					bc.run(blas)
+					tm, to = tm+t1.Sub(t0), to+time.Since(t1)
+				}
+				f := bc.flops() * float64(b.N) / 1e9
+				b.ReportMetric(f/tm.Seconds(), "memfit-GFLOP/s")
+				b.ReportMetric(f/to.Seconds(), "openblas-GFLOP/s")
+				b.ReportMetric(to.Seconds()/tm.Seconds(), "memfit/openblas")
+			})
+		}
+	}
 }
 
 func TestOpenBLASAgrees(t *testing.T) {
