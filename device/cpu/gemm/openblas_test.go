@@ -23,11 +23,14 @@ func BenchmarkOpenBLAS(b *testing.B) {
 }
 
 // BenchmarkSgemmVsOpenBLAS alternates memfit's Sgemm and OpenBLAS's on the
-// same operands, one run of each per iteration, so that both see the
-// machine in the same state (this VM's throughput drifts by 10-15% over
-// minutes, which separate benchmarks read as a difference between the
+// same operands, a block of about 50 ms of each per iteration, so that both
+// see the machine in the same state (this VM's throughput drifts by 10-15%
+// over minutes, which separate benchmarks read as a difference between the
 // libraries). It reports each one's GFLOP/s and memfit's speed as a
-// fraction of OpenBLAS's.
+// fraction of OpenBLAS's. A pause follows each block: OpenBLAS's idle
+// threads spin for up to 2^28 cycles (OPENBLAS_THREAD_TIMEOUT) after a
+// call, and on two cores a spinning thread would halve memfit's next
+// product on two threads.
 func BenchmarkSgemmVsOpenBLAS(b *testing.B) {
 	defer openblas.SetThreads(openblas.SetThreads(1))
 	memfit := func(tA, tB bool, m, n, k int, a []float32, lda int, bb []float32, ldb int, c []float32, ldc int) {
@@ -47,15 +50,22 @@ func BenchmarkSgemmVsOpenBLAS(b *testing.B) {
 				defer SetThreads(SetThreads(threads))
 				defer openblas.SetThreads(openblas.SetThreads(threads))
 				bc := newBenchCase(s, f32gen)
+				reps := max(1, int(5e9*float64(threads)/bc.flops())) // ~50 ms at 100 GFLOP/s per thread
+				block := func(f gemmFunc[float32]) time.Duration {
+					t0 := time.Now()
+					for range reps {
+						bc.run(f)
+					}
+					d := time.Since(t0)
+					time.Sleep(150 * time.Millisecond)
+					return d
+				}
 				var tm, to time.Duration
 				for b.Loop() {
-					t0 := time.Now()
-					bc.run(memfit)
-					t1 := time.Now()
-					bc.run(blas)
-					tm, to = tm+t1.Sub(t0), to+time.Since(t1)
+					tm += block(memfit)
+					to += block(blas)
 				}
-				f := bc.flops() * float64(b.N) / 1e9
+				f := bc.flops() * float64(reps*b.N) / 1e9
 				b.ReportMetric(f/tm.Seconds(), "memfit-GFLOP/s")
 				b.ReportMetric(f/to.Seconds(), "openblas-GFLOP/s")
 				b.ReportMetric(to.Seconds()/tm.Seconds(), "memfit/openblas")
