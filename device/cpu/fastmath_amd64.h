@@ -26,6 +26,41 @@
 	VBROADCASTSS 48(AX), Z28; \
 	VBROADCASTSS 52(AX), Z31
 
+// EXP computes Z13 = exp(x) for x in [-87.3, 88.3] (LOADCONSTS): n =
+// round(x·log2 e) by adding 1.5·2^23, r = x - n·ln2 (x is overwritten by
+// r), a degree-7 polynomial, and 2^n put into the exponent bits. Scratch:
+// Z11, Z12.
+#define EXP(x) \
+	VMOVAPS Z21, Z11; \
+	VFMADD231PS Z20, x, Z11; \
+	VSUBPS  Z21, Z11, Z12; \
+	VFNMADD231PS Z22, Z12, x; \
+	VFNMADD231PS Z23, Z12, x; \
+	VMOVAPS Z24, Z13; \
+	VFMADD213PS Z25, x, Z13; \
+	VFMADD213PS Z26, x, Z13; \
+	VFMADD213PS Z27, x, Z13; \
+	VFMADD213PS Z16, x, Z13; \
+	VFMADD213PS Z17, x, Z13; \
+	VFMADD213PS Z18, x, Z13; \
+	VFMADD213PS Z29, x, Z13; \
+	VPSUBD  Z21, Z11, Z11; \
+	VPADDD  Z31, Z11, Z11; \
+	VPSLLD  $23, Z11, Z11; \
+	VMULPS  Z11, Z13, Z13
+
+// EXPSHIFT writes exp(x - Z7) of the 16 float32s at src to dst, and 0
+// where x - Z7 is below -87.3 (Z6): softmax's numerators. Uses Z10-Z14, K1.
+#define EXPSHIFT(src, dst) \
+	VMOVUPS src, Z10; \
+	VSUBPS  Z7, Z10, Z10; \
+	VCMPPS  $1, Z6, Z10, K1; \
+	VMAXPS  Z6, Z10, Z10; \
+	EXP(Z10); \
+	VPXORD  Z14, Z14, Z14; \
+	VMOVAPS Z14, K1, Z13; \
+	VMOVUPS Z13, dst
+
 // HFOLD folds the 16 lanes of Z0 with OP into X0's lowest element.
 #define HFOLD(OP) \
 	VEXTRACTF64X4 $1, Z0, Y1; \

@@ -89,8 +89,8 @@ func TestGeluRows(t *testing.T) {
 			if d := math.Abs(float64(y[i]) - want); d > 1e-6*math.Max(1, math.Abs(want)) {
 				t.Fatalf("n=%d gelu(%v) = %v, want %v", n, v, y[i], want)
 			}
-			// 1+tanh u cancels for large negative u (as in any float32
-			// GELU): the error is absolute, about 1e-6 per unit of g.
+			// The gradient's error is bounded absolutely, about 1e-6 per
+			// unit of g, where gelu' is near 0 for large negative u.
 			wg := float64(g[i]) * geluGradRef(float64(v))
 			if d := math.Abs(float64(dx[i]) - wg); d > 1e-6*math.Max(1, math.Abs(float64(g[i]))) {
 				t.Fatalf("n=%d gelu'(%v)·%v = %v, want %v", n, v, g[i], dx[i], wg)

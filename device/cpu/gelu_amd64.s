@@ -18,10 +18,8 @@
 
 // GELUEXP computes e = exp(w) into Z13, w = -2u = v·(-2·sqrt(2/pi) - 2k·v²)
 // from v in Z0 clamped to [-87, 88] (so that 2^n stays a normal float and
-// 1+e finite), with v² left in Z5: GELU is v·σ(2u) = v/(1+e). The exp is
-// exp32's range reduction (n = round(w·log2 e) by the 1.5·2^23 trick,
-// r = w - n·ln2) and degree-7 polynomial. A NaN v gives w = -87, and the
-// NaN comes back through v. Scratch: Z8, Z11, Z12.
+// 1+e finite), with v² left in Z5: GELU is v·σ(2u) = v/(1+e). A NaN v
+// gives w = -87, and the NaN comes back through v. Scratch: Z8, Z11, Z12.
 #define GELUEXP \
 	VMULPS Z0, Z0, Z5; \
 	VMOVAPS Z1, Z8; \
@@ -29,23 +27,7 @@
 	VMULPS Z0, Z8, Z8; \
 	VMAXPS Z3, Z8, Z8; \
 	VMINPS Z4, Z8, Z8; \
-	VMOVAPS Z21, Z11; \
-	VFMADD231PS Z20, Z8, Z11; \
-	VSUBPS Z21, Z11, Z12; \
-	VFNMADD231PS Z22, Z12, Z8; \
-	VFNMADD231PS Z23, Z12, Z8; \
-	VMOVAPS Z24, Z13; \
-	VFMADD213PS Z25, Z8, Z13; \
-	VFMADD213PS Z26, Z8, Z13; \
-	VFMADD213PS Z27, Z8, Z13; \
-	VFMADD213PS Z16, Z8, Z13; \
-	VFMADD213PS Z17, Z8, Z13; \
-	VFMADD213PS Z18, Z8, Z13; \
-	VFMADD213PS Z29, Z8, Z13; \
-	VPSUBD Z21, Z11, Z11; \
-	VPADDD Z31, Z11, Z11; \
-	VPSLLD $23, Z11, Z11; \
-	VMULPS Z11, Z13, Z13
+	EXP(Z8)
 
 // GELUY computes Z6 = gelu(v) = v/(1+e) after GELUEXP.
 #define GELUY \
@@ -186,30 +168,7 @@ TEXT ·expShiftF32AVX512(SB), NOSPLIT, $0-40
 eloop:
 	CMPQ CX, $16
 	JLT  edone
-	VMOVUPS (SI)(BX*4), Z0
-	VSUBPS  Z7, Z0, Z10           // z = x - shift
-	VCMPPS  $1, Z6, Z10, K1       // K1: z < -87.3
-	VMAXPS  Z6, Z10, Z10
-	VMOVAPS Z21, Z11
-	VFMADD231PS Z20, Z10, Z11     // big = magic + z·log2e
-	VSUBPS  Z21, Z11, Z12         // n
-	VFNMADD231PS Z22, Z12, Z10    // r = z - n·ln2hi
-	VFNMADD231PS Z23, Z12, Z10    // r -= n·ln2lo
-	VMOVAPS Z24, Z13
-	VFMADD213PS Z25, Z10, Z13
-	VFMADD213PS Z26, Z10, Z13
-	VFMADD213PS Z27, Z10, Z13
-	VFMADD213PS Z16, Z10, Z13
-	VFMADD213PS Z17, Z10, Z13
-	VFMADD213PS Z18, Z10, Z13
-	VFMADD213PS Z29, Z10, Z13
-	VPSUBD  Z21, Z11, Z11
-	VPADDD  Z31, Z11, Z11
-	VPSLLD  $23, Z11, Z11
-	VMULPS  Z11, Z13, Z13         // e = p·2^n
-	VPXORD  Z14, Z14, Z14
-	VMOVAPS Z14, K1, Z13          // masked entries: 0
-	VMOVUPS Z13, (DI)(BX*4)
+	EXPSHIFT((SI)(BX*4), (DI)(BX*4))
 	ADDQ    $16, BX
 	SUBQ    $16, CX
 	JMP     eloop

@@ -9,35 +9,6 @@
 // sumF32AVX512's four accumulators, one division, scaleF32AVX512; and
 // dotF32AVX512 then softmaxGradF32AVX512), so both give the same bits.
 
-// EXPSHIFT replaces the float32s at addr by exp(x - Z7), 0 below -87.3
-// (Z6), and adds them to acc. Uses Z10-Z14, K1.
-#define EXPSHIFT(addr, acc) \
-	VMOVUPS addr, Z10; \
-	VSUBPS  Z7, Z10, Z10; \
-	VCMPPS  $1, Z6, Z10, K1; \
-	VMAXPS  Z6, Z10, Z10; \
-	VMOVAPS Z21, Z11; \
-	VFMADD231PS Z20, Z10, Z11; \
-	VSUBPS  Z21, Z11, Z12; \
-	VFNMADD231PS Z22, Z12, Z10; \
-	VFNMADD231PS Z23, Z12, Z10; \
-	VMOVAPS Z24, Z13; \
-	VFMADD213PS Z25, Z10, Z13; \
-	VFMADD213PS Z26, Z10, Z13; \
-	VFMADD213PS Z27, Z10, Z13; \
-	VFMADD213PS Z16, Z10, Z13; \
-	VFMADD213PS Z17, Z10, Z13; \
-	VFMADD213PS Z18, Z10, Z13; \
-	VFMADD213PS Z29, Z10, Z13; \
-	VPSUBD  Z21, Z11, Z11; \
-	VPADDD  Z31, Z11, Z11; \
-	VPSLLD  $23, Z11, Z11; \
-	VMULPS  Z11, Z13, Z13; \
-	VPXORD  Z14, Z14, Z14; \
-	VMOVAPS Z14, K1, Z13; \
-	VMOVUPS Z13, addr; \
-	VADDPS  Z13, acc, acc
-
 // func softmaxBF16AVX512(y, x *uint16, tmp *float32, rows, n int, c *geluConsts)
 // Each of rows rows: y = softmax(x), through tmp (n float32s).
 TEXT ·softmaxBF16AVX512(SB), NOSPLIT, $0-48
@@ -84,17 +55,22 @@ exp4:
 	LEAQ 64(BX), DX
 	CMPQ DX, CX
 	JGT  exp1
-	EXPSHIFT((R8)(BX*4), Z2)
-	EXPSHIFT(64(R8)(BX*4), Z3)
-	EXPSHIFT(128(R8)(BX*4), Z4)
-	EXPSHIFT(192(R8)(BX*4), Z5)
+	EXPSHIFT((R8)(BX*4), (R8)(BX*4))
+	VADDPS  Z13, Z2, Z2
+	EXPSHIFT(64(R8)(BX*4), 64(R8)(BX*4))
+	VADDPS  Z13, Z3, Z3
+	EXPSHIFT(128(R8)(BX*4), 128(R8)(BX*4))
+	VADDPS  Z13, Z4, Z4
+	EXPSHIFT(192(R8)(BX*4), 192(R8)(BX*4))
+	VADDPS  Z13, Z5, Z5
 	MOVQ DX, BX
 	JMP  exp4
 
 exp1:
 	CMPQ BX, CX
 	JGE  summed
-	EXPSHIFT((R8)(BX*4), Z2)
+	EXPSHIFT((R8)(BX*4), (R8)(BX*4))
+	VADDPS  Z13, Z2, Z2
 	ADDQ $16, BX
 	JMP  exp1
 
