@@ -205,7 +205,7 @@ func TestGPTNoGrad(t *testing.T) {
 	forward := func(opts ...tensor.ScopeOption) (peak, after int64, logits []float32) {
 		mem.ResetPeak()
 		s := tensor.NewScope(opts...)
-		r := nn.Eval(s)
+		r := &nn.Run{Scope: s} // eval mode (no dropout); records unless opts say NoGrad
 		out := m.Forward(r, x)
 		logits = out.Float32s()
 		out.Release()

@@ -41,9 +41,14 @@ func NewRun(s *tensor.Scope, seed uint64) *Run {
 	return &Run{Scope: s, Train: true, Seed: seed, InPlace: true}
 }
 
-// Eval returns an inference run: no graph, no dropout.
+// Eval returns an inference run: no dropout, and no graph whatever scope it
+// is given. Its ops run in a no-grad view of s (s still owns the results,
+// and closing s releases them), so each activation is freed as soon as the
+// next layer has consumed it, and a loop of eval forwards holds one
+// forward's working set. A forward without dropout that must record a graph
+// (a gradient check, say) builds its Run itself: &Run{Scope: s}.
 func Eval(s *tensor.Scope) *Run {
-	return &Run{Scope: s, Train: false, InPlace: true}
+	return &Run{Scope: s.WithModes(tensor.NoGrad()), Train: false, InPlace: true}
 }
 
 // SeedFor mixes the run's seed with a layer's salt.

@@ -191,7 +191,7 @@ func (s *Scope) unary(op device.UnaryOp, x *Tensor, arg float64) *Tensor {
 
 // release drops a handle the scope made for its own use inside an op.
 func (s *Scope) release(t *Tensor) {
-	if t.owner == s {
+	if t.owner == s.owning() {
 		t.owner = nil
 	}
 	t.Release()

@@ -166,18 +166,19 @@ func (s *Scope) castTo(t *Tensor, dtype DType) *Tensor {
 		return t
 	}
 	if t.node == nil && s.track {
+		h := s.owning() // a WithModes view shares its owner's cache
 		key := castKey{t, dtype}
-		if c, ok := s.casts[key]; ok && c.version == t.Version() {
+		if c, ok := h.casts[key]; ok && c.version == t.Version() {
 			return c.t.share2()
 		} else if ok {
 			c.t.Release() // the leaf changed (an optimizer step): cast again
 		}
 		c := s.With(Category(memory.Temporary)).Cast(t, dtype)
 		c.owner = nil
-		if s.casts == nil {
-			s.casts = map[castKey]cachedCast{}
+		if h.casts == nil {
+			h.casts = map[castKey]cachedCast{}
 		}
-		s.casts[key] = cachedCast{c, t.Version()}
+		h.casts[key] = cachedCast{c, t.Version()}
 		return c.share2()
 	}
 	return s.Cast(t, dtype)

@@ -20,6 +20,9 @@ type Scope struct {
 	owned    []*Tensor
 	casts    map[castKey]cachedCast // autocast copies of leaves, reused until Close
 	closed   bool
+	// home is the scope that owns this one's results and autocast copies
+	// when this one is a view made by WithModes; nil when s owns its own.
+	home *Scope
 }
 
 // ScopeOption configures a Scope.
@@ -69,29 +72,56 @@ func (s *Scope) With(opts ...ScopeOption) *Scope {
 	return c
 }
 
-// own registers t as owned by s.
+// WithModes returns a view of s whose ops run with the options applied to
+// s's modes but whose results s owns: they are released when s closes, and
+// Keep on either hands them to the caller. nn.Eval uses it to run a forward
+// without grad inside whatever scope the caller has, so an inference loop
+// cannot keep a graph by forgetting tensor.NoGrad. Closing a view does
+// nothing; close s.
+func (s *Scope) WithModes(opts ...ScopeOption) *Scope {
+	h := s.owning()
+	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
+}
+
+// owning is the scope that owns s's results: s, or the scope s is a view of.
+func (s *Scope) owning() *Scope {
+	if s.home != nil {
+		return s.home
+	}
+	return s
+}
+
+// own registers t as owned by s (by the scope s is a view of).
 func (s *Scope) own(t *Tensor) *Tensor {
 	if s.track {
-		if s.closed {
+		h := s.owning()
+		if h.closed {
 			panic(errorf("scope", "op on a closed scope"))
 		}
-		t.owner = s
-		s.owned = append(s.owned, t)
+		t.owner = h
+		h.owned = append(h.owned, t)
 	}
 	return t
 }
 
 // Keep hands t from the scope to the caller, who must Release it.
 func (s *Scope) Keep(t *Tensor) *Tensor {
-	if t.owner == s {
+	if t.owner == s.owning() {
 		t.owner = nil
 	}
 	return t
 }
 
 // Close releases every tensor the scope still owns, and its autocast copies.
-// It is safe to call more than once.
+// It is safe to call more than once, and does nothing on a WithModes view.
 func (s *Scope) Close() {
+	if s.home != nil {
+		return
+	}
 	for _, t := range s.owned {
 		if t.owner == s {
 			t.Release()
