@@ -118,7 +118,6 @@ func newAdam(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 type result struct {
 	params []float32 // all parameters, concatenated
 	calls  int       // collectives issued after construction
-	stats  []memory.Stats
 }
 
 // trainRank trains the test MLP on c's rank for steps steps of the global

@@ -420,10 +420,3 @@ func wide(views ...device.View) bool {
 	}
 	return false
 }
-
-func f32bytes(s []float32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
-}

@@ -26,3 +26,5 @@
 // functions panic: shapes are checked by the callers above, so a short slice
 // here is a programming error.
 package gemm
+
+//go:generate go run gen.go
