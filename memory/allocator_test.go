@@ -2,6 +2,7 @@ package memory
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -337,7 +338,7 @@ func TestOOMRetry(t *testing.T) {
 		want.ByCategory[Activation] = 15 * MiB
 		got := *oom
 		got.Err = nil
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("OOMError\n%+v\nwant\n%+v", got, want)
 		}
 		if oom.Err == nil || errors.Unwrap(err) != oom.Err {

@@ -1,6 +1,10 @@
 package memory
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Category says what a block holds. Requested bytes are accounted per
 // category so that reports and OOM messages can say where memory went.
@@ -47,20 +51,40 @@ func ParseCategory(s string) (Category, error) {
 	return Other, fmt.Errorf("memory: unknown category %q (want other, parameter, gradient, optimizer_state, activation, temporary or data)", s)
 }
 
-var hints = [NumCategories]string{
-	Parameter:      "a smaller model or -freeze <modules>",
-	Gradient:       "-freeze <modules>, -amp bf16",
-	OptimizerState: "-optim sgd, -freeze <modules>",
-	Activation:     "-checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch",
-	Temporary:      "-accum 4 or a smaller -batch",
-	Data:           "lower -prefetch or a smaller -batch",
+// A suggestion is one option an out-of-memory hint names, keyed by its
+// flag so that a hint can leave out what was already tried.
+type suggestion struct{ flag, text string }
+
+var hints = [NumCategories][]suggestion{
+	Parameter:      {{"", "a smaller model"}, {"-freeze", "-freeze <modules>"}},
+	Gradient:       {{"-freeze", "-freeze <modules>"}, {"-amp", "-amp bf16"}},
+	OptimizerState: {{"-optim", "-optim sgd"}, {"-freeze", "-freeze <modules>"}},
+	Activation:     {{"-checkpoint", "-checkpoint sqrt"}, {"-amp", "-amp bf16"}, {"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}},
+	Temporary:      {{"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}},
+	Data:           {{"-prefetch", "lower -prefetch"}, {"-batch", "a smaller -batch"}},
 }
 
 // Hint names the memfit options that would cut the memory held by category
 // c; it is "" for Other.
-func Hint(c Category) string {
-	if c < NumCategories {
-		return hints[c]
+func Hint(c Category) string { return hint(c, nil) }
+
+// hint is Hint without the suggestions whose flag is in tried, written as
+// "a, b or c".
+func hint(c Category, tried []string) string {
+	if c >= NumCategories {
+		return ""
 	}
-	return ""
+	var parts []string
+	for _, s := range hints[c] {
+		if s.flag == "" || !slices.Contains(tried, s.flag) {
+			parts = append(parts, s.text)
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }

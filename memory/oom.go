@@ -24,6 +24,12 @@ type OOMError struct {
 	ByCategory [NumCategories]int64
 	// Err is Raw's refusal, nil when the request alone exceeds the capacity.
 	Err error
+	// Tried names the options already in effect when the request failed,
+	// by flag ("-accum", "-checkpoint", "-amp", "-batch" once micro-batches
+	// are single examples): the hint leaves them out rather than suggest
+	// what has just failed. The allocator leaves it empty; the trainer
+	// fills it in.
+	Tried []string
 }
 
 // Error says what was asked for, what the device holds and who holds it, and
@@ -73,9 +79,13 @@ func (e *OOMError) Error() string {
 	switch {
 	case e.Capacity > 0 && (e.Requested > e.Capacity || e.Size > e.Capacity):
 		b.WriteString("; the request alone exceeds the capacity: try a smaller -batch or model")
-	case len(cats) > 0 && Hint(cats[0]) != "":
+	case len(cats) > 0 && hint(cats[0], e.Tried) != "":
 		b.WriteString("; try: ")
-		b.WriteString(Hint(cats[0]))
+		b.WriteString(hint(cats[0], e.Tried))
+	case len(cats) > 0 && len(e.Tried) > 0:
+		b.WriteString("; ")
+		b.WriteString(strings.Join(e.Tried, ", "))
+		b.WriteString(" did not make it fit: try a smaller model or -batch")
 	}
 	return b.String()
 }

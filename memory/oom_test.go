@@ -70,8 +70,8 @@ func TestOOMHint(t *testing.T) {
 		hint    string
 	}{
 		{Activation, "-checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch"},
-		{OptimizerState, "-optim sgd, -freeze"},
-		{Gradient, "-freeze <modules>, -amp"},
+		{OptimizerState, "-optim sgd or -freeze"},
+		{Gradient, "-freeze <modules> or -amp"},
 		{Parameter, "a smaller model or -freeze"},
 		{Data, "lower -prefetch"},
 		{Temporary, "-accum 4 or a smaller -batch"},
@@ -99,6 +99,29 @@ func TestOOMHint(t *testing.T) {
 				}
 			} else if !strings.Contains(msg, "; try: "+tc.hint) {
 				t.Errorf("message lacks hint %q:\n%s", tc.hint, msg)
+			}
+		})
+	}
+}
+
+// A hint never suggests an option that was already in effect when the
+// request failed.
+func TestOOMHintLeavesOutWhatWasTried(t *testing.T) {
+	for _, tc := range []struct {
+		tried []string
+		want  string
+	}{
+		{nil, "; try: -checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch"},
+		{[]string{"-accum"}, "; try: -checkpoint sqrt, -amp bf16 or a smaller -batch"},
+		{[]string{"-accum", "-batch"}, "; try: -checkpoint sqrt or -amp bf16"},
+		{[]string{"-accum", "-batch", "-checkpoint"}, "; try: -amp bf16"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp"}, "; -accum, -batch, -checkpoint, -amp did not make it fit: try a smaller model or -batch"},
+	} {
+		t.Run(strings.Join(tc.tried, ","), func(t *testing.T) {
+			e := &OOMError{Requested: MiB, Size: MiB, Capacity: 64 * MiB, Device: "meta", Tried: tc.tried}
+			e.ByCategory[Activation] = 60 * MiB
+			if msg := e.Error(); !strings.HasSuffix(msg, tc.want) {
+				t.Errorf("tried %v:\n%s\nwant it to end %q", tc.tried, msg, tc.want)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/tensor"
 )
 
 // tinyGPT is a GPT small enough for many runs per test, with dropout on so
@@ -193,6 +194,44 @@ func TestOOMRecoveryRaisesAccumulation(t *testing.T) {
 		t.Errorf("accum %d, retries %d, log:\n%s", tr.Accum(), s.OOMRetries, log.String())
 	}
 	t.Logf("limit %d: %s", cfg.MemLimit, log.String())
+}
+
+// When even single-example micro-batches do not fit, the error's hint
+// leaves out what the run already tried (-accum, a smaller -batch, the
+// -checkpoint and -amp it has on) and names what it has not.
+func TestOOMHintAfterRecoveryNamesOnlyUntried(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps = 16, 256, 4, 0, 1
+	cfg.Checkpoint = "every"
+	one := cfg
+	one.Accum = 4
+	small, err := Plan(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Just short of what single-example micro-batches need.
+	cfg.MemLimit = small.Total * 9 / 10
+	var log bytes.Buffer
+	dev, _ := NewDevice(cfg)
+	tr, err := New(cfg, dev, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	_, err = tr.Run(context.Background())
+	if !tensor.IsOOM(err) {
+		t.Fatalf("run under %d bytes: %v, want out of memory\n%s", cfg.MemLimit, err, log.String())
+	}
+	msg := err.Error()
+	t.Logf("limit %d bytes (plan %d):\n%s%s", cfg.MemLimit, small.Total, log.String(), msg)
+	if !strings.Contains(msg, "micro-batches of 1 example") || !strings.Contains(msg, "try: -amp bf16") {
+		t.Errorf("error does not suggest -amp alone:\n%s", msg)
+	}
+	for _, tried := range []string{"-accum 4", "-checkpoint sqrt", "smaller -batch"} {
+		if strings.Contains(msg, tried) {
+			t.Errorf("error suggests %q, which the run already tried:\n%s", tried, msg)
+		}
+	}
 }
 
 func TestPlanMatchesMeasuredPeak(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/freeze"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
@@ -144,11 +145,13 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 		if t.distributed() {
 			// Raising -accum on one rank alone would desynchronise the
 			// collectives of the step.
+			t.noteTried(err, false)
 			return res, fmt.Errorf("step %d, rank %d: %w (with -dist, lower -batch or raise -accum on every rank)", t.step+1, t.rank, err)
 		}
 		t.Device.Memory().EmptyCache()
 		rows := b.Len()
 		if t.accum >= rows {
+			t.noteTried(err, true)
 			return res, fmt.Errorf("step %d: out of memory with micro-batches of 1 example: %w", t.step+1, err)
 		}
 		next := min(t.accum*2, rows)
@@ -157,6 +160,38 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 		t.accum = next
 		t.oomCount++
 	}
+}
+
+// noteTried records in an out-of-memory error the options this run already
+// has on, so that its hint suggests only what has not been tried; single
+// is set when micro-batches were already one example each (a smaller
+// -batch cannot help then).
+func (t *Trainer) noteTried(err error, single bool) {
+	var oom *memory.OOMError
+	if !errors.As(err, &oom) {
+		return
+	}
+	c := t.Config
+	tried := oom.Tried[:0:0]
+	if t.accum > 1 {
+		tried = append(tried, "-accum")
+	}
+	if single {
+		tried = append(tried, "-batch")
+	}
+	if c.Checkpoint != "" && c.Checkpoint != "off" {
+		tried = append(tried, "-checkpoint")
+	}
+	if c.AMP != "" && c.AMP != "off" {
+		tried = append(tried, "-amp")
+	}
+	if len(c.Freeze) > 0 {
+		tried = append(tried, "-freeze")
+	}
+	if c.Optim == "sgd" {
+		tried = append(tried, "-optim")
+	}
+	oom.Tried = tried
 }
 
 // shaped sets a batch's input shape to what the model takes (a flat
