@@ -273,11 +273,21 @@ const (
 	Normal
 )
 
-// Kernels is the compute surface of a device. Views passed as dst are
-// written; all others are read. Unless a method says otherwise dst is
-// contiguous and inputs may be strided. Methods never allocate device memory
-// except where noted; a kernel given inconsistent arguments panics, because
-// the tensor package has already checked what users control.
+// Kernels is the compute surface every device must have: fills and
+// copies, elementwise functions and their derivatives, reductions, GEMM,
+// indexing (gather, scatter-add, im2col, pooling), dropout, random fills,
+// masking and the finiteness check. Fused kernels (softmax, layer norm,
+// cross-entropy, the causal mask, optimizer updates) are optional
+// capabilities, each its own interface (capability.go): a device that has
+// one is called directly, and one that lacks it gets the composition of
+// these core kernels that the package-level function of the same name runs.
+//
+// Views passed as dst are written; all others are read. Unless a method
+// says otherwise dst is contiguous and inputs may be strided; elementwise
+// kernels (Copy, Unary, Binary, MaskedFill) may be given dst equal to an
+// input. Methods never allocate device memory except where noted; a kernel
+// given inconsistent arguments panics, because the tensor package has
+// already checked what users control.
 type Kernels interface {
 	Fill(dst View, v float64)
 	// Copy copies src into dst element by element (same shape, any strides
@@ -294,15 +304,6 @@ type Kernels interface {
 	// reduced dimensions.
 	Reduce(op ReduceOp, dst, src View)
 	Gemm(g Gemm)
-	// Softmax over the last dimension of contiguous rows; log selects
-	// log-softmax.
-	Softmax(dst, src View, log bool)
-	SoftmaxBackward(dx, y, dy View, log bool)
-	// LayerNorm normalises the last dimension: y = (x-mean)·rstd·gamma +
-	// beta; mean and rstd (one per row, F32) are written for backward.
-	LayerNorm(y, mean, rstd, x, gamma, beta View, eps float64)
-	// LayerNormBackward writes dx and accumulates into dgamma and dbeta.
-	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma View)
 	// Gather copies rows of table (V×D) selected by idx (I32/I64) into dst.
 	Gather(dst, table, idx View)
 	// ScatterAdd adds rows of src into the rows of dst selected by idx.
@@ -314,11 +315,6 @@ type Kernels interface {
 	// argmax; the geometry's C is channels, KH/KW the window.
 	Pool(op PoolOp, y, argmax, x View, g ConvGeom)
 	PoolBackward(op PoolOp, dx, argmax, dy View, g ConvGeom)
-	// CrossEntropy writes one loss per row of logits (rows×classes) for
-	// integer targets; rows whose target equals ignore get 0.
-	CrossEntropy(loss, logits, targets View, ignore int, smoothing float64)
-	// CrossEntropyBackward writes dlogits given one upstream gradient per row.
-	CrossEntropyBackward(dlogits, logits, targets, dloss View, ignore int, smoothing float64)
 	// Dropout writes dst = src·mask/(1-p) with a mask drawn from a
 	// counter-based generator keyed by seed, so backward regenerates the
 	// same mask instead of storing it.
@@ -327,17 +323,8 @@ type Kernels interface {
 	Random(dst View, dist Distribution, a, b float64, seed uint64)
 	// MaskedFill writes dst = value where mask != 0, else src.
 	MaskedFill(dst, src, mask View, value float64)
-	// CausalFill writes dst = src with value above the diagonal of the last
-	// two dimensions (attention masking without a mask tensor).
-	CausalFill(dst, src View, value float64)
 	// AllFinite reports whether every element of src is finite.
 	AllFinite(src View) bool
-	// AdamStep updates param, m and v in place from grad (all contiguous,
-	// same length; grad may be any float dtype, the rest F32).
-	AdamStep(param, grad, m, v View, h AdamHyper)
-	// SGDStep updates param (and the momentum buffer, when h.Momentum is
-	// non-zero) in place from grad.
-	SGDStep(param, grad, momentum View, h SGDHyper)
 }
 
 // AdamHyper are the hyper-parameters of one Adam/AdamW update. GradScale

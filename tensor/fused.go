@@ -29,7 +29,7 @@ func checkFused(op string, p, g *Tensor, state ...*Tensor) {
 // m and v (F32, shaped like p).
 func AdamStep(p, g, m, v *Tensor, h device.AdamHyper) {
 	checkFused("adam_step", p, g, m, v)
-	p.st.dev.AdamStep(p.view(), g.view(), m.view(), v.view(), h)
+	device.AdamStep(p.st.dev, p.view(), g.view(), m.view(), v.view(), h)
 	p.st.version.Add(1)
 	m.st.version.Add(1)
 	v.st.version.Add(1)
@@ -44,6 +44,6 @@ func SGDStep(p, g, buf *Tensor, h device.SGDHyper) {
 		bv = buf.view()
 		buf.st.version.Add(1)
 	}
-	p.st.dev.SGDStep(p.view(), g.view(), bv, h)
+	device.SGDStep(p.st.dev, p.view(), g.view(), bv, h)
 	p.st.version.Add(1)
 }

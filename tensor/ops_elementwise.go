@@ -273,10 +273,10 @@ func (s *Scope) CausalMask(x *Tensor, value float64) *Tensor {
 		panic(errorf("causal_mask", "%s needs at least 2 dimensions", x.describe()))
 	}
 	out := mustAlloc(dev, x.dtype, x.shape, s.cat)
-	dev.CausalFill(out.view(), x.view(), value)
+	device.CausalFill(dev, out.view(), x.view(), value)
 	s.record(out, "causal_mask", []*Tensor{x}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		dx := mustAlloc(g.st.dev, g.dtype, g.shape, s.cat)
-		g.st.dev.CausalFill(dx.view(), g.view(), 0)
+		device.CausalFill(g.st.dev, dx.view(), g.view(), 0)
 		return []*Tensor{dx}
 	})
 	return s.own(out)

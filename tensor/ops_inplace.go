@@ -125,10 +125,10 @@ func (s *Scope) CausalMaskInPlace(x *Tensor, value float64) *Tensor {
 	if x.Dim() < 2 {
 		panic(errorf("causal_mask_", "%s needs at least 2 dimensions", x.describe()))
 	}
-	x.st.dev.CausalFill(x.view(), x.view(), value)
+	device.CausalFill(x.st.dev, x.view(), x.view(), value)
 	return s.inPlaceResult("causal_mask_", x, []*Tensor{x}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		dx := mustAlloc(g.st.dev, g.dtype, g.shape, s.cat)
-		g.st.dev.CausalFill(dx.view(), g.view(), 0)
+		device.CausalFill(g.st.dev, dx.view(), g.view(), 0)
 		return []*Tensor{dx}
 	})
 }

@@ -349,7 +349,7 @@ func (s *Scope) CausalScores(q, k *Tensor, alpha, fill float64) *Tensor {
 	gemmIntoTri(out, cq, kt, alpha, 0, device.LowerC, s)
 	kt.Release()
 	if fill != 0 {
-		dev.CausalFill(out.view(), out.view(), fill)
+		device.CausalFill(dev, out.view(), out.view(), fill)
 	}
 	needQ, needK := cq.needsGrad(), ck.needsGrad()
 	s.record(out, "causal_scores", []*Tensor{cq, ck}, []*Tensor{cq, ck}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
@@ -366,7 +366,7 @@ func (s *Scope) CausalScores(q, k *Tensor, alpha, fill float64) *Tensor {
 			gm.Release()
 			gm = mustAlloc(dev, g.dtype, g.shape, s.cat)
 		}
-		dev.CausalFill(gm.view(), g.view(), 0)
+		device.CausalFill(dev, gm.view(), g.view(), 0)
 		var dq, dk *Tensor
 		if needQ {
 			dq = mustAllocLike(dev, g.dtype, sq, s.cat)

@@ -32,7 +32,7 @@ func (s *Scope) softmax(name string, x *Tensor, log bool) *Tensor {
 	c := x.packed(x.dtype, s.cat)
 	defer c.Release()
 	out := mustAlloc(dev, outDT, x.shape, s.cat)
-	dev.Softmax(out.view(), c.view(), log)
+	device.Softmax(dev, out.view(), c.view(), log)
 	// The gradient is written in x's dtype: the kernel computes in F32 and
 	// rounds once as it stores, the same bits as an F32 result cast after.
 	inDT := x.dtype
@@ -41,7 +41,7 @@ func (s *Scope) softmax(name string, x *Tensor, log bool) *Tensor {
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
 		dx := mustAlloc(g.st.dev, inDT, y.shape, s.cat)
-		g.st.dev.SoftmaxBackward(dx.view(), y.view(), gc.view(), log)
+		device.SoftmaxBackward(g.st.dev, dx.view(), y.view(), gc.view(), log)
 		return []*Tensor{dx}
 	})
 	return s.own(out)
@@ -78,7 +78,7 @@ func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 	mean := mustAlloc(dev, statDT, []int{rows}, s.cat)
 	rstd := mustAlloc(dev, statDT, []int{rows}, s.cat)
 	out := mustAlloc(dev, outDT, x.shape, s.cat)
-	dev.LayerNorm(out.view(), mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
+	device.LayerNorm(dev, out.view(), mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
 	// Under autocast an F32 input is saved rounded to the autocast dtype:
 	// backward recomputes x̂ = (x-mean)·rstd from it with an error of about
 	// |x̂|·2⁻⁹ (the mean and 1/std stay F32), and the F32 residual stream
@@ -100,7 +100,7 @@ func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 		dbeta := mustAlloc(dev, sg.dtype, sg.shape, s.cat)
 		dev.Fill(dgamma.view(), 0)
 		dev.Fill(dbeta.view(), 0)
-		dev.LayerNormBackward(dx.view(), dgamma.view(), dbeta.view(), gc.view(), sx.view(), sm.view(), sr.view(), sg.view())
+		device.LayerNormBackward(dev, dx.view(), dgamma.view(), dbeta.view(), gc.view(), sx.view(), sm.view(), sr.view(), sg.view())
 		return []*Tensor{dx, dgamma, dbeta}
 	})
 	mean.Release()
@@ -340,7 +340,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	dt := accumDType(in.dtype)
 	perRow := mustAlloc(dev, dt, []int{rows}, memory.Temporary)
 	defer releaseOnPanic(perRow)()
-	dev.CrossEntropy(perRow.view(), lc.view(), tc.view(), ignore, o.LabelSmoothing)
+	device.CrossEntropy(dev, perRow.view(), lc.view(), tc.view(), ignore, o.LabelSmoothing)
 	out := mustAlloc(dev, dt, []int{}, s.cat)
 	dev.Reduce(device.Sum, out.view(), perRow.view())
 	dev.Unary(device.MulScalar, out.view(), out.view(), scale)
@@ -354,7 +354,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 		gv.Shape, gv.Strides = []int{rows}, []int{0}
 		dev.Unary(device.MulScalar, up.view(), gv, scale)
 		dx := mustAlloc(dev, sl.dtype, sl.shape, s.cat)
-		dev.CrossEntropyBackward(dx.view(), sl.view(), st.view(), up.view(), ignore, smoothing)
+		device.CrossEntropyBackward(dev, dx.view(), sl.view(), st.view(), up.view(), ignore, smoothing)
 		up.Release()
 		return []*Tensor{dx}
 	})

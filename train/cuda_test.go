@@ -9,7 +9,7 @@ import (
 )
 
 // TestTechniquesMatchCPU is the technique half of the device conformance
-// suite (device/cuda/devicetest is the kernel half): each memory-saving
+// suite (device/devicetest is the kernel half): each memory-saving
 // technique trains a few steps on the CPU and on the GPU from the same
 // seed, and the two must agree on every loss, on the final weights, and
 // exactly on the bytes of parameters, gradients and optimizer state. The

@@ -113,22 +113,22 @@ func (d *timedDevice) Gemm(g device.Gemm) {
 
 func (d *timedDevice) Softmax(dst, src device.View, log bool) {
 	defer d.add(fmt.Sprintf("softmax log=%t %s->%s", log, dt(src), dt(dst)), time.Now())
-	d.Device.Softmax(dst, src, log)
+	device.Softmax(d.Device, dst, src, log)
 }
 
 func (d *timedDevice) SoftmaxBackward(dx, y, dy device.View, log bool) {
 	defer d.add(fmt.Sprintf("softmax-backward log=%t %s,%s->%s", log, dt(y), dt(dy), dt(dx)), time.Now())
-	d.Device.SoftmaxBackward(dx, y, dy, log)
+	device.SoftmaxBackward(d.Device, dx, y, dy, log)
 }
 
 func (d *timedDevice) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float64) {
 	defer d.add("layernorm "+dt(x)+"->"+dt(y), time.Now())
-	d.Device.LayerNorm(y, mean, rstd, x, gamma, beta, eps)
+	device.LayerNorm(d.Device, y, mean, rstd, x, gamma, beta, eps)
 }
 
 func (d *timedDevice) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma device.View) {
 	defer d.add("layernorm-backward "+dt(dy)+"->"+dt(dx), time.Now())
-	d.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+	device.LayerNormBackward(d.Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
 }
 
 func (d *timedDevice) Gather(dst, table, idx device.View) {
@@ -163,12 +163,12 @@ func (d *timedDevice) PoolBackward(op device.PoolOp, dx, argmax, dy device.View,
 
 func (d *timedDevice) CrossEntropy(loss, logits, targets device.View, ignore int, smoothing float64) {
 	defer d.add("cross-entropy "+dt(logits), time.Now())
-	d.Device.CrossEntropy(loss, logits, targets, ignore, smoothing)
+	device.CrossEntropy(d.Device, loss, logits, targets, ignore, smoothing)
 }
 
 func (d *timedDevice) CrossEntropyBackward(dlogits, logits, targets, dloss device.View, ignore int, smoothing float64) {
 	defer d.add("cross-entropy-backward "+dt(logits), time.Now())
-	d.Device.CrossEntropyBackward(dlogits, logits, targets, dloss, ignore, smoothing)
+	device.CrossEntropyBackward(d.Device, dlogits, logits, targets, dloss, ignore, smoothing)
 }
 
 func (d *timedDevice) Dropout(dst, src device.View, p float64, seed uint64) {
@@ -188,7 +188,7 @@ func (d *timedDevice) MaskedFill(dst, src, mask device.View, value float64) {
 
 func (d *timedDevice) CausalFill(dst, src device.View, value float64) {
 	defer d.add("causal-fill "+dt(src)+"->"+dt(dst), time.Now())
-	d.Device.CausalFill(dst, src, value)
+	device.CausalFill(d.Device, dst, src, value)
 }
 
 func (d *timedDevice) AllFinite(src device.View) bool {
@@ -198,12 +198,12 @@ func (d *timedDevice) AllFinite(src device.View) bool {
 
 func (d *timedDevice) AdamStep(param, grad, m, v device.View, h device.AdamHyper) {
 	defer d.add("adam "+dt(grad), time.Now())
-	d.Device.AdamStep(param, grad, m, v, h)
+	device.AdamStep(d.Device, param, grad, m, v, h)
 }
 
 func (d *timedDevice) SGDStep(param, grad, momentum device.View, h device.SGDHyper) {
 	defer d.add("sgd "+dt(grad), time.Now())
-	d.Device.SGDStep(param, grad, momentum, h)
+	device.SGDStep(d.Device, param, grad, momentum, h)
 }
 
 var triangleNames = [...]string{device.Full: "", device.LowerC: " lowerC", device.LowerA: " lowerA", device.UpperA: " upperA"}

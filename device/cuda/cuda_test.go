@@ -9,7 +9,7 @@ import (
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/device/cuda/devicetest"
+	"github.com/memfit/memfit/device/devicetest"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -31,7 +31,7 @@ func newTestDevice(t *testing.T, opts ...Option) *Device {
 }
 
 // TestConformance runs every kernel on the GPU and on the CPU device and
-// compares them (device/cuda/devicetest).
+// compares them (device/devicetest).
 func TestConformance(t *testing.T) {
 	d := newTestDevice(t)
 	t.Logf("%s: %s", d.Name(), d.GPU())

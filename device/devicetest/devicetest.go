@@ -38,6 +38,9 @@ type env struct {
 	ref, dev device.Device
 	rng      *rand.Rand
 	bufs     []pair
+	// values is false in RunAccounting: dev computes nothing, so only
+	// what the allocators saw is compared.
+	values bool
 }
 
 func (e *env) free() {
@@ -115,6 +118,9 @@ func (e *env) read(p pair) (ref, got []float64) {
 	rb := make([]byte, n*sz)
 	db := make([]byte, n*sz)
 	e.ref.Read(rb, p.ref.Buf, int64(p.ref.Offset*sz))
+	if !e.values {
+		return decode(p.ref.DType, rb), decode(p.ref.DType, rb)
+	}
 	e.dev.Read(db, p.dev.Buf, int64(p.dev.Offset*sz))
 	return decode(p.ref.DType, rb), decode(p.dev.DType, db)
 }
@@ -122,6 +128,9 @@ func (e *env) read(p pair) (ref, got []float64) {
 // check compares a pair within tol (relative to max(|want|, rms(want))).
 func (e *env) check(name string, p pair, tol float64) {
 	e.t.Helper()
+	if !e.values {
+		return
+	}
 	want, got := e.read(p)
 	var rms float64
 	for _, w := range want {
@@ -214,12 +223,25 @@ func bf16(f float32) uint16 {
 var floats = []device.DType{device.F32, device.F16, device.BF16}
 
 // Run checks dev against ref kernel by kernel, one subtest per kernel and
-// dtype.
-func Run(t *testing.T, ref, dev device.Device) {
+// dtype. Capabilities run through device's package-level functions, so a
+// device without one (or one seen through device.Without) is checked on
+// the composed fallback.
+func Run(t *testing.T, ref, dev device.Device) { run(t, ref, dev, true) }
+
+// RunAccounting runs every case on ref and on dev, a device that computes
+// nothing (the meta device), and compares what their allocators saw: the
+// same bytes allocated, under the same categories, and the same peak
+// within each case — which is what makes a plan traced on the meta device
+// exact, fallbacks' temporaries included.
+func RunAccounting(t *testing.T, ref, dev device.Device) { run(t, ref, dev, false) }
+
+func run(t *testing.T, ref, dev device.Device, values bool) {
 	for _, c := range cases {
 		for _, dt := range c.dtypes {
 			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
-				e := &env{t: t, ref: ref, dev: dev, rng: rand.New(rand.NewPCG(1, uint64(dt)))}
+				e := &env{t: t, ref: ref, dev: dev, rng: rand.New(rand.NewPCG(1, uint64(dt))), values: values}
+				ref.Memory().ResetPeak()
+				dev.Memory().ResetPeak()
 				r0, d0 := ref.Memory().Allocated(), dev.Memory().Allocated()
 				defer func() {
 					e.free()
@@ -236,6 +258,11 @@ func Run(t *testing.T, ref, dev device.Device) {
 				}
 				if rc, dc := rs.Category(memory.Temporary).Current, ds.Category(memory.Temporary).Current; rc != dc {
 					t.Errorf("temporaries: %d bytes on %s, %d on %s", rc, ref.Name(), dc, dev.Name())
+				}
+				if !values {
+					if rp, dp := rs.Requested.Peak-r0, ds.Requested.Peak-d0; rp != dp {
+						t.Errorf("peak within the case: %d bytes on %s, %d on %s", rp, ref.Name(), dp, dev.Name())
+					}
 				}
 			})
 		}
@@ -405,8 +432,8 @@ var cases = []kcase{
 			dy := e.tensor(dt, []int{6, 300}, e.random(1800, -1, 1))
 			dx := e.tensor(dt, []int{6, 300}, nil)
 			both(e, func(d device.Device, v func(pair) device.View) {
-				d.Softmax(v(y), v(x), lg)
-				d.SoftmaxBackward(v(dx), v(y), v(dy), lg)
+				device.Softmax(d, v(y), v(x), lg)
+				device.SoftmaxBackward(d, v(dx), v(y), v(dy), lg)
 			})
 			e.check(fmt.Sprintf("softmax log=%v", lg), y, Tolerance(dt))
 			e.check(fmt.Sprintf("softmax backward log=%v", lg), dx, 2*Tolerance(dt))
@@ -425,8 +452,8 @@ var cases = []kcase{
 		dgamma := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 		dbeta := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 		both(e, func(d device.Device, v func(pair) device.View) {
-			d.LayerNorm(v(y), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
-			d.LayerNormBackward(v(dx), v(dgamma), v(dbeta), v(dy), v(x), v(mean), v(rstd), v(gamma))
+			device.LayerNorm(d, v(y), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
+			device.LayerNormBackward(d, v(dx), v(dgamma), v(dbeta), v(dy), v(x), v(mean), v(rstd), v(gamma))
 		})
 		tol := Tolerance(dt)
 		e.check("y", y, tol)
@@ -454,6 +481,9 @@ var cases = []kcase{
 		table := e.tensor(dt, []int{vocab, dim}, nil)
 		idx := e.tensor(device.I32, []int{4}, []float64{1, 2, 11, 12})
 		out := e.tensor(dt, []int{4, dim}, nil)
+		if !e.values {
+			return
+		}
 		want := catchIndex(func() { e.ref.Gather(out.ref, table.ref, idx.ref) })
 		got := catchIndex(func() { e.dev.Gather(out.dev, table.dev, idx.dev) })
 		if want == nil || got == nil || *want != *got {
@@ -503,11 +533,23 @@ var cases = []kcase{
 			dloss := e.tensor(dt, []int{rows}, e.random(rows, 0.5, 1.5))
 			dlogits := e.tensor(dt, []int{rows, c}, nil)
 			both(e, func(d device.Device, v func(pair) device.View) {
-				d.CrossEntropy(v(loss), v(logits), v(tg), -100, s)
-				d.CrossEntropyBackward(v(dlogits), v(logits), v(tg), v(dloss), -100, s)
+				device.CrossEntropy(d, v(loss), v(logits), v(tg), -100, s)
+				device.CrossEntropyBackward(d, v(dlogits), v(logits), v(tg), v(dloss), -100, s)
 			})
 			e.check(fmt.Sprintf("loss smoothing %v", s), loss, Tolerance(dt))
 			e.check(fmt.Sprintf("dlogits smoothing %v", s), dlogits, 2*Tolerance(dt))
+		}
+		if !e.values {
+			return
+		}
+		// A target past the classes panics with the same IndexError.
+		logits := e.tensor(dt, []int{rows, c}, nil)
+		tg := e.tensor(device.I64, []int{rows}, []float64{0, 1, 2, 37, 4, 5})
+		loss := e.tensor(dt, []int{rows}, nil)
+		want := catchIndex(func() { device.CrossEntropy(e.ref, loss.ref, logits.ref, tg.ref, -100, 0) })
+		got := catchIndex(func() { device.CrossEntropy(e.dev, loss.dev, logits.dev, tg.dev, -100, 0) })
+		if want == nil || got == nil || *want != *got {
+			e.t.Errorf("cross entropy of target 37 of 37 classes: %s panics with %v, %s with %v", e.dev.Name(), got, e.ref.Name(), want)
 		}
 	}},
 	{"Dropout", append(floats, device.F64), func(e *env, dt device.DType) {
@@ -542,7 +584,7 @@ var cases = []kcase{
 			m := v(mask)
 			m.Shape, m.Strides = []int{2, 5, 5}, []int{0, 5, 1}
 			d.MaskedFill(v(y), v(x), m, -7)
-			d.CausalFill(v(z), v(x), -9)
+			device.CausalFill(d, v(z), v(x), -9)
 		})
 		e.exact("masked fill", y)
 		e.exact("causal fill", z)
@@ -558,6 +600,9 @@ var cases = []kcase{
 			p    pair
 			want bool
 		}{{ok, true}, {bad, false}, {nan, false}} {
+			if !e.values {
+				break
+			}
 			if r, g := e.ref.AllFinite(c.p.ref), e.dev.AllFinite(c.p.dev); r != c.want || g != c.want {
 				e.t.Errorf("AllFinite = %v on %s, %v on %s, want %v", g, e.dev.Name(), r, e.ref.Name(), c.want)
 			}
@@ -572,7 +617,7 @@ var cases = []kcase{
 			v := e.tensor(device.F32, []int{n}, e.random(n, 0, 0.01))
 			h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
 				BiasCorrection1: 1 - 0.9*0.9, BiasCorrection2: 1 - 0.999*0.999, GradScale: 0.5}
-			both(e, func(d device.Device, s func(pair) device.View) { d.AdamStep(s(p), s(g), s(m), s(v), h) })
+			both(e, func(d device.Device, s func(pair) device.View) { device.AdamStep(d, s(p), s(g), s(m), s(v), h) })
 			e.check("adam param", p, 1e-5)
 			e.check("adam m", m, 1e-5)
 			e.check("adam v", v, 1e-5)
@@ -582,7 +627,7 @@ var cases = []kcase{
 			g := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 			buf := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
 			h := device.SGDHyper{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 0.01, Nesterov: !first, FirstStep: first, GradScale: 2}
-			both(e, func(d device.Device, s func(pair) device.View) { d.SGDStep(s(p), s(g), s(buf), h) })
+			both(e, func(d device.Device, s func(pair) device.View) { device.SGDStep(d, s(p), s(g), s(buf), h) })
 			e.check("sgd param", p, 1e-5)
 			e.check("sgd momentum", buf, 1e-5)
 		}

@@ -1,0 +1,241 @@
+package device
+
+import "strings"
+
+// Capabilities are the optional, fused kernels a device may have beyond
+// Kernels. Each is a small interface found by type assertion, as gonum's
+// mat finds a RawMatrixer: callers go through the package-level function
+// of the same name (Softmax, LayerNorm, ...), which calls the device's own
+// kernel when it has one and otherwise runs a composition of core kernels
+// (composed.go) whose temporaries it takes from the device's allocator
+// under memory.Temporary, so a device without the fused kernel computes
+// the same values (within float tolerance) and its memory is accounted as
+// honestly as anything else.
+//
+// Adding a capability: an interface here, its composed fallback and the
+// package-level function that chooses between them, the kernel in each
+// device that has it, and a case in device/devicetest (which checks the
+// kernel and the fallback against the reference).
+
+// SoftmaxKernels normalise the last dimension of contiguous rows.
+type SoftmaxKernels interface {
+	// Softmax writes softmax (log-softmax when log is set) of src's rows.
+	Softmax(dst, src View, log bool)
+	// SoftmaxBackward writes dx given y, the forward's result, and dy.
+	SoftmaxBackward(dx, y, dy View, log bool)
+}
+
+// LayerNormKernels normalise the last dimension of contiguous rows.
+type LayerNormKernels interface {
+	// LayerNorm normalises the last dimension: y = (x-mean)·rstd·gamma +
+	// beta; mean and rstd (one per row, F32, or F64 for F64 x) are
+	// written for backward.
+	LayerNorm(y, mean, rstd, x, gamma, beta View, eps float64)
+	// LayerNormBackward writes dx and accumulates into dgamma and dbeta.
+	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma View)
+}
+
+// CrossEntropyKernels compute softmax cross-entropy against integer
+// targets without materialising the probabilities.
+type CrossEntropyKernels interface {
+	// CrossEntropy writes one loss per row of logits (rows×classes) for
+	// integer targets; rows whose target equals ignore get 0. A target
+	// outside [0, classes) other than ignore panics with *IndexError.
+	CrossEntropy(loss, logits, targets View, ignore int, smoothing float64)
+	// CrossEntropyBackward writes dlogits given one upstream gradient per
+	// row.
+	CrossEntropyBackward(dlogits, logits, targets, dloss View, ignore int, smoothing float64)
+}
+
+// CausalFiller masks attention scores without a mask tensor.
+type CausalFiller interface {
+	// CausalFill writes dst = src with value above the diagonal of the
+	// last two dimensions.
+	CausalFill(dst, src View, value float64)
+}
+
+// AdamStepper updates a parameter and its Adam state in one pass.
+type AdamStepper interface {
+	// AdamStep updates param, m and v in place from grad (all contiguous,
+	// same length; grad may be any float dtype, the rest F32).
+	AdamStep(param, grad, m, v View, h AdamHyper)
+}
+
+// SGDStepper updates a parameter and its momentum buffer in one pass.
+type SGDStepper interface {
+	// SGDStep updates param (and the momentum buffer, when h.Momentum is
+	// non-zero) in place from grad.
+	SGDStep(param, grad, momentum View, h SGDHyper)
+}
+
+// Capability names, for Has and Without.
+const (
+	CapSoftmax      = "softmax"
+	CapLayerNorm    = "layer_norm"
+	CapCrossEntropy = "cross_entropy"
+	CapCausalFill   = "causal_fill"
+	CapAdamStep     = "adam_step"
+	CapSGDStep      = "sgd_step"
+)
+
+// Capabilities lists every capability name.
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep}
+
+// Has reports whether d has the fused kernels of capability name (and
+// does not hide them: see Without).
+func Has(d Device, name string) bool {
+	c := capable(d, name)
+	var ok bool
+	switch name {
+	case CapSoftmax:
+		_, ok = c.(SoftmaxKernels)
+	case CapLayerNorm:
+		_, ok = c.(LayerNormKernels)
+	case CapCrossEntropy:
+		_, ok = c.(CrossEntropyKernels)
+	case CapCausalFill:
+		_, ok = c.(CausalFiller)
+	case CapAdamStep:
+		_, ok = c.(AdamStepper)
+	case CapSGDStep:
+		_, ok = c.(SGDStepper)
+	}
+	return ok
+}
+
+// Without returns d with the named capabilities hidden (all of them when
+// none are named): the package-level functions then run their composed
+// fallbacks on it. It is how the conformance suite checks each fallback
+// against the fused kernel, and how a fused kernel suspected of a bug is
+// taken out of a run.
+func Without(d Device, names ...string) Device {
+	if len(names) == 0 {
+		names = Capabilities
+	}
+	hidden := map[string]bool{}
+	if w, ok := d.(*without); ok {
+		d = w.Device
+		for n := range w.hidden {
+			hidden[n] = true
+		}
+	}
+	for _, n := range names {
+		hidden[n] = true
+	}
+	return &without{d, hidden}
+}
+
+// without exposes a device's core alone (its embedded interface has no
+// capability methods), remembering which capabilities it hides so that
+// the functions below can still reach the others.
+type without struct {
+	Device
+	hidden map[string]bool
+}
+
+// Name says which capabilities the view hides, so that test failures and
+// out-of-memory messages tell the composed path from the fused one.
+func (w *without) Name() string {
+	var names []string
+	for _, n := range Capabilities {
+		if w.hidden[n] {
+			names = append(names, n)
+		}
+	}
+	return w.Device.Name() + " without " + strings.Join(names, ",")
+}
+
+// capable returns d's implementation of capability name, or nil.
+func capable(d Device, name string) Device {
+	if w, ok := d.(*without); ok {
+		if w.hidden[name] {
+			return nil
+		}
+		return w.Device
+	}
+	return d
+}
+
+// Softmax runs d's softmax kernel, or its composition from core kernels.
+func Softmax(d Device, dst, src View, log bool) {
+	if k, ok := capable(d, CapSoftmax).(SoftmaxKernels); ok {
+		k.Softmax(dst, src, log)
+		return
+	}
+	composedSoftmax(d, dst, src, log)
+}
+
+// SoftmaxBackward runs d's softmax backward kernel, or its composition.
+func SoftmaxBackward(d Device, dx, y, dy View, log bool) {
+	if k, ok := capable(d, CapSoftmax).(SoftmaxKernels); ok {
+		k.SoftmaxBackward(dx, y, dy, log)
+		return
+	}
+	composedSoftmaxBackward(d, dx, y, dy, log)
+}
+
+// LayerNorm runs d's layer-norm kernel, or its composition.
+func LayerNorm(d Device, y, mean, rstd, x, gamma, beta View, eps float64) {
+	if k, ok := capable(d, CapLayerNorm).(LayerNormKernels); ok {
+		k.LayerNorm(y, mean, rstd, x, gamma, beta, eps)
+		return
+	}
+	composedLayerNorm(d, y, mean, rstd, x, gamma, beta, eps)
+}
+
+// LayerNormBackward runs d's layer-norm backward kernel, or its
+// composition.
+func LayerNormBackward(d Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma View) {
+	if k, ok := capable(d, CapLayerNorm).(LayerNormKernels); ok {
+		k.LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+		return
+	}
+	composedLayerNormBackward(d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma)
+}
+
+// CrossEntropy runs d's cross-entropy kernel, or its composition.
+func CrossEntropy(d Device, loss, logits, targets View, ignore int, smoothing float64) {
+	if k, ok := capable(d, CapCrossEntropy).(CrossEntropyKernels); ok {
+		k.CrossEntropy(loss, logits, targets, ignore, smoothing)
+		return
+	}
+	composedCrossEntropy(d, loss, logits, targets, View{}, false, ignore, smoothing)
+}
+
+// CrossEntropyBackward runs d's cross-entropy backward kernel, or its
+// composition.
+func CrossEntropyBackward(d Device, dlogits, logits, targets, dloss View, ignore int, smoothing float64) {
+	if k, ok := capable(d, CapCrossEntropy).(CrossEntropyKernels); ok {
+		k.CrossEntropyBackward(dlogits, logits, targets, dloss, ignore, smoothing)
+		return
+	}
+	composedCrossEntropy(d, dlogits, logits, targets, dloss, true, ignore, smoothing)
+}
+
+// CausalFill runs d's causal-fill kernel, or MaskedFill with a mask made
+// on the host.
+func CausalFill(d Device, dst, src View, value float64) {
+	if k, ok := capable(d, CapCausalFill).(CausalFiller); ok {
+		k.CausalFill(dst, src, value)
+		return
+	}
+	composedCausalFill(d, dst, src, value)
+}
+
+// AdamStep runs d's fused Adam update, or its composition.
+func AdamStep(d Device, param, grad, m, v View, h AdamHyper) {
+	if k, ok := capable(d, CapAdamStep).(AdamStepper); ok {
+		k.AdamStep(param, grad, m, v, h)
+		return
+	}
+	composedAdamStep(d, param, grad, m, v, h)
+}
+
+// SGDStep runs d's fused SGD update, or its composition.
+func SGDStep(d Device, param, grad, momentum View, h SGDHyper) {
+	if k, ok := capable(d, CapSGDStep).(SGDStepper); ok {
+		k.SGDStep(param, grad, momentum, h)
+		return
+	}
+	composedSGDStep(d, param, grad, momentum, h)
+}

@@ -1,0 +1,56 @@
+package devicetest_test
+
+import (
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/device/devicetest"
+	"github.com/memfit/memfit/device/meta"
+)
+
+// TestCPUAgainstItself runs the suite with the CPU device on both sides:
+// it checks the suite itself (every case runs, reads back and compares, and
+// the accounting checks hold), since no other device is always present.
+func TestCPUAgainstItself(t *testing.T) {
+	devicetest.Run(t, cpu.New(), cpu.New(cpu.Threads(1)))
+}
+
+// TestComposedFallbacks checks every capability's composition of core
+// kernels against the CPU's fused kernel: a device that lacks a fused
+// kernel computes the same values.
+func TestComposedFallbacks(t *testing.T) {
+	devicetest.Run(t, cpu.New(), device.Without(cpu.New(cpu.Threads(1))))
+}
+
+// TestMeta checks that the meta device accounts every case as the CPU
+// does, with its fused kernels and, through Without, with the fallbacks'
+// temporaries: plans traced on it stay exact either way.
+func TestMeta(t *testing.T) {
+	t.Run("fused", func(t *testing.T) { devicetest.RunAccounting(t, cpu.New(), meta.New(0)) })
+	t.Run("composed", func(t *testing.T) {
+		devicetest.RunAccounting(t, device.Without(cpu.New()), device.Without(meta.New(0)))
+	})
+}
+
+func TestCapabilities(t *testing.T) {
+	d := cpu.New()
+	for _, name := range device.Capabilities {
+		if !device.Has(d, name) {
+			t.Errorf("the CPU device lacks %s", name)
+		}
+		if device.Has(device.Without(d, name), name) {
+			t.Errorf("Without(%s) still has it", name)
+		}
+		if device.Has(device.Without(d), name) {
+			t.Errorf("Without() still has %s", name)
+		}
+	}
+	w := device.Without(d, device.CapSoftmax)
+	if !device.Has(w, device.CapAdamStep) {
+		t.Error("Without(softmax) hides adam_step too")
+	}
+	if device.Has(device.Without(w, device.CapAdamStep), device.CapSoftmax) {
+		t.Error("Without of a Without forgets what the first hid")
+	}
+}

@@ -1,0 +1,85 @@
+package train
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/memory"
+)
+
+// A device without the fused kernels trains through their compositions
+// (device.Without hides them): every technique must give the same losses
+// and weights within float tolerance, the same bytes of parameters,
+// gradients and optimizer state, and the fallbacks' temporaries must show
+// in the accounting.
+func TestComposedKernelsMatchFused(t *testing.T) {
+	mlp := Default()
+	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 64, 32, true, 0, 0.05
+	gpt := tinyGPT()
+	for _, tc := range []struct {
+		name  string
+		tol   float64
+		base  Config
+		apply func(c *Config)
+	}{
+		{"mlp adamw", 1e-4, mlp, func(c *Config) { c.Optim = "adamw"; c.WD = 0.01 }},
+		{"mlp sgd", 1e-4, mlp, func(c *Config) { c.Optim = "sgd" }},
+		{"gpt f32", 1e-4, gpt, func(c *Config) {}},
+		{"gpt bf16 checkpoint", 5e-3, gpt, func(c *Config) { c.AMP = "bf16"; c.Checkpoint = "every" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.base
+			tc.apply(&cfg)
+			cfg.Steps = 4
+			cfg = cfg.Resolved()
+			run := func(dev device.Device) (*Trainer, []float64, Summary) {
+				tr, err := New(cfg, dev, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(tr.Close)
+				var losses []float64
+				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {
+					losses = append(losses, r.Loss)
+					return nil
+				}
+				s, err := tr.Run(context.Background())
+				if err != nil {
+					t.Fatalf("%s: %v", dev.Name(), err)
+				}
+				return tr, losses, s
+			}
+			fTr, fLoss, fSum := run(cpu.New())
+			cTr, cLoss, cSum := run(device.Without(cpu.New()))
+			for i := range fLoss {
+				if d := math.Abs(fLoss[i]-cLoss[i]) / math.Max(math.Abs(fLoss[i]), 1e-6); d > tc.tol {
+					t.Errorf("step %d loss: composed %.7g, fused %.7g", i+1, cLoss[i], fLoss[i])
+				}
+			}
+			var num, den float64
+			cw := cTr.Model.Parameters()
+			for i, p := range fTr.Model.Parameters() {
+				a, b := p.Float32s(), cw[i].Float32s()
+				for j := range a {
+					num += (float64(a[j]) - float64(b[j])) * (float64(a[j]) - float64(b[j]))
+					den += float64(a[j]) * float64(a[j])
+				}
+			}
+			if rel := math.Sqrt(num / den); rel > tc.tol {
+				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Steps, rel, tc.tol)
+			}
+			f, c := fSum.PeakBytes, cSum.PeakBytes
+			if f.Parameter != c.Parameter || f.Gradient != c.Gradient || f.OptimizerState != c.OptimizerState {
+				t.Errorf("peak P/G/S bytes: composed %d/%d/%d, fused %d/%d/%d", c.Parameter, c.Gradient, c.OptimizerState, f.Parameter, f.Gradient, f.OptimizerState)
+			}
+			ft := fTr.Device.Memory().Stats().Category(memory.Temporary).Allocated
+			ct := cTr.Device.Memory().Stats().Category(memory.Temporary).Allocated
+			if ct <= ft {
+				t.Errorf("temporary bytes allocated over the run: composed %d, fused %d: the fallbacks' temporaries are not accounted", ct, ft)
+			}
+		})
+	}
+}
