@@ -1,0 +1,125 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/nn"
+)
+
+// Model is what the registry builds: a module whose repeated blocks run
+// through a replaceable runner (how checkpoint policies apply).
+type Model interface {
+	nn.Module
+	SetBlockRunner(nn.BlockRunner)
+}
+
+// Spec describes a model by the knobs a run names (the train command's
+// -layers, -width, -heads, -context, -dropout and -seed) and the shapes of
+// its data; each registered builder maps them onto its own configuration.
+type Spec struct {
+	Layers, Width, Heads, Context int
+	Dropout                       float64
+	Seed                          uint64
+	// InShape is the shape of one input example (a token sequence's is
+	// [Context]); Classes the number of classes, or the vocabulary of a
+	// token task.
+	InShape []int
+	Classes int
+}
+
+// A Builder makes a model on dev from a Spec.
+type Builder func(dev device.Device, s Spec) (Model, error)
+
+var registry struct {
+	sync.Mutex
+	build map[string]Builder
+}
+
+// Register makes a model available to New under name, as database/sql
+// drivers register themselves: a package adding a model calls it from an
+// init function. Registering a name twice, or a nil builder, panics.
+func Register(name string, b Builder) {
+	registry.Lock()
+	defer registry.Unlock()
+	if b == nil {
+		panic("models: Register of a nil builder for " + name)
+	}
+	if _, dup := registry.build[name]; dup {
+		panic("models: Register called twice for " + name)
+	}
+	if registry.build == nil {
+		registry.build = map[string]Builder{}
+	}
+	registry.build[name] = b
+}
+
+// New builds the model registered as name.
+func New(name string, dev device.Device, s Spec) (Model, error) {
+	registry.Lock()
+	b := registry.build[name]
+	registry.Unlock()
+	if b == nil {
+		return nil, fmt.Errorf("models: unknown model %q (want %s)", name, strings.Join(Names(), ", "))
+	}
+	return b(dev, s)
+}
+
+// Names lists the registered models, sorted.
+func Names() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	names := make([]string, 0, len(registry.build))
+	for n := range registry.build {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func init() {
+	// mlp: Layers hidden layers of Width.
+	Register("mlp", func(dev device.Device, s Spec) (Model, error) {
+		in := 1
+		for _, d := range s.InShape {
+			in *= d
+		}
+		widths := []int{in}
+		for range s.Layers {
+			widths = append(widths, s.Width)
+		}
+		return built(NewMLP(dev, MLPConfig{Widths: append(widths, s.Classes), Dropout: s.Dropout, Seed: s.Seed}))
+	})
+	// cnn: two convolutions of Width/64 and Width/32 channels and a
+	// hidden layer of Width/8, on 28×28 single-channel images.
+	Register("cnn", func(dev device.Device, s Spec) (Model, error) {
+		in := 1
+		for _, d := range s.InShape {
+			in *= d
+		}
+		if len(s.InShape) != 3 && in != 28*28 {
+			return nil, fmt.Errorf("models: cnn takes 28x28 single-channel images, not examples of shape %v", s.InShape)
+		}
+		return built(NewCNN(dev, CNNConfig{Conv1: max(s.Width/64, 1), Conv2: max(s.Width/32, 1), Hidden: max(s.Width/8, 1),
+			Classes: s.Classes, Dropout: s.Dropout, Seed: s.Seed}))
+	})
+	// gpt: a decoder of Layers blocks, Heads heads, width Width, over a
+	// vocabulary of Classes tokens.
+	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
+		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
+			Dropout: s.Dropout, Seed: s.Seed}))
+	})
+}
+
+// built turns a constructor's result into a registry's, so that a failed
+// constructor gives a nil Model rather than an interface holding a nil
+// pointer.
+func built[T Model](m T, err error) (Model, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,54 @@
+package models_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
+)
+
+func TestRegistry(t *testing.T) {
+	if got := strings.Join(models.Names(), ","); got != "cnn,gpt,mlp" {
+		t.Errorf("Names() = %s", got)
+	}
+	dev := cpu.New()
+	for _, tc := range []struct {
+		name   string
+		spec   models.Spec
+		params int
+	}{
+		// 8·16+16 + 16·16+16 + 16·3+3
+		{"mlp", models.Spec{Layers: 2, Width: 16, InShape: []int{8}, Classes: 3}, 467},
+		{"gpt", models.Spec{Layers: 1, Width: 8, Heads: 2, Context: 4, InShape: []int{4}, Classes: 5}, -1},
+		{"cnn", models.Spec{Width: 64, InShape: []int{1, 28, 28}, Classes: 10}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := models.New(tc.name, dev, tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nn.Release(m)
+			if n := nn.Count(m); n == 0 || (tc.params > 0 && n != tc.params) {
+				t.Errorf("%d parameters, want %d", n, tc.params)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, model string
+		spec        models.Spec
+		want        string
+	}{
+		{"unknown", "rnn", models.Spec{}, "cnn, gpt, mlp"},
+		{"cnn on vectors", "cnn", models.Spec{Width: 64, InShape: []int{32}, Classes: 10}, "28x28"},
+		{"gpt without heads", "gpt", models.Spec{Layers: 1, Width: 8, Context: 4, Classes: 5}, "Heads"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := models.New(tc.model, dev, tc.spec)
+			if err == nil || m != nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, %v; want a nil model and an error naming %q", m, err, tc.want)
+			}
+		})
+	}
+}
