@@ -79,7 +79,15 @@ const (
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention}
+
+// AttentionOf returns d's fused attention kernels, or nil when d lacks
+// them (or hides them): the tensor package then composes attention from
+// other ops.
+func AttentionOf(d Device) AttentionKernels {
+	k, _ := capable(d, CapAttention).(AttentionKernels)
+	return k
+}
 
 // Has reports whether d has the fused kernels of capability name (and
 // does not hide them: see Without).
@@ -99,6 +107,8 @@ func Has(d Device, name string) bool {
 		_, ok = c.(AdamStepper)
 	case CapSGDStep:
 		_, ok = c.(SGDStepper)
+	case CapAttention:
+		_, ok = c.(AttentionKernels)
 	}
 	return ok
 }

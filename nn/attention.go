@@ -64,13 +64,12 @@ func NewCausalSelfAttention(b *Builder, path string, c AttentionConfig) (*Causal
 //	y = dropout(softmax(causal(q·kᵀ/√(Dim/H))))·v, heads joined
 //	out = dropout(y·Wprojᵀ + bproj)
 //
-// The masked scores are one op (tensor's CausalScores: the 1/√(Dim/H)
-// scale is the product's alpha, and only the causal triangle is
-// computed), and the probabilities' product with v skips their zeros
-// (CausalMatMul), forward and backward: about half the attention FLOPs of
-// the plain composition, with the same result. Every intermediate is
-// released as soon as its consumer has run; the output is a new tensor
-// that no op saved.
+// The attention itself is tensor's CausalAttention: on a device with fused
+// attention kernels no [B, H, T, T] scores or probabilities exist, forward
+// or backward; elsewhere it composes CausalScores (only the causal
+// triangle computed) with Softmax and CausalMatMul (skipping the
+// probabilities' zeros). Every intermediate is released as soon as its
+// consumer has run; the output is a new tensor that no op saved.
 func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	d := a.Proj.Weight.Shape()[0]
 	if x.Dim() != 3 || x.Shape()[2] != d {
@@ -85,21 +84,16 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	q, k, v := splitHeads(r, qkv, bsz, t, h, dh)
 	qkv.Release()
 
-	// Masked scores in one op: the 1/√dh scale rides on the product and
-	// only the causal (lower) triangle is computed.
-	masked := r.CausalScores(q, k, 1/math.Sqrt(float64(dh)), math.Inf(-1)) // [B, H, T, T]
+	// Fused where the device has the kernels (no [B, H, T, T] tensor,
+	// forward or backward), else CausalScores, Softmax, Dropout and
+	// CausalMatMul; the same dropout masks either way.
+	p := 0.0
+	if train {
+		p = a.Dropout
+	}
+	y := r.CausalAttention(q, k, v, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt)) // [B, H, T, Dh]
 	q.Release()
 	k.Release()
-	probs := r.Softmax(masked)
-	masked.Release()
-	if train {
-		// Softmax saved probs: this dropout must not overwrite them.
-		dp := r.Dropout(probs, a.Dropout, r.SeedFor(a.attnSalt))
-		probs.Release()
-		probs = dp
-	}
-	y := r.CausalMatMul(probs, v) // [B, H, T, Dh]: probs are zero above the diagonal
-	probs.Release()
 	v.Release()
 	yt := r.Permute(y, 0, 2, 1, 3)
 	y.Release()

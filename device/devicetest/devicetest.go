@@ -608,6 +608,47 @@ var cases = []kcase{
 			}
 		}
 	}},
+	{"Attention", append(floats, device.F64), func(e *env, dt device.DType) {
+		kr, kd := device.AttentionOf(e.ref), device.AttentionOf(e.dev)
+		if kr == nil || kd == nil {
+			e.t.Skipf("fused attention: %s has it: %v, %s: %v (the tensor package composes it otherwise)", e.ref.Name(), kr != nil, e.dev.Name(), kd != nil)
+		}
+		// Heads viewed inside a fused projection [B, T, 3, H, D], as the
+		// models pass them: q, k and v are strided [B, H, T, D] views.
+		const b, h, t, d = 2, 3, 70, 8
+		acc := device.F32
+		if dt == device.F64 {
+			acc = device.F64
+		}
+		qkv := e.tensor(dt, []int{b * t * 3 * h * d}, e.random(b*t*3*h*d, -1, 1))
+		view := func(v device.View, i int) device.View {
+			v.Offset += i * h * d
+			v.Shape = []int{b, h, t, d}
+			v.Strides = []int{t * 3 * h * d, d, 3 * h * d, 1}
+			return v
+		}
+		out := e.tensor(dt, []int{b, h, t, d}, nil)
+		lse := e.tensor(acc, []int{b, h, t}, nil)
+		dout := e.tensor(dt, []int{b, h, t, d}, e.random(b*h*t*d, -1, 1))
+		dq := e.tensor(dt, []int{b, h, t, d}, nil)
+		dk := e.tensor(dt, []int{b, h, t, d}, nil)
+		dv := e.tensor(dt, []int{b, h, t, d}, nil)
+		for _, p := range []float64{0, 0.25} {
+			a := device.Attention{Scale: 0.35, Dropout: p, Seed: 5}
+			both(e, func(d device.Device, v func(pair) device.View) {
+				k := device.AttentionOf(d)
+				q, kk, vv := view(v(qkv), 0), view(v(qkv), 1), view(v(qkv), 2)
+				k.CausalAttention(v(out), v(lse), q, kk, vv, a)
+				k.CausalAttentionBackward(v(dq), v(dk), v(dv), v(dout), v(out), v(lse), q, kk, vv, a)
+			})
+			tol := Tolerance(dt)
+			e.check(fmt.Sprintf("attention dropout %v", p), out, tol)
+			e.check(fmt.Sprintf("log-sum-exp dropout %v", p), lse, Tolerance(acc))
+			e.check(fmt.Sprintf("dq dropout %v", p), dq, 2*tol)
+			e.check(fmt.Sprintf("dk dropout %v", p), dk, 2*tol)
+			e.check(fmt.Sprintf("dv dropout %v", p), dv, 2*tol)
+		}
+	}},
 	{"Optimizers", floats, func(e *env, dt device.DType) {
 		n := 300
 		for _, dec := range []bool{false, true} {

@@ -69,3 +69,24 @@ func (d *Device) CausalFill(_, _ device.View, _ float64)                        
 func (d *Device) AllFinite(device.View) bool                                        { return true }
 func (d *Device) AdamStep(_, _, _, _ device.View, _ device.AdamHyper)               {}
 func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                    {}
+
+// CausalAttention takes and returns the workspace the CPU kernel takes,
+// so that plans account it.
+func (d *Device) CausalAttention(_, _, q, _, _ device.View, _ device.Attention) {
+	d.workspace(device.AttentionWorkspace(q.Shape, q.DType, false))
+}
+
+// CausalAttentionBackward accounts like CausalAttention.
+func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, _ device.Attention) {
+	d.workspace(device.AttentionWorkspace(q.Shape, q.DType, true))
+}
+
+// workspace allocates and frees n bytes of temporaries, as a kernel that
+// takes a workspace does: the peak sees them.
+func (d *Device) workspace(n int64) {
+	b, err := d.mem.Alloc(n, memory.Temporary)
+	if err != nil {
+		panic(err)
+	}
+	d.mem.Free(b)
+}

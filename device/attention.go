@@ -1,0 +1,66 @@
+package device
+
+// AttentionKernels compute causal multi-head attention without the
+// [B, H, T, T] scores or probabilities: each block of query rows meets the
+// keys up to its diagonal, its softmax is normalised in place, and only
+// the output and one log-sum-exp per row are kept; backward recomputes
+// each block's probabilities from q, k and the log-sum-exps. The tensor
+// package uses them when a device has them (Has(d, CapAttention)) and
+// otherwise composes the same attention from CausalScores, Softmax,
+// Dropout and CausalMatMul, whose backward is the autograd graph of that
+// composition.
+type AttentionKernels interface {
+	// CausalAttention writes, for every batch b and head h,
+	// out = dropout(softmax(scale·q·kᵀ, causal))·v and lse, the natural
+	// log of each row's softmax denominator including its maximum
+	// (F32, or F64 for F64 inputs; [B, H, T] contiguous). q, k, v and out
+	// are [B, H, T, D] views of one dtype with unit last stride. The
+	// dropout mask of probability (b, h, i, j) is element
+	// ((b·H+h)·T+i)·T+j of Dropout's stream for a.Seed — the mask the
+	// composed path draws on its contiguous [B, H, T, T] probabilities —
+	// so a checkpointed recompute and the composed path drop the same
+	// ones. The kernel takes AttentionWorkspace bytes of temporaries from
+	// the device's allocator for the call.
+	CausalAttention(out, lse, q, k, v View, a Attention)
+	// CausalAttentionBackward writes dq, dk and dv (views like q, k and
+	// v) from dout and what the forward kept.
+	CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v View, a Attention)
+}
+
+// Attention are the parameters of one attention call.
+type Attention struct {
+	Scale   float64 // of the scores, usually 1/√D
+	Dropout float64 // probability of dropping a probability; 0: none
+	Seed    uint64  // dropout stream
+}
+
+// CapAttention names AttentionKernels for Has and Without.
+const CapAttention = "attention"
+
+// AttentionBlock is the number of query rows a fused attention kernel
+// treats at a time, and AttentionSlots the most (batch, head) pairs whose
+// workspaces exist at once: together they fix the kernels' temporary
+// memory, so that the meta device accounts it exactly.
+const (
+	AttentionBlock = 64
+	AttentionSlots = 16
+)
+
+// AttentionWorkspace is the temporary bytes one fused attention call
+// takes for q of shape [B, H, T, D] and dtype dt (backward selects the
+// backward kernel). Per slot, in f32 (f64 for F64): copies of one head's k
+// and v ([T, D] each), a block of query rows and its output ([Br, D]
+// each) and the block's scores ([Br, T]); backward adds the head's dk and
+// dv accumulators ([T, D] each), the block's dq ([Br, D]) and the
+// probabilities' gradient ([Br, T]).
+func AttentionWorkspace(shape []int, dt DType, backward bool) int64 {
+	b, h, t, d := shape[0], shape[1], shape[2], shape[3]
+	slots := int64(min(b*h, AttentionSlots))
+	br := int64(min(AttentionBlock, t))
+	T, D := int64(t), int64(d)
+	per := 2*T*D + 2*br*D + br*T
+	if backward {
+		per += 2*T*D + br*D + br*T
+	}
+	return slots * per * int64(accumulator(dt).Size())
+}

@@ -1,0 +1,100 @@
+package tensor
+
+import (
+	"math"
+	"slices"
+
+	"github.com/memfit/memfit/device"
+)
+
+// CausalAttention returns dropout(softmax(scale·q·kᵀ, causal))·v for q, k
+// and v [B, H, T, D] (heads of a fused projection viewed in place, say):
+// causal multi-head attention. Dropout applies to the probabilities when
+// dropout > 0, with masks keyed by seed.
+//
+// On a device with fused attention kernels (device.CapAttention) neither
+// forward nor backward holds the [B, H, T, T] scores or probabilities:
+// the node saves q, k, v, the result and one log-sum-exp per row, and
+// backward recomputes the probabilities block by block. Elsewhere (or with
+// the capability hidden by device.Without) it is the composition
+// CausalScores, Softmax, Dropout, CausalMatMul, which computes the same
+// values within float tolerance and draws the same dropout masks. Under
+// autocast the products run in the autocast dtype, as every product does.
+// The result is laid out as v, so heads viewed inside [B, T, H, D] join
+// back into [B, T, H·D] without a copy.
+func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed uint64) *Tensor {
+	dev := sameDevice("causal_attention", q, k, v)
+	if q.Dim() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
+		panic(errorf("causal_attention", "q %s, k %s and v %s must all be [B, H, T, D]", q.describe(), k.describe(), v.describe()))
+	}
+	if !q.dtype.IsFloat() || !k.dtype.IsFloat() || !v.dtype.IsFloat() {
+		panic(errorf("causal_attention", "q %s, k %s and v %s must be float tensors", q.describe(), k.describe(), v.describe()))
+	}
+	if dropout < 0 || dropout >= 1 {
+		panic(errorf("causal_attention", "dropout %v must be in [0, 1)", dropout))
+	}
+	kern := device.AttentionOf(dev)
+	if kern == nil {
+		return s.composedAttention(q, k, v, scale, dropout, seed)
+	}
+	target := promote(promote(q.dtype, k.dtype), v.dtype)
+	if s.autocast != device.Invalid && target != F64 {
+		target = s.autocast
+	}
+	cq, ck, cv := s.castTo(q, target), s.castTo(k, target), s.castTo(v, target)
+	defer func() {
+		for _, c := range [][2]*Tensor{{cq, q}, {ck, k}, {cv, v}} {
+			if c[0] != c[1] {
+				s.release(c[0])
+			}
+		}
+	}()
+	// The kernels read rows of D contiguous elements at any row stride.
+	pq, pk, pv := cq.rowsDense(s), ck.rowsDense(s), cv.rowsDense(s)
+	defer pq.Release()
+	defer pk.Release()
+	defer pv.Release()
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed}
+	out := mustAllocLike(dev, target, pv, s.cat)
+	lse := mustAlloc(dev, accumDType(target), append([]int(nil), q.shape[:3]...), s.cat)
+	kern.CausalAttention(out.view(), lse.view(), pq.view(), pk.view(), pv.view(), a)
+	s.record(out, "causal_attention", []*Tensor{cq, ck, cv}, []*Tensor{pq, pk, pv, out, lse}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sq, sk, sv, so, sl := saved[0], saved[1], saved[2], saved[3], saved[4]
+		dev := g.st.dev
+		gc := g.rowsDense(s)
+		defer gc.Release()
+		dq := mustAllocLike(dev, target, sq, s.cat)
+		dk := mustAllocLike(dev, target, sk, s.cat)
+		dv := mustAllocLike(dev, target, sv, s.cat)
+		device.AttentionOf(dev).CausalAttentionBackward(dq.view(), dk.view(), dv.view(), gc.view(), so.view(), sl.view(), sq.view(), sk.view(), sv.view(), a)
+		return []*Tensor{dq, dk, dv}
+	})
+	lse.Release()
+	return s.own(out)
+}
+
+// composedAttention is CausalAttention from the ops a device without the
+// fused kernels has; its dropout draws the fused kernels' masks (Dropout
+// numbers the contiguous probabilities as they do).
+func (s *Scope) composedAttention(q, k, v *Tensor, scale, dropout float64, seed uint64) *Tensor {
+	masked := s.CausalScores(q, k, scale, math.Inf(-1))
+	probs := s.Softmax(masked)
+	s.release(masked)
+	if dropout > 0 {
+		dropped := s.Dropout(probs, dropout, seed)
+		s.release(probs)
+		probs = dropped
+	}
+	y := s.CausalMatMul(probs, v)
+	s.release(probs)
+	return y
+}
+
+// rowsDense returns a handle on t whose last dimension is contiguous: t
+// itself (a new handle) when it is, else a packed copy.
+func (t *Tensor) rowsDense(s *Scope) *Tensor {
+	if t.strides[len(t.strides)-1] == 1 || t.shape[len(t.shape)-1] == 1 {
+		return t.share()
+	}
+	return t.packed(t.dtype, s.cat)
+}
