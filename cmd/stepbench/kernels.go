@@ -44,6 +44,31 @@ func (d *timedDevice) add(key string, t0 time.Time) {
 	k.total += time.Since(t0)
 }
 
+// visible is d as the trainer should see it: with the capabilities of
+// the device it wraps and no others (the wrapper has a method for each).
+func (d *timedDevice) visible() device.Device {
+	var hide []string
+	for _, c := range device.Capabilities {
+		if !device.Has(d.Device, c) {
+			hide = append(hide, c)
+		}
+	}
+	if len(hide) == 0 {
+		return d
+	}
+	return device.Without(d, hide...)
+}
+
+func (d *timedDevice) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
+	defer d.add(fmt.Sprintf("attention %s %v dropout=%t", dt(q), q.Shape, a.Dropout > 0), time.Now())
+	device.AttentionOf(d.Device).CausalAttention(out, lse, q, k, v, a)
+}
+
+func (d *timedDevice) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
+	defer d.add(fmt.Sprintf("attention-backward %s %v dropout=%t", dt(q), q.Shape, a.Dropout > 0), time.Now())
+	device.AttentionOf(d.Device).CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, a)
+}
+
 // reset forgets the calls so far (the warm-up steps).
 func (d *timedDevice) reset() { clear(d.times) }
 

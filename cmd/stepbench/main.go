@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/train"
 )
 
@@ -62,7 +64,18 @@ func main() {
 	dev := flag.String("device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
 	kernels := flag.Bool("kernels", false, "print each kernel's wall time per timed step to standard error")
+	without := flag.String("without", "", "comma-separated device capabilities to hide (their composed fallbacks run): "+strings.Join(device.Capabilities, ", "))
+	compare := flag.String("compare", "", "comma-separated capabilities: run each configuration alternately with and without them, -rounds times, and print the ratio of the median steps")
+	rounds := flag.Int("rounds", 3, "alternations for -compare")
 	flag.Parse()
+	for _, list := range []string{*without, *compare} {
+		for _, c := range split(list) {
+			if !slices.Contains(device.Capabilities, c) {
+				fmt.Fprintf(os.Stderr, "stepbench: unknown capability %q (want %s)\n", c, strings.Join(device.Capabilities, ", "))
+				os.Exit(2)
+			}
+		}
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -84,52 +97,87 @@ func main() {
 		}
 		cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps, cfg.Device = true, 0, 0, *warmup+*steps, *dev
 		cfg = cfg.Resolved()
-		dev, err := train.NewDevice(cfg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "stepbench:", err)
-			os.Exit(2)
+		if *compare == "" {
+			res := measure(name, cfg, split(*without), *warmup, *steps, *kernels)
+			b, _ := json.Marshal(res)
+			fmt.Println(string(b))
+			continue
 		}
-		var timed *timedDevice
-		if *kernels {
-			timed = newTimedDevice(dev)
-			dev = timed
+		// The two variants alternate so that the machine's drift falls on
+		// both alike.
+		var with, hidden []float64
+		for range *rounds {
+			with = append(with, measure(name, cfg, split(*without), *warmup, *steps, false).MedianMS)
+			hidden = append(hidden, measure(name, cfg, append(split(*without), split(*compare)...), *warmup, *steps, false).MedianMS)
 		}
-		t, err := train.New(cfg, dev, nil)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "stepbench:", err)
-			os.Exit(2)
-		}
-		var times []float64
-		t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
-			if r.Step > *warmup {
-				times = append(times, float64(cfg.Batch)/r.SamplesPerS*1000)
-			}
-			if timed != nil {
-				switch r.Step {
-				case *warmup:
-					timed.reset()
-				case *warmup + *steps:
-					timed.stop() // the final evaluation is not a step
-				}
-			}
-			return nil
-		}
-		s, err := t.Run(context.Background())
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "stepbench:", err)
-			os.Exit(1)
-		}
-		sort.Float64s(times)
-		res := result{Config: name, Steps: len(times), PeakAct: s.PeakBytes.Activation, PeakTotal: s.PeakBytes.Total, FinalLoss: s.FinalLoss, SamplesPerS: s.SamplesPerSec}
-		if len(times) > 0 {
-			res.MedianMS = times[len(times)/2]
-		}
-		b, _ := json.Marshal(res)
-		fmt.Println(string(b))
-		if timed != nil {
-			fmt.Fprintf(os.Stderr, "%s: kernel wall time per step (median step %.1f ms)\n", name, res.MedianMS)
-			timed.report(os.Stderr, len(times))
-		}
-		t.Close()
+		a, b := median(with), median(hidden)
+		out, _ := json.Marshal(map[string]any{"config": name, "median_ms": a, "median_ms_without": b, "without": *compare, "ratio": a / b, "rounds": *rounds})
+		fmt.Println(string(out))
 	}
+}
+
+func split(list string) []string {
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
+}
+
+func median(x []float64) float64 {
+	x = slices.Clone(x)
+	sort.Float64s(x)
+	return x[len(x)/2]
+}
+
+// measure trains cfg for warmup+steps steps with the capabilities named in
+// hide hidden and reports the median timed step.
+func measure(name string, cfg train.Config, hide []string, warmup, steps int, kernels bool) result {
+	dev, err := train.NewDevice(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stepbench:", err)
+		os.Exit(2)
+	}
+	var timed *timedDevice
+	if kernels {
+		timed = newTimedDevice(dev)
+		dev = timed.visible()
+	}
+	if len(hide) > 0 {
+		dev = device.Without(dev, hide...)
+	}
+	t, err := train.New(cfg, dev, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stepbench:", err)
+		os.Exit(2)
+	}
+	defer t.Close()
+	var times []float64
+	t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
+		if r.Step > warmup {
+			times = append(times, float64(cfg.Batch)/r.SamplesPerS*1000)
+		}
+		if timed != nil {
+			switch r.Step {
+			case warmup:
+				timed.reset()
+			case warmup + steps:
+				timed.stop() // the final evaluation is not a step
+			}
+		}
+		return nil
+	}
+	s, err := t.Run(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stepbench:", err)
+		os.Exit(1)
+	}
+	res := result{Config: name, Steps: len(times), PeakAct: s.PeakBytes.Activation, PeakTotal: s.PeakBytes.Total, FinalLoss: s.FinalLoss, SamplesPerS: s.SamplesPerSec}
+	if len(times) > 0 {
+		res.MedianMS = median(times)
+	}
+	if timed != nil {
+		fmt.Fprintf(os.Stderr, "%s: kernel wall time per step (median step %.1f ms)\n", name, res.MedianMS)
+		timed.report(os.Stderr, len(times))
+	}
+	return res
 }
