@@ -48,19 +48,23 @@ const (
 
 // AttentionWorkspace is the temporary bytes one fused attention call
 // takes for q of shape [B, H, T, D] and dtype dt (backward selects the
-// backward kernel). Per slot, in f32 (f64 for F64): copies of one head's k
-// and v ([T, D] each), a block of query rows and its output ([Br, D]
-// each) and the block's scores ([Br, T]); backward adds the head's dk and
-// dv accumulators ([T, D] each), the block's dq ([Br, D]) and the
-// probabilities' gradient ([Br, T]).
+// backward kernel). Per slot, in f32 (f64 for F64): a block's scores
+// ([Br, T]) and output rows ([Br, D]), and for 16-bit inputs the block's
+// probabilities rounded to dt ([Br, T]); backward adds the probabilities'
+// gradient ([Br, T]), the head's dk and dv accumulators ([T, D] each) and
+// the block's dout rows ([Br, D]).
 func AttentionWorkspace(shape []int, dt DType, backward bool) int64 {
 	b, h, t, d := shape[0], shape[1], shape[2], shape[3]
 	slots := int64(min(b*h, AttentionSlots))
 	br := int64(min(AttentionBlock, t))
 	T, D := int64(t), int64(d)
-	per := 2*T*D + 2*br*D + br*T
+	acc := br*T + br*D
 	if backward {
-		per += 2*T*D + br*D + br*T
+		acc += br*T + 2*T*D + br*D
 	}
-	return slots * per * int64(accumulator(dt).Size())
+	n := acc * int64(accumulator(dt).Size())
+	if dt.IsLowPrecision() {
+		n += br * T * int64(dt.Size())
+	}
+	return slots * n
 }

@@ -37,6 +37,16 @@ func init() {
 			},
 		})
 	}
+	// Fewer positions than the head width (a block's rows are shorter
+	// than a row of the output).
+	gradCases = append(gradCases, gradCase{
+		name:   "causal_attention/short",
+		inputs: []input{in("", 2, 3, 3*2*16)},
+		fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+			q, k, v := heads(s, x[0], 2, 16)
+			return s.CausalAttention(q, k, v, 0.25, 0, 0)
+		},
+	})
 }
 
 // The fused kernels compute what the composition computes (the same

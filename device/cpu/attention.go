@@ -17,8 +17,13 @@ import (
 // keys up to its last row are one product, normalised row by row in
 // place, and multiplied by v; nothing of size T×T exists. Backward
 // recomputes each block's probabilities from the saved log-sum-exps.
-// Products run in f32 (f64 for F64) on copies of one head's k and v, so
-// 16-bit inputs are widened once per head.
+//
+// The products read q, k, v and dout where they lie (heads viewed in a
+// fused projection, at its row stride), in their own dtype, as the
+// composed path's products do; scores and probabilities are f32 (f64 for
+// F64), and for 16-bit inputs the probabilities and their gradient are
+// rounded to the input dtype before the products that take them, as the
+// composed path stores them.
 
 // attnGeom is the [B, H, T, D] shape of one call.
 type attnGeom struct{ b, h, t, d, br int }
@@ -29,13 +34,8 @@ func geomOf(q device.View) attnGeom {
 	return g
 }
 
-// headOffset is the element offset of head (b, h) of a [B, H, T, D] view.
-func headOffset(v device.View, b, h int) int {
-	return v.Offset + b*v.Strides[0] + h*v.Strides[1]
-}
-
 // floats views the bytes of a workspace as elements of T.
-func floats[T float](b []byte) []T {
+func floats[T float | uint16](b []byte) []T {
 	var z T
 	n := len(b) / int(unsafe.Sizeof(z))
 	if n == 0 {
@@ -44,33 +44,71 @@ func floats[T float](b []byte) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 }
 
-// gemm1 is a single-threaded product on T: the heads are the parallelism.
-func gemm1[T float](ta, tb bool, m, n, k int, alpha float64, a []T, lda int, b []T, ldb int, beta float64, c []T, ldc int) {
+// rows is a matrix operand: rows of a buffer of one dtype, ld elements
+// apart, the first at element off.
+type rows struct {
+	buf     []byte
+	dt      device.DType
+	off, ld int
+}
+
+// headRows are rows r0… of head (b, h) of a [B, H, T, D] view.
+func headRows(v device.View, b, h, r0 int) rows {
+	return rows{buf: v.Buf.Host, dt: v.DType, off: v.Offset + b*v.Strides[0] + h*v.Strides[1] + r0*v.Strides[2], ld: v.Strides[2]}
+}
+
+func (r rows) f32() []float32 { return floats[float32](r.buf)[r.off:] }
+func (r rows) f64() []float64 { return floats[float64](r.buf)[r.off:] }
+func (r rows) u16() []uint16  { return floats[uint16](r.buf)[r.off:] }
+
+// product computes c = alpha·op(a)·op(b) + beta·c on one thread (the
+// heads are the parallelism); a and b share a dtype, c is T (f32 for
+// every dtype but F64).
+func product[T float](ta, tb bool, m, n, k int, alpha float64, a, b rows, beta float64, c []T, ldc int) {
 	o := gemm.Options{Threads: 1}
-	switch a := any(a).(type) {
-	case []float32:
-		o.Sgemm(ta, tb, m, n, k, float32(alpha), a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
-	case []float64:
-		o.Dgemm(ta, tb, m, n, k, alpha, a, lda, any(b).([]float64), ldb, beta, any(c).([]float64), ldc)
+	switch a.dt {
+	case device.F64:
+		o.Dgemm(ta, tb, m, n, k, alpha, a.f64(), a.ld, b.f64(), b.ld, beta, any(c).([]float64), ldc)
+	case device.F32:
+		o.Sgemm(ta, tb, m, n, k, float32(alpha), a.f32(), a.ld, b.f32(), b.ld, float32(beta), any(c).([]float32), ldc)
+	case device.BF16:
+		o.GemmBF16(ta, tb, m, n, k, float32(alpha), a.u16(), a.ld, b.u16(), b.ld, float32(beta), any(c).([]float32), ldc)
+	case device.F16:
+		o.GemmF16(ta, tb, m, n, k, float32(alpha), a.u16(), a.ld, b.u16(), b.ld, float32(beta), any(c).([]float32), ldc)
 	}
 }
 
-// loadRows widens rows [r0, r0+m) of head (b, h) of v into dst (m×d).
+// operand returns m rows of n elements of src (ld apart) as an operand of
+// dtype dt: src itself when dt is T's dtype, else rounded into to.
+func operand[T float](src []T, m, n, ld int, dt device.DType, to []byte) rows {
+	var z T
+	if _, wide := any(z).(float64); (wide && dt == device.F64) || (!wide && dt == device.F32) {
+		return rows{buf: unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), len(src)*int(unsafe.Sizeof(z))), dt: dt, ld: ld}
+	}
+	v := device.View{Buf: device.Buffer{Host: to}, DType: dt}
+	for r := range m {
+		store(v, r*ld, 1, src[r*ld:r*ld+n])
+	}
+	return rows{buf: to, dt: dt, ld: ld}
+}
+
+// loadRows widens m rows of d elements of head (b, h) of v, from row r0,
+// into dst (m×d).
 func loadRows[T float](dst []T, v device.View, b, h, r0, m, d int) {
-	off := headOffset(v, b, h)
+	o := headRows(v, b, h, r0)
 	for r := range m {
 		row := dst[r*d : (r+1)*d]
-		if got := load(v, off+(r0+r)*v.Strides[2], d, 1, row); &got[0] != &row[0] {
+		if got := load(v, o.off+r*o.ld, d, 1, row); &got[0] != &row[0] {
 			copy(row, got)
 		}
 	}
 }
 
-// storeRows writes src (m×d) into rows [r0, r0+m) of head (b, h) of v.
+// storeRows writes src (m×d) into rows r0… of head (b, h) of v.
 func storeRows[T float](v device.View, src []T, b, h, r0, m, d int) {
-	off := headOffset(v, b, h)
+	o := headRows(v, b, h, r0)
 	for r := range m {
-		store(v, off+(r0+r)*v.Strides[2], 1, src[r*d:(r+1)*d])
+		store(v, o.off+r*o.ld, 1, src[r*d:(r+1)*d])
 	}
 }
 
@@ -85,6 +123,29 @@ func expShifted[T float](x []T, shift float64) {
 	}
 	for j, v := range x {
 		x[j] = T(math.Exp(float64(v) - shift))
+	}
+}
+
+// sumT is the sum of a row (f32 rows as the softmax kernel sums them).
+func sumT[T float](x []T) float64 {
+	if x32, ok := any(x).([]float32); ok {
+		return float64(rowSum(x32))
+	}
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	return s
+}
+
+// scaleT multiplies a row by f.
+func scaleT[T float](x []T, f T) {
+	if x32, ok := any(x).([]float32); ok {
+		rowScale(x32, float32(f))
+		return
+	}
+	for j := range x {
+		x[j] *= f
 	}
 }
 
@@ -134,6 +195,13 @@ func (d *Device) workspace(bytes int64) device.Buffer {
 	return buf
 }
 
+// split cuts n elements of T off the front of b.
+func split[T float](b []byte, n int) ([]T, []byte) {
+	var z T
+	k := n * int(unsafe.Sizeof(z))
+	return floats[T](b[:k]), b[k:]
+}
+
 // CausalAttention writes out and lse (see device.AttentionKernels).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
 	ws := d.workspace(device.AttentionWorkspace(q.Shape, q.DType, false))
@@ -149,48 +217,40 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 	g := geomOf(q)
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
-	keep := 1 / (1 - a.Dropout)
+	keep := T(1 / (1 - a.Dropout))
 	d.forHeads(g, ws, func(slot []byte, b, h int) {
-		w := floats[T](slot)
-		kw, w := w[:t*dim], w[t*dim:]
-		vw, w := w[:t*dim], w[t*dim:]
-		qw, w := w[:br*dim], w[br*dim:]
-		ow, w := w[:br*dim], w[br*dim:]
-		sc := w[:br*t]
-		loadRows(kw, k, b, h, 0, t, dim)
-		loadRows(vw, v, b, h, 0, t, dim)
+		sc, rest := split[T](slot, br*t) // the block's scores, then probabilities
+		ow, rest := split[T](rest, br*dim)
+		p16 := rest // the probabilities in q's dtype, when 16-bit
 		bh := b*g.h + h
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m // keys of the block: those up to its last row
-			loadRows(qw, q, b, h, i0, m, dim)
-			gemm1(false, true, m, n, dim, a.Scale, qw, dim, kw, dim, 0, sc, t)
+			product(false, true, m, n, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, 0), 0, sc, t)
 			for r := range m {
 				i := i0 + r
 				row := sc[r*t : r*t+n]
 				live := row[:i+1]
 				mx := rowMaxT(live)
 				expShifted(live, mx)
-				var sum float64
-				for _, p := range live {
-					sum += float64(p)
-				}
+				sum := sumT(live)
 				lses[bh*t+i] = T(mx + math.Log(sum))
-				inv := 1 / sum
-				base := uint64((bh*t + i) * t)
-				for j, p := range live {
-					switch {
-					case a.Dropout > 0 && uniform01(a.Seed, base+uint64(j)) < a.Dropout:
-						live[j] = 0
-					case a.Dropout > 0:
-						live[j] = T(float64(p) * inv * keep)
-					default:
-						live[j] = T(float64(p) * inv)
+				// As the softmax kernel normalises: the same bits in f32.
+				scaleT(live, T(1/sum))
+				if a.Dropout > 0 {
+					base := uint64((bh*t + i) * t)
+					for j := range live {
+						if uniform01(a.Seed, base+uint64(j)) < a.Dropout {
+							live[j] = 0
+						} else {
+							live[j] *= keep
+						}
 					}
 				}
 				clear(row[i+1:])
 			}
-			gemm1(false, false, m, dim, n, 1, sc, t, vw, dim, 0, ow, dim)
+			p := operand(sc, m, n, t, q.DType, p16)
+			product(false, false, m, dim, n, 1, p, headRows(v, b, h, 0), 0, ow, dim)
 			storeRows(out, ow, b, h, i0, m, dim)
 		}
 	})
@@ -212,64 +272,66 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 	g := geomOf(q)
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
-	keep := 1 / (1 - a.Dropout)
+	keep := T(1 / (1 - a.Dropout))
 	d.forHeads(g, ws, func(slot []byte, b, h int) {
-		w := floats[T](slot)
-		kw, w := w[:t*dim], w[t*dim:]
-		vw, w := w[:t*dim], w[t*dim:]
-		qw, w := w[:br*dim], w[br*dim:]
-		ow, w := w[:br*dim], w[br*dim:] // the block's dout
-		sc, w := w[:br*t], w[br*t:]     // probabilities, then dropped ones
-		dkw, w := w[:t*dim], w[t*dim:]
-		dvw, w := w[:t*dim], w[t*dim:]
-		dqw, w := w[:br*dim], w[br*dim:] // the block's out, then dq
-		dpw := w[:br*t]                  // the probabilities' gradient, then the scores'
+		sc, rest := split[T](slot, br*t)   // probabilities, then dropped ones
+		dpw, rest := split[T](rest, br*t)  // the probabilities' gradient, then the scores'
+		dkw, rest := split[T](rest, t*dim) // the head's dk and dv
+		dvw, rest := split[T](rest, t*dim)
+		dqw, rest := split[T](rest, br*dim) // the block's out, then its dq
+		dow, rest := split[T](rest, br*dim) // the block's dout
+		p16 := rest                         // 16-bit operands, when q is 16-bit
 		clear(dkw)
 		clear(dvw)
-		loadRows(kw, k, b, h, 0, t, dim)
-		loadRows(vw, v, b, h, 0, t, dim)
 		bh := b*g.h + h
-		var delta [device.AttentionBlock]float64
+		var delta [device.AttentionBlock]T
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m
-			loadRows(qw, q, b, h, i0, m, dim)
-			loadRows(ow, dout, b, h, i0, m, dim)
 			// Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
 			loadRows(dqw, out, b, h, i0, m, dim)
+			loadRows(dow, dout, b, h, i0, m, dim)
 			for r := range m {
 				var s float64
 				for c := range dim {
-					s += float64(ow[r*dim+c]) * float64(dqw[r*dim+c])
+					s += float64(dow[r*dim+c]) * float64(dqw[r*dim+c])
 				}
-				delta[r] = s
+				delta[r] = T(s)
 			}
-			gemm1(false, true, m, n, dim, a.Scale, qw, dim, kw, dim, 0, sc, t)
-			gemm1(false, true, m, n, dim, 1, ow, dim, vw, dim, 0, dpw, t)
+			qr, dor := headRows(q, b, h, i0), headRows(dout, b, h, i0)
+			product(false, true, m, n, dim, a.Scale, qr, headRows(k, b, h, 0), 0, sc, t)
+			product(false, true, m, n, dim, 1, dor, headRows(v, b, h, 0), 0, dpw, t)
 			for r := range m {
 				i := i0 + r
 				p := sc[r*t : r*t+n]
 				dp := dpw[r*t : r*t+n]
 				expShifted(p[:i+1], float64(lses[bh*t+i]))
-				base := uint64((bh*t + i) * t)
-				for j := 0; j <= i; j++ {
-					pij := float64(p[j])
-					z := 1.0 // the dropout mask, scaled
-					if a.Dropout > 0 {
-						z = keep
+				dl := delta[r]
+				if a.Dropout == 0 {
+					for j, pij := range p[:i+1] {
+						dp[j] = pij * (dp[j] - dl)
+					}
+				} else {
+					// dP = dP'·z and the dropped probabilities P' = P·z,
+					// z the mask over (1-p).
+					base := uint64((bh*t + i) * t)
+					for j, pij := range p[:i+1] {
+						z := keep
 						if uniform01(a.Seed, base+uint64(j)) < a.Dropout {
 							z = 0
 						}
+						dp[j] = pij * (z*dp[j] - dl)
+						p[j] = pij * z
 					}
-					dp[j] = T(pij * (z*float64(dp[j]) - delta[r]))
-					p[j] = T(pij * z)
 				}
 				clear(p[i+1:])
 				clear(dp[i+1:])
 			}
-			gemm1(true, false, n, dim, m, 1, sc, t, ow, dim, 1, dvw, dim)
-			gemm1(false, false, m, dim, n, a.Scale, dpw, t, kw, dim, 0, dqw, dim)
-			gemm1(true, false, n, dim, m, a.Scale, dpw, t, qw, dim, 1, dkw, dim)
+			// dv += P'ᵀ·dout; dq = scale·dS·k; dk += scale·dSᵀ·q.
+			product(true, false, n, dim, m, 1, operand(sc, m, n, t, q.DType, p16), dor, 1, dvw, dim)
+			ds := operand(dpw, m, n, t, q.DType, p16)
+			product(false, false, m, dim, n, a.Scale, ds, headRows(k, b, h, 0), 0, dqw, dim)
+			product(true, false, n, dim, m, a.Scale, ds, qr, 1, dkw, dim)
 			storeRows(dq, dqw, b, h, i0, m, dim)
 		}
 		storeRows(dk, dkw, b, h, 0, t, dim)

@@ -1,0 +1,44 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// BenchmarkCausalAttention runs the fused attention kernels at the GPT
+// reference's shape (B 16, H 6, T 256, D 64), with q, k and v viewed in
+// a fused projection as the models pass them.
+func BenchmarkCausalAttention(b *testing.B) {
+	const bs, h, t, dim = 16, 6, 256, 64
+	for _, dt := range []device.DType{device.F32, device.BF16} {
+		d := New()
+		alloc := func(n int, dt device.DType) device.Buffer {
+			buf, _ := d.Alloc(int64(n*dt.Size()), memory.Other)
+			return buf
+		}
+		qkv := alloc(bs*t*3*h*dim, dt)
+		d.Random(device.View{Buf: qkv, DType: dt, Shape: []int{bs * t * 3 * h * dim}, Strides: []int{1}}, device.Uniform, -1, 1, 1)
+		head := func(i int) device.View {
+			return device.View{Buf: qkv, DType: dt, Offset: i * h * dim, Shape: []int{bs, h, t, dim}, Strides: []int{t * 3 * h * dim, dim, 3 * h * dim, 1}}
+		}
+		dense := func() device.View {
+			return device.View{Buf: alloc(bs*h*t*dim, dt), DType: dt, Shape: []int{bs, h, t, dim}, Strides: []int{h * t * dim, t * dim, dim, 1}}
+		}
+		out, dout, dq, dk, dv := dense(), dense(), dense(), dense(), dense()
+		d.Fill(dout, 0.01)
+		lse := device.View{Buf: alloc(bs*h*t, device.F32), DType: device.F32, Shape: []int{bs, h, t}, Strides: []int{h * t, t, 1}}
+		a := device.Attention{Scale: 0.125}
+		b.Run("forward/"+dt.String(), func(b *testing.B) {
+			for range b.N {
+				d.CausalAttention(out, lse, head(0), head(1), head(2), a)
+			}
+		})
+		b.Run("backward/"+dt.String(), func(b *testing.B) {
+			for range b.N {
+				d.CausalAttentionBackward(dq, dk, dv, dout, out, lse, head(0), head(1), head(2), a)
+			}
+		})
+	}
+}
