@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/memfit/memfit/internal/sttest"
 )
@@ -158,6 +159,27 @@ func TestResumeRefusesNonRegularFiles(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A reader that opens the FIFO would block until a writer comes:
+	// be that writer, so that a regression fails instead of hanging.
+	stop, opened := make(chan struct{}), make(chan bool, 1)
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			// Succeeds only while someone has the FIFO open for reading.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+				opened <- true
+				return
+			}
+		}
+	}()
 	for _, c := range []struct{ path, want string }{
 		{dir, "is a directory"},
 		{fifo, "is a named pipe (FIFO)"},
@@ -166,6 +188,11 @@ func TestResumeRefusesNonRegularFiles(t *testing.T) {
 		if _, _, err := ReadSafetensors(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ReadSafetensors(%s): %v, want %q", c.path, err, c.want)
 		}
+	}
+	select {
+	case <-opened:
+		t.Errorf("%s was opened for reading", fifo)
+	default:
 	}
 }
 
@@ -231,6 +258,17 @@ func TestResumeLegacyPair(t *testing.T) {
 	}
 	if _, meta, err := ReadSafetensors(legacy); err != nil || meta["format"] != formatVersion {
 		t.Errorf("%s after the save: format %q, %v", legacy, meta["format"], err)
+	}
+
+	// A crash after the memfit/2 rename, before the removal, leaves a
+	// stale memfit/1 PATH.state beside it: Resume ignores it.
+	stale := legacy + ".state"
+	if err := WriteSafetensors(stale, nil, map[string]string{"format": legacyFormat, "trainer": `{"step":1}`}); err != nil {
+		t.Fatal(err)
+	}
+	cont.Save, cont.Steps = "", 4
+	if r := newTrainer(t, cont); r.Step() != 4 {
+		t.Errorf("resumed at step %d beside a stale %s, want 4", r.Step(), stale)
 	}
 }
 
