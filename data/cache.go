@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -56,10 +57,15 @@ func isGzip(f io.ReaderAt) bool {
 }
 
 // gunzipCached returns the path of a decompressed copy of the gzip file f
-// (named path), making it first when the cache lacks it. The copy is named
-// by the SHA-256 of the compressed bytes and written atomically (temporary
-// file, fsync, rename), so concurrent or interrupted runs never see a
-// partial file. Memory use is constant.
+// (named path), making it first when the cache lacks a sound one. The
+// copy is named by the SHA-256 of the compressed bytes; a sidecar (the
+// copy's name + ".sum") records the copy's size and CRC-32C. Both are
+// written atomically (temporary file, fsync, rename), the sidecar last, so
+// concurrent or interrupted runs never see a partial file, and every use
+// checks the copy against its sidecar: a copy truncated or damaged since,
+// or one whose sidecar never got written, is rebuilt rather than failing
+// every later run or being read as data. Memory use is constant; the
+// check reads the copy once (CRC-32C runs at several GB/s).
 func gunzipCached(f *os.File, path string, o options) (string, error) {
 	dir, err := o.dir()
 	if err != nil {
@@ -70,15 +76,80 @@ func gunzipCached(f *os.File, path string, o options) (string, error) {
 		return "", fmt.Errorf("read: %w", err)
 	}
 	target := filepath.Join(dir, "gunzip-"+hex.EncodeToString(h.Sum(nil)))
-	if st, err := os.Stat(target); err == nil && st.Mode().IsRegular() {
+	if cacheSound(target) {
 		return target, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cache: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".gunzip-*.tmp")
+	zr, err := gzip.NewReader(bufio.NewReader(io.NewSectionReader(f, 0, 1<<62)))
 	if err != nil {
-		return "", fmt.Errorf("cache: %w", err)
+		return "", fmt.Errorf("gzip: %w", err)
+	}
+	crc := crc32.New(castagnoli)
+	var size int64
+	err = writeAtomic(target, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<20)
+		n, err := io.Copy(bw, zr)
+		if err != nil {
+			return fmt.Errorf("gzip: %w", err)
+		}
+		if err := zr.Close(); err != nil {
+			return fmt.Errorf("gzip: %w", err)
+		}
+		size = n
+		return bw.Flush()
+	})
+	if err != nil {
+		return "", err
+	}
+	sum := fmt.Sprintf(sumFormat, size, crc.Sum32())
+	if err := writeAtomic(target+".sum", func(w io.Writer) error {
+		_, err := io.WriteString(w, sum)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	return target, nil
+}
+
+// sumFormat is the sidecar's one line: the copy's size and CRC-32C.
+const sumFormat = "size %d crc32c %08x\n"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// cacheSound reports whether target is a regular file whose size and
+// CRC-32C are those its sidecar records.
+func cacheSound(target string) bool {
+	b, err := os.ReadFile(target + ".sum")
+	if err != nil {
+		return false
+	}
+	var size int64
+	var sum uint32
+	if _, err := fmt.Sscanf(string(b), sumFormat, &size, &sum); err != nil {
+		return false
+	}
+	st, err := os.Stat(target)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != size {
+		return false // checked before opening: a FIFO would block
+	}
+	f, err := os.Open(target)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	crc := crc32.New(castagnoli)
+	n, err := io.Copy(crc, f)
+	return err == nil && n == size && crc.Sum32() == sum
+}
+
+// writeAtomic writes target through a temporary file in its directory
+// that is synced, made readable by all and renamed over it.
+func writeAtomic(target string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
 	}
 	ok := false
 	defer func() {
@@ -87,32 +158,17 @@ func gunzipCached(f *os.File, path string, o options) (string, error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	zr, err := gzip.NewReader(bufio.NewReader(io.NewSectionReader(f, 0, 1<<62)))
-	if err != nil {
-		return "", fmt.Errorf("gzip: %w", err)
+	if err := write(tmp); err != nil {
+		return err
 	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	if _, err := io.Copy(w, zr); err != nil {
-		return "", fmt.Errorf("gzip: %w", err)
-	}
-	if err := zr.Close(); err != nil {
-		return "", fmt.Errorf("gzip: %w", err)
-	}
-	if err := w.Flush(); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
+	for _, step := range []func() error{func() error { return tmp.Chmod(0o644) }, tmp.Sync, tmp.Close} {
+		if err := step(); err != nil {
+			return fmt.Errorf("cache: %w", err)
+		}
 	}
 	if err := os.Rename(tmp.Name(), target); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
+		return fmt.Errorf("cache: %w", err)
 	}
 	ok = true
-	return target, nil
+	return nil
 }

@@ -14,7 +14,9 @@
 //     (OpenIDX, OpenIDXImages, FashionMNIST, MNIST). A compressed file is
 //     decompressed once into a cache file named by the SHA-256 of its
 //     content, written atomically, under the directory given by CacheDir,
-//     else $MEMFIT_CACHE, else the user cache directory.
+//     else $MEMFIT_CACHE, else the user cache directory. A sidecar
+//     (NAME.sum) records the copy's size and CRC-32C; every open checks
+//     them and rebuilds a copy that is truncated, damaged or unrecorded.
 //   - Token shards in llm.c's format (OpenShards): a header of 256
 //     little-endian int32 (magic 20240520 and version 1 for uint16 tokens,
 //     magic 20240801 and version 7 for uint32 tokens, then the token count)

@@ -446,8 +446,10 @@ func TestGzipCacheIsAtomicAndReused(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if len(names) != 2 || !strings.HasPrefix(names[0], "gunzip-") || len(names[0]) != len("gunzip-")+64 {
-		t.Fatalf("cache holds %v, want two files named by content hash", names)
+	// Sorted: each copy, then its sidecar of size and checksum.
+	if len(names) != 4 || !strings.HasPrefix(names[0], "gunzip-") || len(names[0]) != len("gunzip-")+64 ||
+		names[1] != names[0]+".sum" || names[3] != names[2]+".sum" {
+		t.Fatalf("cache holds %v, want two files named by content hash, each with its .sum", names)
 	}
 	st0, _ := os.Stat(filepath.Join(cache, names[0]))
 	time.Sleep(20 * time.Millisecond)
@@ -462,7 +464,7 @@ func TestGzipCacheIsAtomicAndReused(t *testing.T) {
 		t.Error("the cached copy was written again")
 	}
 	entries, _ = os.ReadDir(cache)
-	if len(entries) != 2 {
-		t.Errorf("cache holds %d files after reuse, want 2", len(entries))
+	if len(entries) != 4 {
+		t.Errorf("cache holds %d files after reuse, want 4", len(entries))
 	}
 }

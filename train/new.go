@@ -93,7 +93,7 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		return nil, err
 	}
 	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Accum,
-		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape}
+		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, runID: newRunID()}
 	fail := func(err error) (*Trainer, error) {
 		t.Close()
 		return nil, err

@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -63,5 +64,59 @@ func TestSafetensorsCorrupt(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) && c.name != "empty" {
 			t.Errorf("%s: error %v, want one naming the file and containing %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestSafetensorsTiling: tensors' byte ranges must tile the data section,
+// as the format requires; an overlap or a hole is refused naming the
+// tensors on both sides of it.
+func TestSafetensorsTiling(t *testing.T) {
+	dir := t.TempDir()
+	entry := func(start, n int64) stEntry {
+		return stEntry{DType: "F32", Shape: []int{int(n)}, Offsets: [2]int64{4 * start, 4 * (start + n)}}
+	}
+	cases := []struct {
+		name    string
+		tensors map[string]stEntry
+		data    int64 // bytes
+		want    []string
+	}{
+		{"tiled", map[string]stEntry{"a": entry(0, 2), "b": entry(2, 3), "empty": entry(5, 0)}, 20, nil},
+		{"overlap", map[string]stEntry{"a": entry(0, 2), "b": entry(1, 3)}, 16, []string{"a [0 8] and b [4 16] overlap"}},
+		{"same range", map[string]stEntry{"a": entry(0, 2), "b": entry(0, 2)}, 8, []string{"a [0 8] and b [0 8] overlap"}},
+		{"hole", map[string]stEntry{"a": entry(0, 2), "b": entry(3, 1)}, 16, []string{"a [0 8] and b [12 16] leave data bytes [8 12]"}},
+		{"hole at the start", map[string]stEntry{"a": entry(1, 1)}, 8, []string{"a [4 8] is the first", "[0 4]"}},
+		{"bytes after the last", map[string]stEntry{"a": entry(0, 1)}, 8, []string{"a [0 4] is the last", "holds 8 bytes"}},
+		{"data without tensors", nil, 8, []string{"8 data bytes but no tensors"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			header := map[string]any{}
+			for n, e := range c.tensors {
+				header[n] = e
+			}
+			hj, _ := json.Marshal(header)
+			b := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
+			b = append(append(b, hj...), make([]byte, c.data)...)
+			p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := ReadSafetensors(p)
+			if c.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range append(c.want, p) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -1,28 +1,63 @@
 package train
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"os"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/optim"
 )
 
-// A saved state is two safetensors files written atomically: PATH holds
-// the weights, named by their dotted parameter paths (readable by any
-// safetensors tool), and PATH.state holds the optimizer's tensors with the
-// rest of the trainer's state (step, loader position, scaler, optimizer
-// groups, the micro-batch count, the configuration) as JSON metadata. The
-// state file is written first; both carry the step, and Resume refuses a
-// pair that disagrees, so a crash between the two writes is detected
-// rather than resumed from mixed states.
+// A checkpoint is one safetensors file, written atomically (temporary
+// file, fsync, rename, fsync of the directory): the rename is the commit
+// point, so a crash at any instant leaves either the previous complete
+// checkpoint or the new one. It holds
+//
+//   - the weights, F32 under their dotted parameter paths, so any
+//     safetensors tool reads them by name;
+//   - the optimizer's tensors under OptimizerPrefix, which no dotted
+//     parameter path starts with;
+//   - in __metadata__: format (memfit/2), model, step, run (the run id),
+//     trainer (the rest of the trainer's state as JSON: step, run id,
+//     loader position, scaler, optimizer groups, micro-batch count,
+//     configuration) and crc32c, a JSON object giving, for every tensor
+//     and for the trainer JSON (under "__trainer__"), the CRC-32C of the
+//     run id followed by its bytes.
+//
+// Resume verifies every checksum and that metadata and trainer state agree
+// on step, run and model, so a flipped bit, or a tensor or state section
+// spliced in from another run's checkpoint (whose checksums were computed
+// with another run id), is an error naming the file and the tensor rather
+// than a run trained on damage.
+//
+// Format memfit/1 kept the weights in PATH and the rest in PATH.state,
+// renamed one after the other. Resume still reads such pairs and refuses
+// one whose steps disagree; a memfit/2 save removes a memfit/1 PATH.state
+// beside it, which would otherwise look like part of the new checkpoint.
 
-const formatVersion = "memfit/1"
+const (
+	formatVersion = "memfit/2"
+	legacyFormat  = "memfit/1"
+
+	// OptimizerPrefix starts the names of a checkpoint's optimizer
+	// tensors (OptimizerPrefix + "blocks.0.mlp.fc.weight.m"); tensors
+	// without it are the weights.
+	OptimizerPrefix = "__optimizer__/"
+
+	// trainerKey names the trainer JSON's checksum in the crc32c map.
+	trainerKey = "__trainer__"
+)
 
 // modelKey identifies the architecture a checkpoint belongs to.
 func modelKey(c Config) string {
@@ -37,6 +72,7 @@ func modelKey(c Config) string {
 
 type trainerState struct {
 	Step      int              `json:"step"`
+	Run       string           `json:"run,omitempty"` // absent in memfit/1
 	Accum     int              `json:"accum"`
 	Position  data.Position    `json:"position"`
 	Scaler    *amp.ScalerState `json:"scaler,omitempty"`
@@ -51,9 +87,41 @@ type trainerState struct {
 	GlobalBatch int `json:"global_batch,omitempty"`
 }
 
-// Save writes the trainer's state to path and path+".state". With -dist
-// every rank must call it (under ZeRO the optimizer's shards are gathered
-// first); rank 0 writes.
+// newRunID returns a random id for a run that starts fresh.
+func newRunID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand crashes the program instead)
+	return hex.EncodeToString(b[:])
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksum is the CRC-32C of run followed by the values' little-endian
+// bytes, in 8 hex digits. Starting from the run id binds a checksum to its
+// run: a tensor copied together with its checksum from another run's
+// checkpoint does not pass as this run's.
+func checksum(run string, data []float32) string {
+	c := crc32.Update(0, castagnoli, []byte(run))
+	var buf [4096]byte
+	for len(data) > 0 {
+		n := min(len(data), len(buf)/4)
+		for i, v := range data[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+		}
+		c = crc32.Update(c, castagnoli, buf[:4*n])
+		data = data[n:]
+	}
+	return fmt.Sprintf("%08x", c)
+}
+
+// checksumBytes is checksum for bytes (the trainer JSON).
+func checksumBytes(run string, b []byte) string {
+	return fmt.Sprintf("%08x", crc32.Update(crc32.Update(0, castagnoli, []byte(run)), castagnoli, b))
+}
+
+// Save writes the trainer's state to path as one checkpoint file (see
+// above). With -dist every rank must call it (under ZeRO the optimizer's
+// shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
 	ost, err := t.exportOptimizer()
 	if err != nil {
@@ -62,12 +130,16 @@ func (t *Trainer) Save(path string) error {
 	if t.rank != 0 {
 		return nil
 	}
-	tensors := make(map[string]Tensor, len(ost.Tensors))
+	params := t.Model.Parameters()
+	tensors := make(map[string]Tensor, len(params)+len(ost.Tensors))
+	for _, p := range params {
+		tensors[p.Name()] = Tensor{Shape: append([]int{}, p.Shape()...), Data: p.Float32s()}
+	}
 	for k, v := range ost.Tensors {
-		tensors[k] = Tensor(v)
+		tensors[OptimizerPrefix+k] = Tensor(v)
 	}
 	ost.Tensors = nil
-	st := trainerState{Step: t.step, Accum: t.accum, Position: t.train.Position(), Optimizer: ost, Model: modelKey(t.Config), Config: t.Config, Samples: t.samples}
+	st := trainerState{Step: t.step, Run: t.runID, Accum: t.accum, Position: t.train.Position(), Optimizer: ost, Model: modelKey(t.Config), Config: t.Config, Samples: t.samples}
 	if t.ranks > 1 {
 		st.GlobalBatch = t.globalBatch()
 	}
@@ -75,54 +147,85 @@ func (t *Trainer) Save(path string) error {
 		s := t.Scaler.State()
 		st.Scaler = &s
 	}
-	meta, err := json.Marshal(st)
+	trainer, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	if err := WriteSafetensors(path+".state", tensors, map[string]string{"format": formatVersion, "trainer": string(meta)}); err != nil {
-		return fmt.Errorf("save %s.state: %v", path, err)
+	sums := make(map[string]string, len(tensors)+1)
+	for n, v := range tensors {
+		sums[n] = checksum(t.runID, v.Data)
 	}
-	weights := map[string]Tensor{}
-	for _, p := range t.Model.Parameters() {
-		weights[p.Name()] = Tensor{Shape: append([]int{}, p.Shape()...), Data: p.Float32s()}
+	sums[trainerKey] = checksumBytes(t.runID, trainer)
+	sj, err := json.Marshal(sums)
+	if err != nil {
+		return err
 	}
-	wmeta := map[string]string{"format": formatVersion, "model": modelKey(t.Config), "step": strconv.Itoa(t.step)}
-	if err := WriteSafetensors(path, weights, wmeta); err != nil {
+	meta := map[string]string{
+		"format": formatVersion, "model": modelKey(t.Config), "step": strconv.Itoa(t.step),
+		"run": t.runID, "trainer": string(trainer), "crc32c": string(sj),
+	}
+	if err := WriteSafetensors(path, tensors, meta); err != nil {
 		return fmt.Errorf("save %s: %v", path, err)
 	}
+	t.removeLegacyState(path)
 	t.logf("step %d: saved %s", t.step, path)
 	return nil
 }
 
+// removeLegacyState removes path+".state" if it is a memfit/1 state file,
+// which the checkpoint now at path does not use. Anything else of that
+// name is left alone.
+func (t *Trainer) removeLegacyState(path string) {
+	sp := path + ".state"
+	if what, err := notRegular(sp); err != nil || what != "" {
+		return
+	}
+	if _, meta, err := ReadSafetensors(sp); err != nil || meta["format"] != legacyFormat {
+		return
+	}
+	if err := os.Remove(sp); err != nil {
+		t.logf("%s: a memfit/1 state file no longer used: %v", sp, err)
+		return
+	}
+	t.logf("removed %s (memfit/1; %s now holds the whole checkpoint)", sp, path)
+}
+
 // Resume restores a state written by Save into this trainer, whose model,
-// optimizer and data must have been built from a compatible Config.
+// optimizer and data must have been built from a compatible Config. It
+// changes nothing unless the whole checkpoint checks out.
 func (t *Trainer) Resume(path string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("-resume %s: "+format, append([]any{path}, args...)...)
 	}
-	if _, err := os.Stat(path); err != nil {
+	// Stat before opening: opening a FIFO would block.
+	if what, err := notRegular(path); err != nil {
 		return bad("%v", err)
+	} else if what != "" {
+		return bad("is %s, not a checkpoint file", what)
 	}
-	weights, wmeta, err := ReadSafetensors(path)
+	tensors, meta, err := ReadSafetensors(path)
 	if err != nil {
 		return bad("%v", err)
 	}
-	if wmeta["format"] != formatVersion {
-		return bad("not a memfit checkpoint (format %q)", wmeta["format"])
+	var (
+		weights  map[string]Tensor
+		otensors map[string]Tensor
+		st       trainerState
+	)
+	switch meta["format"] {
+	case formatVersion:
+		weights, otensors, st, err = verify(tensors, meta)
+	case legacyFormat:
+		weights = tensors
+		otensors, st, err = readLegacyState(path, meta)
+	default:
+		return bad("not a memfit checkpoint (format %q)", meta["format"])
 	}
-	if want := modelKey(t.Config); wmeta["model"] != want {
-		return bad("checkpoint is for %q, this run builds %q", wmeta["model"], want)
-	}
-	otensors, smeta, err := ReadSafetensors(path + ".state")
 	if err != nil {
 		return bad("%v", err)
 	}
-	var st trainerState
-	if err := json.Unmarshal([]byte(smeta["trainer"]), &st); err != nil {
-		return bad("%s.state: trainer metadata: %v", path, err)
-	}
-	if strconv.Itoa(st.Step) != wmeta["step"] {
-		return bad("weights are from step %s but %s.state from step %d (an interrupted save?)", wmeta["step"], path, st.Step)
+	if want := modelKey(t.Config); meta["model"] != want {
+		return bad("checkpoint is for %q, this run builds %q", meta["model"], want)
 	}
 	params := t.Model.Parameters()
 	names := map[string]bool{}
@@ -146,6 +249,10 @@ func (t *Trainer) Resume(path string) error {
 		sort.Strings(extra)
 		return bad("checkpoint has weights this model lacks: %v", extra)
 	}
+	pos, err := convertPosition(st, t.globalBatch())
+	if err != nil {
+		return bad("%v", err)
+	}
 	// Checked: now change state.
 	for _, p := range params {
 		if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
@@ -162,10 +269,6 @@ func (t *Trainer) Resume(path string) error {
 	for k, v := range otensors {
 		st.Optimizer.Tensors[k] = optim.StateTensor(v)
 	}
-	pos, err := convertPosition(st, t.globalBatch())
-	if err != nil {
-		return bad("%v", err)
-	}
 	if err := t.importOptimizer(st.Optimizer); err != nil {
 		return bad("%v", err)
 	}
@@ -178,8 +281,91 @@ func (t *Trainer) Resume(path string) error {
 		return bad("%v", err)
 	}
 	t.step, t.accum, t.samples = st.Step, max(st.Accum, 1), st.Samples
+	if st.Run != "" { // a memfit/1 checkpoint keeps this run's fresh id
+		t.runID = st.Run
+	}
 	t.logf("resumed from %s at step %d", path, t.step)
 	return nil
+}
+
+// verify checks a memfit/2 checkpoint's checksums and the agreement of its
+// metadata with its trainer state, and splits its tensors into weights and
+// optimizer tensors (without the prefix).
+func verify(tensors map[string]Tensor, meta map[string]string) (weights, opt map[string]Tensor, st trainerState, err error) {
+	run := meta["run"]
+	if run == "" {
+		return nil, nil, st, fmt.Errorf("metadata has no run id")
+	}
+	var sums map[string]string
+	if err := json.Unmarshal([]byte(meta["crc32c"]), &sums); err != nil {
+		return nil, nil, st, fmt.Errorf("metadata crc32c: %v", err)
+	}
+	const why = "the file is damaged, or was spliced from another run's checkpoint"
+	if want, ok := sums[trainerKey]; !ok {
+		return nil, nil, st, fmt.Errorf("trainer state has no checksum in the metadata (%s)", why)
+	} else if got := checksumBytes(run, []byte(meta["trainer"])); got != want {
+		return nil, nil, st, fmt.Errorf("trainer state: CRC-32C %s, but the metadata records %s (%s)", got, want, why)
+	}
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names) // the first bad tensor by name, whatever map order
+	for _, n := range names {
+		want, ok := sums[n]
+		if !ok {
+			return nil, nil, st, fmt.Errorf("tensor %s has no checksum in the metadata (%s)", n, why)
+		}
+		if got := checksum(run, tensors[n].Data); got != want {
+			return nil, nil, st, fmt.Errorf("tensor %s: CRC-32C %s, but the metadata records %s (%s)", n, got, want, why)
+		}
+	}
+	for n := range sums {
+		if _, ok := tensors[n]; !ok && n != trainerKey {
+			return nil, nil, st, fmt.Errorf("the metadata has a checksum for tensor %s, which the file lacks", n)
+		}
+	}
+	if err := json.Unmarshal([]byte(meta["trainer"]), &st); err != nil {
+		return nil, nil, st, fmt.Errorf("trainer metadata: %v", err)
+	}
+	switch {
+	case st.Run != run:
+		return nil, nil, st, fmt.Errorf("trainer state is from run %s, the file's metadata from run %s (%s)", st.Run, run, why)
+	case strconv.Itoa(st.Step) != meta["step"]:
+		return nil, nil, st, fmt.Errorf("trainer state is from step %d, the file's metadata from step %s (%s)", st.Step, meta["step"], why)
+	case st.Model != meta["model"]:
+		return nil, nil, st, fmt.Errorf("trainer state is for %q, the file's metadata for %q (%s)", st.Model, meta["model"], why)
+	}
+	weights, opt = map[string]Tensor{}, map[string]Tensor{}
+	for n, v := range tensors {
+		if k, ok := strings.CutPrefix(n, OptimizerPrefix); ok {
+			opt[k] = v
+		} else {
+			weights[n] = v
+		}
+	}
+	return weights, opt, st, nil
+}
+
+// readLegacyState reads the PATH.state file of a memfit/1 checkpoint whose
+// weights file at path has metadata wmeta, refusing a pair whose steps
+// disagree (a crash between the two renames of a memfit/1 save).
+func readLegacyState(path string, wmeta map[string]string) (map[string]Tensor, trainerState, error) {
+	var st trainerState
+	otensors, smeta, err := ReadSafetensors(path + ".state")
+	if err != nil {
+		return nil, st, err
+	}
+	if smeta["format"] != legacyFormat {
+		return nil, st, fmt.Errorf("%s.state: not a memfit/1 state file (format %q)", path, smeta["format"])
+	}
+	if err := json.Unmarshal([]byte(smeta["trainer"]), &st); err != nil {
+		return nil, st, fmt.Errorf("%s.state: trainer metadata: %v", path, err)
+	}
+	if strconv.Itoa(st.Step) != wmeta["step"] {
+		return nil, st, fmt.Errorf("weights are from step %s but %s.state from step %d (an interrupted save?)", wmeta["step"], path, st.Step)
+	}
+	return otensors, st, nil
 }
 
 // convertPosition maps a saved loader position, in global batches of the

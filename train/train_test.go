@@ -131,13 +131,13 @@ func TestResumeRejectsOtherModels(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "checkpoint is for") {
 		t.Errorf("resuming a different width: %v", err)
 	}
-	// A truncated state file is an error naming it, not a panic.
-	b, _ := os.ReadFile(cfg.Save + ".state")
-	os.WriteFile(cfg.Save+".state", b[:len(b)/2], 0o644)
+	// A truncated checkpoint is an error naming it, not a panic.
+	b, _ := os.ReadFile(cfg.Save)
+	os.WriteFile(cfg.Save, b[:len(b)/2], 0o644)
 	same := cfg
 	same.Save, same.Resume = "", cfg.Save
 	_, err = New(same, dev, nil)
-	if err == nil || !strings.Contains(err.Error(), ".state") {
+	if err == nil || !strings.Contains(err.Error(), cfg.Save) {
 		t.Errorf("truncated state: %v", err)
 	}
 }

@@ -61,6 +61,7 @@ type Trainer struct {
 	policy   checkpoint.Policy
 	autocast device.DType
 	unfreeze []*tensor.Tensor // frozen parameters that train again at UnfreezeAt
+	runID    string           // made when a run starts fresh, kept by Resume (state.go)
 
 	// Data parallelism (dist.go): nil comm is one process.
 	comm        dist.Comm

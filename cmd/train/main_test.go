@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/memfit/memfit/internal/goldenfile"
+	"github.com/memfit/memfit/internal/sttest"
 	"github.com/memfit/memfit/train"
 )
 
@@ -55,6 +59,7 @@ func TestBadInput(t *testing.T) {
 	if code, _, errs := runCmd(t, "-quiet", "-steps", "2", "-eval-every", "0", "-save", ckpt); code != 0 {
 		t.Fatalf("making a checkpoint: %d %s", code, errs)
 	}
+	damaged := damagedCheckpoints(t, dir, ckpt)
 	summary := filepath.Join(dir, "summary.json")
 	cases := []struct {
 		name string
@@ -68,6 +73,11 @@ func TestBadInput(t *testing.T) {
 		{"missing data", []string{"-data", filepath.Join(dir, "nope")}, "nope"},
 		{"corrupt data", []string{"-data", corrupt}, "train-images-idx3-ubyte"},
 		{"resume another model", []string{"-model", "gpt", "-resume", ckpt}, "checkpoint is for"},
+		{"resume a flipped bit", []string{"-resume", damaged.flipped}, damaged.flippedTensor + ": CRC-32C"},
+		{"resume overlapping data_offsets", []string{"-resume", damaged.overlap}, "overlap"},
+		{"resume a splice of two runs", []string{"-resume", damaged.spliced}, damaged.flippedTensor + ": CRC-32C"},
+		{"resume a directory", []string{"-resume", dir}, dir + ": is a directory"},
+		{"resume a FIFO", []string{"-resume", damaged.fifo}, damaged.fifo + ": is a named pipe (FIFO)"},
 		{"unsupported device", []string{"-amp", "fp16", "-device", "cuda"}, "-tags cuda"},
 		{"impossible budget", []string{"-fit", "1KiB"}, "nothing fits"},
 		{"unknown dist engine", []string{"-dist", "nccl"}, "-dist nccl: unknown engine"},
@@ -145,4 +155,49 @@ func TestDistWithoutMPIBuild(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "-tags mpi") {
 		t.Errorf("exit %d, stderr %q; want 2 and how to rebuild", code, errs)
 	}
+}
+
+type damaged struct {
+	flipped, overlap, spliced, fifo string
+	flippedTensor                   string // the tensor flipped or spliced
+}
+
+// damagedCheckpoints makes damaged copies of the checkpoint ckpt in dir:
+// a bit flipped in a tensor, two tensors' byte ranges overlapping, the
+// tensor's bytes from another run (another seed), and a FIFO.
+func damagedCheckpoints(t *testing.T, dir, ckpt string) damaged {
+	t.Helper()
+	other := filepath.Join(dir, "other.safetensors")
+	if code, _, errs := runCmd(t, "-quiet", "-steps", "2", "-eval-every", "0", "-seed", "2", "-save", other); code != 0 {
+		t.Fatalf("making a checkpoint: %d %s", code, errs)
+	}
+	d := damaged{
+		flipped: filepath.Join(dir, "flipped.safetensors"),
+		overlap: filepath.Join(dir, "overlap.safetensors"),
+		spliced: filepath.Join(dir, "spliced.safetensors"),
+		fifo:    filepath.Join(dir, "fifo"),
+	}
+	f := sttest.Read(t, ckpt)
+	names := f.Names() // by offset: names[1] follows names[0] in the data
+	sort.Slice(names, func(i, j int) bool { return f.Entry(t, names[i]).Offsets[0] < f.Entry(t, names[j]).Offsets[0] })
+	d.flippedTensor = slices.Min(names) // Resume checks tensors in name order
+
+	b := f.Bytes(t, d.flippedTensor)
+	b[0] ^= 1
+	f.Write(t, d.flipped)
+	b[0] ^= 1
+
+	copy(b, sttest.Read(t, other).Bytes(t, d.flippedTensor))
+	f.Write(t, d.spliced)
+
+	f = sttest.Read(t, ckpt)
+	e := f.Entry(t, names[1])
+	e.Offsets[0], e.Offsets[1] = e.Offsets[0]-4, e.Offsets[1]-4
+	f.SetEntry(t, names[1], e)
+	f.Write(t, d.overlap)
+
+	if err := syscall.Mkfifo(d.fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
