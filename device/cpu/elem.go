@@ -405,13 +405,6 @@ func store[T float](v device.View, off, str int, vals []T) {
 	}
 }
 
-// scratch holds a worker's gather buffers; pooled so that steady-state
-// kernels allocate nothing.
-type scratch[T float] struct{ a, b, c, d [chunk]T }
-
-var scratch32 = sync.Pool{New: func() any { return new(scratch[float32]) }}
-var scratch64 = sync.Pool{New: func() any { return new(scratch[float64]) }}
-
 func wide(views ...device.View) bool {
 	for _, v := range views {
 		if v.DType == device.F64 {

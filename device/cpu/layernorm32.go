@@ -18,12 +18,12 @@ func layerNorm32(d *Device, y, mean, rstd, x, gamma, beta device.View, eps float
 	d.rowsParallel(rows, n, func(r0, r1 int) {
 		sc := getScratch[float32]()
 		defer putScratch(sc)
-		gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-		bt := load(beta, beta.Offset, n, 1, rowScratch(sc.d[:], n))
+		gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+		bt := loadRow(beta, beta.Offset, n, 1, sc, 3)
 		var one [1]float32
 		for r := r0; r < r1; r++ {
-			xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			out := target(y, y.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+			out := targetRow(y, y.Offset+r*n, n, 1, sc, 1)
 			mu := rowSum(xx) / float32(n)
 			v, k := sumSqDevVector(xx, mu)
 			for _, e := range xx[k:] {
@@ -53,23 +53,28 @@ func layerNormBackward32(d *Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma 
 	if rows*n >= parallelMin {
 		parts = min(d.threads, rows)
 	}
-	dg := make([][]float64, parts)
-	db := make([][]float64, parts)
+	// Part p's float64 sums are [p·n, (p+1)·n) of one set's sum buffers.
+	sums := getScratch[float32]()
+	defer putScratch(sums)
+	dgAll, dbAll := sums.sum(0, parts*n), sums.sum(1, parts*n)
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
-		dg[p], db[p] = make([]float64, n), make([]float64, n)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sc := getScratch[float32]()
 			defer putScratch(sc)
-			gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-			bdg, bdb := make([]float32, n), make([]float32, n)
+			gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+			// The float32 block sums; the row buffers a, b, d may be in
+			// use, so these take the set's accumulator.
+			blk := sc.accum(2 * n)
+			bdg, bdb := blk[:n], blk[n:]
+			dg, db := dgAll[p*n:(p+1)*n], dbAll[p*n:(p+1)*n]
 			var mr [2]float32
 			start, end := rows*p/parts, rows*(p+1)/parts
 			for r := start; r < end; r++ {
-				xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-				g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+				xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+				g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
 				mu := load(mean, mean.Offset+r, 1, 1, mr[:1])[0]
 				rs := load(rstd, rstd.Offset+r, 1, 1, mr[1:])[0]
 				s1, s2, k := lnGradStatsVector(xx, g, gm, bdg, bdb, mu, rs)
@@ -82,15 +87,15 @@ func layerNormBackward32(d *Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma 
 					bdb[i] += g[i]
 				}
 				a, b := s1/float32(n), s2/float32(n)
-				out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.d[:], n))
+				out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 3)
 				for i := lnGradDxVector(out, xx, g, gm, mu, rs, a, b); i < n; i++ {
 					out[i] = rs * (g[i]*gm[i] - a - (xx[i]-mu)*rs*b)
 				}
 				store(dx, dx.Offset+r*n, 1, out)
 				if (r-start+1)%lnBlockRows == 0 || r == end-1 {
 					for i := range bdg {
-						dg[p][i] += float64(bdg[i])
-						db[p][i] += float64(bdb[i])
+						dg[i] += float64(bdg[i])
+						db[i] += float64(bdb[i])
 					}
 					clear(bdg)
 					clear(bdb)
@@ -99,24 +104,25 @@ func layerNormBackward32(d *Device, dx, dgamma, dbeta, dy, x, mean, rstd, gamma 
 		}()
 	}
 	wg.Wait()
-	addParamGrad[float32](dgamma, dg, n)
-	addParamGrad[float32](dbeta, db, n)
+	addParamGrad[float32](dgamma, dgAll, n)
+	addParamGrad[float32](dbeta, dbAll, n)
 }
 
-// addParamGrad adds the per-part sums, in part order, into dst (absent
-// when the parameter needs no gradient).
-func addParamGrad[T float](dst device.View, parts [][]float64, n int) {
+// addParamGrad adds the per-part sums (part p at [p·n, (p+1)·n) of
+// parts), in part order, into dst (absent when the parameter needs no
+// gradient).
+func addParamGrad[T float](dst device.View, parts []float64, n int) {
 	if dst.Buf.Block == nil && dst.Buf.Host == nil {
 		return
 	}
 	sc := getScratch[T]()
 	defer putScratch(sc)
-	cur := load(dst, dst.Offset, n, 1, rowScratch(sc.a[:], n))
-	out := rowScratch(sc.b[:], n)
+	cur := loadRow(dst, dst.Offset, n, 1, sc, 0)
+	out := sc.row(1, n)
 	for i := range out {
 		s := float64(cur[i])
-		for _, p := range parts {
-			s += p[i]
+		for p := i; p < len(parts); p += n {
+			s += parts[p]
 		}
 		out[i] = T(s)
 	}

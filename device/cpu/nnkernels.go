@@ -7,15 +7,6 @@ import (
 	"github.com/memfit/memfit/device"
 )
 
-// rowScratch returns a buffer of n elements: the pooled one when it is large
-// enough, a fresh one otherwise (rows wider than chunk are rare).
-func rowScratch[T float](buf []T, n int) []T {
-	if n <= len(buf) {
-		return buf[:n]
-	}
-	return make([]T, n)
-}
-
 // rowsParallel calls fn for every row in [0, rows), spread over goroutines
 // when the work (rows·width elements) is large.
 func (d *Device) rowsParallel(rows, width int, fn func(r0, r1 int)) {
@@ -51,8 +42,8 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 			return
 		}
 		for r := r0; r < r1; r++ {
-			x := load(src, src.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			y := target(dst, dst.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			x := loadRow(src, src.Offset+r*n, n, 1, sc, 0)
+			y := targetRow(dst, dst.Offset+r*n, n, 1, sc, 1)
 			if x32, ok := any(x).([]float32); ok && !log {
 				// float32 rows: e^(x-m) once, with exp32, into y.
 				y32 := any(y).([]float32)
@@ -109,9 +100,9 @@ func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		for r := r0; r < r1; r++ {
-			yy := load(y, y.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
-			out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.c[:], n))
+			yy := loadRow(y, y.Offset+r*n, n, 1, sc, 0)
+			g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
+			out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 2)
 			if log {
 				// dx = dy - softmax·sum(dy)
 				var s float64
@@ -160,12 +151,12 @@ func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, ep
 	d.rowsParallel(rows, n, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-		bt := load(beta, beta.Offset, n, 1, rowScratch(sc.d[:], n))
-		one := make([]T, 2)
+		gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+		bt := loadRow(beta, beta.Offset, n, 1, sc, 3)
+		var one [2]T
 		for r := r0; r < r1; r++ {
-			xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			out := target(y, y.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+			out := targetRow(y, y.Offset+r*n, n, 1, sc, 1)
 			var mu float64
 			for _, v := range xx {
 				mu += float64(v)
@@ -206,22 +197,23 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 	if rows*n >= parallelMin {
 		parts = min(d.threads, rows)
 	}
-	dg := make([][]float64, parts)
-	db := make([][]float64, parts)
+	sums := getScratch[T]()
+	defer putScratch(sums)
+	dgAll, dbAll := sums.sum(0, parts*n), sums.sum(1, parts*n)
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
-		dg[p], db[p] = make([]float64, n), make([]float64, n)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sc := getScratch[T]()
 			defer putScratch(sc)
-			gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-			mr := make([]T, 2)
-			xhat := make([]float64, n)
+			gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+			var mr [2]T
+			xhat := sc.sum(0, n)
+			dg, db := dgAll[p*n:(p+1)*n], dbAll[p*n:(p+1)*n]
 			for r := rows * p / parts; r < rows*(p+1)/parts; r++ {
-				xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-				g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+				xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+				g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
 				mu := float64(load(mean, mean.Offset+r, 1, 1, mr[:1])[0])
 				rs := float64(load(rstd, rstd.Offset+r, 1, 1, mr[1:])[0])
 				var s1, s2 float64
@@ -230,12 +222,12 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 					gg := float64(g[i]) * float64(gm[i])
 					s1 += gg
 					s2 += gg * xhat[i]
-					dg[p][i] += float64(g[i]) * xhat[i]
-					db[p][i] += float64(g[i])
+					dg[i] += float64(g[i]) * xhat[i]
+					db[i] += float64(g[i])
 				}
 				s1 /= float64(n)
 				s2 /= float64(n)
-				out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.d[:], n))
+				out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 3)
 				for i := range out {
 					out[i] = T(rs * (float64(g[i])*float64(gm[i]) - s1 - xhat[i]*s2))
 				}
@@ -244,8 +236,8 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 		}()
 	}
 	wg.Wait()
-	addParamGrad[T](dgamma, dg, n)
-	addParamGrad[T](dbeta, db, n)
+	addParamGrad[T](dgamma, dgAll, n)
+	addParamGrad[T](dbeta, dbAll, n)
 }
 
 // index reads element i of an integer view.
@@ -287,7 +279,7 @@ func copyRow(dst, src device.View) {
 	sc := getScratch[float64]()
 	defer putScratch(sc)
 	n := dst.Shape[0]
-	x := load(src, src.Offset, n, 1, rowScratch(sc.a[:], n))
+	x := loadRow(src, src.Offset, n, 1, sc, 0)
 	store(dst, dst.Offset, 1, x)
 }
 
@@ -311,9 +303,9 @@ func scatterAdd[T float](dst, idx, src device.View) {
 		if t < 0 || t >= int64(vocab) {
 			panic(&device.IndexError{Op: "embedding backward", Index: t, Limit: vocab, At: i})
 		}
-		x := load(src, src.Offset+i*dim, dim, 1, rowScratch(sc.a[:], dim))
-		y := load(dst, dst.Offset+int(t)*dim, dim, 1, rowScratch(sc.b[:], dim))
-		out := rowScratch(sc.c[:], dim)
+		x := loadRow(src, src.Offset+i*dim, dim, 1, sc, 0)
+		y := loadRow(dst, dst.Offset+int(t)*dim, dim, 1, sc, 1)
+		out := sc.row(2, dim)
 		for j := range out {
 			out[j] = y[j] + x[j]
 		}
@@ -339,12 +331,12 @@ func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 		defer putScratch(sc)
 		for nc := r0; nc < r1; nc++ {
 			n, c := nc/g.C, nc%g.C
-			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
+			img := loadRow(x, x.Offset+nc*plane, plane, 1, sc, 0)
 			for kh := 0; kh < g.KH; kh++ {
 				for kw := 0; kw < g.KW; kw++ {
 					row := (c*g.KH+kh)*g.KW + kw
 					at := col.Offset + (n*g.C*g.KH*g.KW+row)*outLen
-					out := target(col, at, outLen, 1, rowScratch(sc.b[:], outLen))
+					out := targetRow(col, at, outLen, 1, sc, 1)
 					// Output columns whose input column lies inside the
 					// image: lo <= ow < hi.
 					lo := max(0, (g.PadW-kw+g.StrideW-1)/g.StrideW)
@@ -390,14 +382,14 @@ func col2im[T float](d *Device, dx, col device.View, g device.ConvGeom) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		outLen := g.OH * g.OW
-		acc := make([]T, plane)
+		acc := sc.accum(plane)
 		for nc := r0; nc < r1; nc++ {
 			n, c := nc/g.C, nc%g.C
 			clear(acc)
 			for kh := 0; kh < g.KH; kh++ {
 				for kw := 0; kw < g.KW; kw++ {
 					row := (c*g.KH+kh)*g.KW + kw
-					src := load(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+					src := loadRow(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, sc, 0)
 					for oh := 0; oh < g.OH; oh++ {
 						ih := oh*g.StrideH - g.PadH + kh
 						if ih < 0 || ih >= g.H {
@@ -436,8 +428,8 @@ func pool[T float](d *Device, op device.PoolOp, y, argmax, x device.View, g devi
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		for nc := r0; nc < r1; nc++ {
-			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
-			out := rowScratch(sc.b[:], outLen)
+			img := loadRow(x, x.Offset+nc*plane, plane, 1, sc, 0)
+			out := sc.row(1, outLen)
 			for oh := 0; oh < g.OH; oh++ {
 				h0 := oh*g.StrideH - g.PadH
 				kh0, kh1 := max(0, -h0), min(g.KH, g.H-h0)
@@ -493,10 +485,10 @@ func poolBackward[T float](d *Device, op device.PoolOp, dx, argmax, dy device.Vi
 	d.rowsParallel(g.N*g.C, plane, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		acc := make([]T, plane)
+		acc := sc.accum(plane)
 		for nc := r0; nc < r1; nc++ {
 			clear(acc)
-			gy := load(dy, dy.Offset+nc*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+			gy := loadRow(dy, dy.Offset+nc*outLen, outLen, 1, sc, 0)
 			for oh := 0; oh < g.OH; oh++ {
 				for ow := 0; ow < g.OW; ow++ {
 					o := oh*g.OW + ow
@@ -554,12 +546,13 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 	d.rowsParallel(rows, c, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		one := make([]T, 1)
+		var oneBuf [1]T
+		one := oneBuf[:]
 		for r := r0; r < r1; r++ {
 			t := int(index(targets, r))
-			x := load(logits, logits.Offset+r*c, c, 1, rowScratch(sc.a[:], c))
+			x := loadRow(logits, logits.Offset+r*c, c, 1, sc, 0)
 			if x32, ok := any(x).([]float32); ok {
-				g32 := any(rowScratch(sc.b[:], c)).([]float32)
+				g32 := any(sc.row(1, c)).([]float32)
 				one32 := any(one).([]float32)
 				var up float32
 				if backward && t != ignore {
@@ -593,7 +586,7 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 				store(out, out.Offset+r, 1, one)
 				continue
 			}
-			g := rowScratch(sc.b[:], c)
+			g := sc.row(1, c)
 			if t == ignore {
 				clear(g)
 			} else {

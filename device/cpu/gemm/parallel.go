@@ -12,7 +12,7 @@ const minWorkPerThread = 1 << 19
 
 // run computes the product, split over up to parts goroutines when it is
 // large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *wsPool[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
 	parts = max(parts, 1)
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
@@ -26,9 +26,9 @@ func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D,
 	}
 	parts = min(parts, units)
 	if parts <= 1 {
-		ws := getWS[D, C](pool)
+		ws := pool.get()
 		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc, o, tri)
-		pool.Put(ws)
+		pool.put(ws)
 		return
 	}
 	j := getJob[S, D, C]()
@@ -62,7 +62,7 @@ func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D,
 // job is one GEMM split into parts along m or n.
 type job[S, D any, C float32 | float64] struct {
 	e           *engine[S, D, C]
-	pool        *sync.Pool
+	pool        *wsPool[D, C]
 	m, n, k     int
 	alpha, beta C
 	a, b        mat[S]
@@ -94,7 +94,7 @@ func (j *job[S, D, C]) runPart(p int) {
 	if u0 == u1 {
 		return
 	}
-	ws := getWS[D, C](j.pool)
+	ws := j.pool.get()
 	c, o := j.c, j.o
 	if j.splitM {
 		i0, i1 := u0*j.e.mr, min(u1*j.e.mr, j.m)
@@ -119,7 +119,7 @@ func (j *job[S, D, C]) runPart(p int) {
 		tri.col0 += j0
 		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, c, j.ldc, o, tri)
 	}
-	j.pool.Put(ws)
+	j.pool.put(ws)
 }
 
 // jobPools keeps job structs per instantiation so that steady-state calls
