@@ -74,15 +74,17 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			return Summary{}, err
 		}
 		elapsed := time.Since(start)
+		n, epoch := b.Len(), b.Epoch
+		b.Recycle() // its arrays serve a later batch: no new host arrays per step
 		t.trainTime += elapsed
-		t.samples += int64(b.Len() * max(t.ranks, 1))
+		t.samples += int64(n * max(t.ranks, 1))
 		t.step++
 		t.lastLoss = res.loss
 		st := mem.Stats()
 		t.notePeaks(st)
 		rec := Record{
-			Step: t.step, Epoch: b.Epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
-			SamplesPerS: float64(b.Len()*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
+			Step: t.step, Epoch: epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
+			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
 			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
 			PeakByCategory: map[string]int64{},
 		}
