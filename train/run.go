@@ -8,6 +8,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -145,6 +146,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	p := peakBytes(st)
 	r := &t.runPeaks
 	r.Total = max(r.Total, p.Total)
+	r.Reserved = max(r.Reserved, p.Reserved)
 	r.Parameter = max(r.Parameter, p.Parameter)
 	r.Gradient = max(r.Gradient, p.Gradient)
 	r.OptimizerState = max(r.OptimizerState, p.OptimizerState)
@@ -160,6 +162,9 @@ func (t *Trainer) summary() Summary {
 	s := Summary{
 		Steps: t.step, FinalLoss: t.lastLoss, Eval: t.lastEval,
 		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount,
+	}
+	if rss, ok := procmem.PeakRSS(); ok {
+		s.PeakRSSBytes = rss
 	}
 	if t.trainTime > 0 {
 		s.SamplesPerSec = float64(t.samples) / t.trainTime.Seconds()
