@@ -119,11 +119,11 @@ type Summary struct {
 	// summary was made, beside the allocator's peaks: what the operating
 	// system saw, Go runtime, binary and host batches included. 0 where
 	// the system does not say.
-	PeakRSSBytes int64 `json:"peak_rss_bytes"`
-	Config        Config    `json:"config"`
-	OOMRetries    int       `json:"oom_retries"`
-	SkippedSteps  int       `json:"skipped_steps"`
-	Checkpoint    string    `json:"checkpoint,omitempty"`
+	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	Config       Config `json:"config"`
+	OOMRetries   int    `json:"oom_retries"`
+	SkippedSteps int    `json:"skipped_steps"`
+	Checkpoint   string `json:"checkpoint,omitempty"`
 }
 
 // EvalStats is the last evaluation's result.
