@@ -34,50 +34,61 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 	n := lastDim(src)
 	rows := src.Len() / max(n, 1)
 	bf16 := !log && src.DType == device.BF16 && dst.DType == device.BF16
-	d.rowsParallel(rows, n, func(r0, r1 int) {
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		if a32, ok := any(sc.a[:]).([]float32); ok && bf16 &&
-			softmaxBF16Rows(u16s(dst)[dst.Offset+r0*n:dst.Offset+r1*n], u16s(src)[src.Offset+r0*n:], a32, n) {
-			return
-		}
-		for r := r0; r < r1; r++ {
-			x := loadRow(src, src.Offset+r*n, n, 1, sc, 0)
-			y := targetRow(dst, dst.Offset+r*n, n, 1, sc, 1)
-			if x32, ok := any(x).([]float32); ok && !log {
-				// float32 rows: e^(x-m) once, with exp32, into y.
-				y32 := any(y).([]float32)
-				m32 := rowMax(x32)
-				start := expShiftVector(y32, x32, m32)
-				for i := start; i < len(x32); i++ {
-					y32[i] = exp32(x32[i] - m32)
-				}
-				rowScale(y32, 1/rowSum(y32))
-				store(dst, dst.Offset+r*n, 1, y)
-				continue
+	runRowsJob(d, rows, n, softmaxRows[T]{dst: dst, src: src, n: n, log: log, bf16: bf16})
+}
+
+// softmaxRows is Softmax over rows of n elements.
+type softmaxRows[T float] struct {
+	dst, src  device.View
+	n         int
+	log, bf16 bool
+}
+
+func (k softmaxRows[T]) rows(r0, r1 int) {
+	dst, src, n, log, bf16 := k.dst, k.src, k.n, k.log, k.bf16
+
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	if a32, ok := any(sc.a[:]).([]float32); ok && bf16 &&
+		softmaxBF16Rows(u16s(dst)[dst.Offset+r0*n:dst.Offset+r1*n], u16s(src)[src.Offset+r0*n:], a32, n) {
+		return
+	}
+	for r := r0; r < r1; r++ {
+		x := loadRow(src, src.Offset+r*n, n, 1, sc, 0)
+		y := targetRow(dst, dst.Offset+r*n, n, 1, sc, 1)
+		if x32, ok := any(x).([]float32); ok && !log {
+			// float32 rows: e^(x-m) once, with exp32, into y.
+			y32 := any(y).([]float32)
+			m32 := rowMax(x32)
+			start := expShiftVector(y32, x32, m32)
+			for i := start; i < len(x32); i++ {
+				y32[i] = exp32(x32[i] - m32)
 			}
-			m := math.Inf(-1)
-			for _, v := range x {
-				m = max(m, float64(v))
-			}
-			var s float64
-			for _, v := range x {
-				s += math.Exp(float64(v) - m)
-			}
-			if log {
-				lse := m + math.Log(s)
-				for i, v := range x {
-					y[i] = T(float64(v) - lse)
-				}
-			} else {
-				inv := 1 / s
-				for i, v := range x {
-					y[i] = T(math.Exp(float64(v)-m) * inv)
-				}
-			}
+			rowScale(y32, 1/rowSum(y32))
 			store(dst, dst.Offset+r*n, 1, y)
+			continue
 		}
-	})
+		m := math.Inf(-1)
+		for _, v := range x {
+			m = max(m, float64(v))
+		}
+		var s float64
+		for _, v := range x {
+			s += math.Exp(float64(v) - m)
+		}
+		if log {
+			lse := m + math.Log(s)
+			for i, v := range x {
+				y[i] = T(float64(v) - lse)
+			}
+		} else {
+			inv := 1 / s
+			for i, v := range x {
+				y[i] = T(math.Exp(float64(v)-m) * inv)
+			}
+		}
+		store(dst, dst.Offset+r*n, 1, y)
+	}
 }
 
 // SoftmaxBackward computes dx from the forward output y and dy.
@@ -93,47 +104,58 @@ func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
 	n := lastDim(y)
 	rows := y.Len() / max(n, 1)
 	bf16 := !log && dx.DType == device.BF16 && y.DType == device.BF16 && dy.DType == device.BF16
-	d.rowsParallel(rows, n, func(r0, r1 int) {
-		if bf16 && softmaxGradBF16Rows(u16s(dx)[dx.Offset+r0*n:dx.Offset+r1*n], u16s(y)[y.Offset+r0*n:], u16s(dy)[dy.Offset+r0*n:], n) {
-			return
-		}
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		for r := r0; r < r1; r++ {
-			yy := loadRow(y, y.Offset+r*n, n, 1, sc, 0)
-			g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
-			out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 2)
-			if log {
-				// dx = dy - softmax·sum(dy)
-				var s float64
-				for _, v := range g {
-					s += float64(v)
-				}
-				for i := range out {
-					out[i] = T(float64(g[i]) - math.Exp(float64(yy[i]))*s)
-				}
-			} else {
-				// dx = y·(dy - sum(dy·y))
-				if o32, ok := any(out).([]float32); ok {
-					y32, g32 := any(yy).([]float32), any(g).([]float32)
-					s := rowDot(g32, y32)
-					for i := softmaxGradVector(o32, y32, g32, s); i < len(o32); i++ {
-						o32[i] = y32[i] * (g32[i] - s)
-					}
-					store(dx, dx.Offset+r*n, 1, out)
-					continue
-				}
-				var s float64
-				for i := range g {
-					s += float64(g[i]) * float64(yy[i])
-				}
-				for i := range out {
-					out[i] = T(float64(yy[i]) * (float64(g[i]) - s))
-				}
+	runRowsJob(d, rows, n, softmaxGradRows[T]{dx: dx, y: y, dy: dy, n: n, log: log, bf16: bf16})
+}
+
+// softmaxGradRows is SoftmaxBackward over rows of n elements.
+type softmaxGradRows[T float] struct {
+	dx, y, dy device.View
+	n         int
+	log, bf16 bool
+}
+
+func (k softmaxGradRows[T]) rows(r0, r1 int) {
+	dx, y, dy, n, log, bf16 := k.dx, k.y, k.dy, k.n, k.log, k.bf16
+
+	if bf16 && softmaxGradBF16Rows(u16s(dx)[dx.Offset+r0*n:dx.Offset+r1*n], u16s(y)[y.Offset+r0*n:], u16s(dy)[dy.Offset+r0*n:], n) {
+		return
+	}
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	for r := r0; r < r1; r++ {
+		yy := loadRow(y, y.Offset+r*n, n, 1, sc, 0)
+		g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
+		out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 2)
+		if log {
+			// dx = dy - softmax·sum(dy)
+			var s float64
+			for _, v := range g {
+				s += float64(v)
 			}
-			store(dx, dx.Offset+r*n, 1, out)
+			for i := range out {
+				out[i] = T(float64(g[i]) - math.Exp(float64(yy[i]))*s)
+			}
+		} else {
+			// dx = y·(dy - sum(dy·y))
+			if o32, ok := any(out).([]float32); ok {
+				y32, g32 := any(yy).([]float32), any(g).([]float32)
+				s := rowDot(g32, y32)
+				for i := softmaxGradVector(o32, y32, g32, s); i < len(o32); i++ {
+					o32[i] = y32[i] * (g32[i] - s)
+				}
+				store(dx, dx.Offset+r*n, 1, out)
+				continue
+			}
+			var s float64
+			for i := range g {
+				s += float64(g[i]) * float64(yy[i])
+			}
+			for i := range out {
+				out[i] = T(float64(yy[i]) * (float64(g[i]) - s))
+			}
 		}
-	})
+		store(dx, dx.Offset+r*n, 1, out)
+	}
 }
 
 // LayerNorm normalises rows of x.
@@ -543,66 +565,78 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 			panic(&device.IndexError{Op: "cross entropy target", Index: t, Limit: c, At: r})
 		}
 	}
-	d.rowsParallel(rows, c, func(r0, r1 int) {
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		var oneBuf [1]T
-		one := oneBuf[:]
-		for r := r0; r < r1; r++ {
-			t := int(index(targets, r))
-			x := loadRow(logits, logits.Offset+r*c, c, 1, sc, 0)
-			if x32, ok := any(x).([]float32); ok {
-				g32 := any(sc.row(1, c)).([]float32)
-				one32 := any(one).([]float32)
-				var up float32
-				if backward && t != ignore {
-					up = float32(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
-				}
-				crossEntropyRow32(x32, g32, one32, t, ignore, float32(s), backward, up)
-				if backward {
-					store(out, out.Offset+r*c, 1, any(g32).([]T))
-				} else {
-					store(out, out.Offset+r, 1, one)
-				}
-				continue
+	runRowsJob(d, rows, c, crossEntropyRows[T]{out: out, logits: logits, targets: targets, dloss: dloss, c: c, ignore: ignore, s: s, backward: backward})
+}
+
+// crossEntropyRows is CrossEntropy (or its backward) over rows of c logits.
+type crossEntropyRows[T float] struct {
+	out, logits, targets, dloss device.View
+	c, ignore                   int
+	s                           float64
+	backward                    bool
+}
+
+func (k crossEntropyRows[T]) rows(r0, r1 int) {
+	out, logits, targets, dloss, c, ignore, s, backward := k.out, k.logits, k.targets, k.dloss, k.c, k.ignore, k.s, k.backward
+
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	var oneBuf [1]T
+	one := oneBuf[:]
+	for r := r0; r < r1; r++ {
+		t := int(index(targets, r))
+		x := loadRow(logits, logits.Offset+r*c, c, 1, sc, 0)
+		if x32, ok := any(x).([]float32); ok {
+			g32 := any(sc.row(1, c)).([]float32)
+			one32 := any(one).([]float32)
+			var up float32
+			if backward && t != ignore {
+				up = float32(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
 			}
-			m := math.Inf(-1)
-			for _, v := range x {
-				m = max(m, float64(v))
-			}
-			var se, sx float64
-			for _, v := range x {
-				se += math.Exp(float64(v) - m)
-				sx += float64(v)
-			}
-			lse := m + math.Log(se)
-			if !backward {
-				if t == ignore {
-					one[0] = 0
-				} else {
-					// Σ logp = Σx - C·lse
-					one[0] = T(-(1-s)*(float64(x[t])-lse) - s/float64(c)*(sx-float64(c)*lse))
-				}
-				store(out, out.Offset+r, 1, one)
-				continue
-			}
-			g := sc.row(1, c)
-			if t == ignore {
-				clear(g)
+			crossEntropyRow32(x32, g32, one32, t, ignore, float32(s), backward, up)
+			if backward {
+				store(out, out.Offset+r*c, 1, any(g32).([]T))
 			} else {
-				up := float64(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
-				for i, v := range x {
-					p := math.Exp(float64(v) - lse)
-					q := s / float64(c)
-					if i == t {
-						q += 1 - s
-					}
-					g[i] = T(up * (p - q))
-				}
+				store(out, out.Offset+r, 1, one)
 			}
-			store(out, out.Offset+r*c, 1, g)
+			continue
 		}
-	})
+		m := math.Inf(-1)
+		for _, v := range x {
+			m = max(m, float64(v))
+		}
+		var se, sx float64
+		for _, v := range x {
+			se += math.Exp(float64(v) - m)
+			sx += float64(v)
+		}
+		lse := m + math.Log(se)
+		if !backward {
+			if t == ignore {
+				one[0] = 0
+			} else {
+				// Σ logp = Σx - C·lse
+				one[0] = T(-(1-s)*(float64(x[t])-lse) - s/float64(c)*(sx-float64(c)*lse))
+			}
+			store(out, out.Offset+r, 1, one)
+			continue
+		}
+		g := sc.row(1, c)
+		if t == ignore {
+			clear(g)
+		} else {
+			up := float64(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
+			for i, v := range x {
+				p := math.Exp(float64(v) - lse)
+				q := s / float64(c)
+				if i == t {
+					q += 1 - s
+				}
+				g[i] = T(up * (p - q))
+			}
+		}
+		store(out, out.Offset+r*c, 1, g)
+	}
 }
 
 // crossEntropyRow32 is one row of CrossEntropy (backward false: the loss
