@@ -236,8 +236,9 @@ func parallelRange(threads, total int, work func(start, end int)) {
 	wg.Wait()
 }
 
-// Typed access to buffers. The buffers are Go memory kept alive by the raw
-// allocator's segment map, so reinterpreting their bytes is safe.
+// Typed access to buffers. The buffers are segments the raw allocator
+// holds (mapped, or Go memory it keeps reachable) for as long as a block
+// of theirs is live, so reinterpreting their bytes is safe.
 
 func f32s(v device.View) []float32 {
 	b := v.Buf.Host

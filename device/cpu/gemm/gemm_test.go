@@ -533,3 +533,25 @@ func TestGemm16StripsAreBitwise(t *testing.T) {
 		})
 	}
 }
+
+// TestGemm16ToNoAllocs: a product with a 16-bit C allocates nothing per
+// call once its workspaces have grown, with k in one K block or several
+// (the partial-sum strips come from a pool too).
+func TestGemm16ToNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	for _, k := range []int{256, 2048} {
+		for _, thr := range []int{1, 2} {
+			t.Run(fmt.Sprintf("k=%d/threads=%d", k, thr), func(t *testing.T) {
+				const m, n = 96, 128
+				a, b, c := make([]uint16, m*k), make([]uint16, n*k), make([]uint16, m*n)
+				f := func() { Options{Threads: thr}.GemmBF16To(false, true, m, n, k, 1, a, k, b, k, 0, c, n) }
+				f()
+				if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
+					t.Errorf("GemmBF16To %dx%dx%d allocates %v times per call", m, n, k, allocs)
+				}
+			})
+		}
+	}
+}

@@ -32,8 +32,12 @@ func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D,
 		return
 	}
 	j := getJob[S, D, C]()
-	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, o: o, tri: tri,
+	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, tri: tri,
 		parts: parts, units: units, splitM: splitM}
+	if o != nil {
+		// By value: the caller's out16 stays on its stack.
+		j.o, j.hasO = *o, true
+	}
 	startWorkers(parts - 1)
 	// Offer the job to parts-1 helpers; everyone, the caller included,
 	// claims parts until none is left, so a helper that wakes late finds
@@ -68,7 +72,8 @@ type job[S, D any, C float32 | float64] struct {
 	a, b        mat[S]
 	c           []C
 	ldc         int
-	o           *out16 // a 16-bit C, c being its float32 scratch (or nil)
+	o           out16 // a 16-bit C (when hasO), c being its float32 scratch
+	hasO        bool
 	tri         triangle
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
@@ -95,7 +100,11 @@ func (j *job[S, D, C]) runPart(p int) {
 		return
 	}
 	ws := j.pool.get()
-	c, o := j.c, j.o
+	c := j.c
+	var o *out16
+	if j.hasO {
+		o = &j.o
+	}
 	if j.splitM {
 		i0, i1 := u0*j.e.mr, min(u1*j.e.mr, j.m)
 		if c != nil {
