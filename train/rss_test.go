@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"runtime/debug"
 	"testing"
 
@@ -82,5 +83,24 @@ func TestPeakRSSNearReserved(t *testing.T) {
 				t.Errorf("peak RSS %s exceeds the reserved peak %s by more than %s", memory.FormatBytes(peak), memory.FormatBytes(res), memory.FormatBytes(rssSlack))
 			}
 		})
+	}
+}
+
+// TestSummaryJSONHasProcessMemory: the -summary keys other tools read for
+// the three figures: requested and reserved peaks and the peak RSS.
+func TestSummaryJSONHasProcessMemory(t *testing.T) {
+	b, err := json.Marshal(Summary{PeakBytes: PeakBytes{Total: 1, Reserved: 2}, PeakRSSBytes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		PeakBytes map[string]int64 `json:"peak_bytes"`
+		PeakRSS   *int64           `json:"peak_rss_bytes"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PeakBytes["total"] != 1 || got.PeakBytes["reserved"] != 2 || got.PeakRSS == nil || *got.PeakRSS != 3 {
+		t.Errorf("summary JSON %s: want peak_bytes.total 1, peak_bytes.reserved 2, peak_rss_bytes 3", b)
 	}
 }
