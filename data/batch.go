@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 )
 
 // Batch is a host-side batch: the examples of one loader step stacked
@@ -24,6 +25,75 @@ type Batch struct {
 	InputShape  []int
 	Targets     []int32
 	TargetShape []int
+
+	// spare holds a recycled batch's arrays until put fills them again.
+	spare batchArrays
+}
+
+type batchArrays struct {
+	indices           []int
+	inputs            []float32
+	tokens, targets   []int32
+	inShape, tgtShape []int
+}
+
+// recycled keeps a few batches' arrays for the loader's next batches, so
+// that a training loop that recycles its batches makes no new host arrays
+// per step. A handful covers the batches in flight (prefetch and workers,
+// training and validation); more are left to the garbage collector.
+var recycled struct {
+	mu   sync.Mutex
+	free []*Batch
+}
+
+const maxRecycled = 16
+
+// Recycle gives b's arrays back for a later batch; b must not be used
+// afterwards (its fields are cleared). Calling it is optional: a batch
+// that is not recycled is collected like any other value.
+func (b *Batch) Recycle() {
+	if b == nil {
+		return
+	}
+	*b = Batch{spare: batchArrays{
+		indices: b.Indices, inputs: b.Inputs, tokens: b.Tokens, targets: b.Targets,
+		inShape: b.InputShape, tgtShape: b.TargetShape,
+	}}
+	recycled.mu.Lock()
+	defer recycled.mu.Unlock()
+	if len(recycled.free) < maxRecycled {
+		recycled.free = append(recycled.free, b)
+	}
+}
+
+// newBatch returns an empty batch of n examples, on recycled arrays when
+// there are some.
+func newBatch(epoch, index, n int) *Batch {
+	recycled.mu.Lock()
+	var b *Batch
+	if k := len(recycled.free); k > 0 {
+		b = recycled.free[k-1]
+		recycled.free[k-1] = nil
+		recycled.free = recycled.free[:k-1]
+	}
+	recycled.mu.Unlock()
+	if b == nil {
+		b = &Batch{}
+	}
+	b.Epoch, b.Index = epoch, index
+	b.Indices = reuse(b.spare.indices, n)
+	return b
+}
+
+// reuse returns n elements of buf (zeroed), reallocating only when it is
+// too short.
+func reuse[E any](buf []E, n int) []E {
+	if cap(buf) < n {
+		return make([]E, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 // Len returns the number of examples in the batch.
@@ -56,10 +126,10 @@ func (b *Batch) put(j, n int, ex Example) error {
 			return fmt.Errorf("label %d does not fit in int32", e.Label)
 		}
 		if j == 0 {
-			b.Inputs = make([]float32, n*size)
-			b.InputShape = append([]int{n}, e.Shape...)
-			b.Targets = make([]int32, n)
-			b.TargetShape = []int{n}
+			b.Inputs = reuse(b.spare.inputs, n*size)
+			b.InputShape = append(append(b.spare.inShape[:0], n), e.Shape...)
+			b.Targets = reuse(b.spare.targets, n)
+			b.TargetShape = append(b.spare.tgtShape[:0], n)
 		} else if b.Inputs == nil || !slices.Equal(b.InputShape[1:], e.Shape) {
 			return fmt.Errorf("image of shape %v in a batch of %s", e.Shape, b.kind())
 		}
@@ -71,10 +141,10 @@ func (b *Batch) put(j, n int, ex Example) error {
 			return fmt.Errorf("window of %d input and %d target tokens", len(e.Input), len(e.Target))
 		}
 		if j == 0 {
-			b.Tokens = make([]int32, n*t)
-			b.Targets = make([]int32, n*t)
-			b.InputShape = []int{n, t}
-			b.TargetShape = []int{n, t}
+			b.Tokens = reuse(b.spare.tokens, n*t)
+			b.Targets = reuse(b.spare.targets, n*t)
+			b.InputShape = append(b.spare.inShape[:0], n, t)
+			b.TargetShape = append(b.spare.tgtShape[:0], n, t)
 		} else if b.Tokens == nil || b.InputShape[1] != t {
 			return fmt.Errorf("window of %d tokens in a batch of %s", t, b.kind())
 		}

@@ -41,7 +41,10 @@
 // record with its file and index. Its Position can be saved and restored
 // with Seek, so a resumed run sees the same batches. Shuffling uses a
 // keyed bijection of the index range rather than a stored permutation, so
-// the loader's memory does not grow with the dataset.
+// the loader's memory does not grow with the dataset. A batch the
+// consumer is done with can be handed back (Batch.Recycle; the trainer
+// does) so that its arrays serve a later batch: then the only host
+// memory made per step is what Dataset.Get returns for each example.
 //
 // # Errors
 //

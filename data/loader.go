@@ -146,7 +146,7 @@ func (l *Loader) Load(ctx context.Context, epoch, k int) (*Batch, error) {
 func (l *Loader) load(ctx context.Context, perm *permutation, epoch, k int) (*Batch, error) {
 	start := k*l.global + l.cfg.Rank*l.cfg.Batch
 	n := min(l.cfg.Batch, l.n-start)
-	b := &Batch{Epoch: epoch, Index: k, Indices: make([]int, n)}
+	b := newBatch(epoch, k, n)
 	for j := range n {
 		if j%16 == 0 {
 			if err := ctx.Err(); err != nil {

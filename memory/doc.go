@@ -4,8 +4,8 @@
 //
 // # The caching allocator
 //
-// An [Allocator] takes memory from a [Raw] allocator (Go memory on the CPU
-// device, cuMemAlloc on CUDA, made-up addresses on the meta device) in large
+// An [Allocator] takes memory from a [Raw] allocator (anonymous mappings
+// from the operating system on the CPU device, cuMemAlloc on CUDA, made-up addresses on the meta device) in large
 // segments and carves blocks out of them, as PyTorch's CUDA caching
 // allocator does:
 //

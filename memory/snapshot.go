@@ -22,6 +22,12 @@ type Snapshot struct {
 	// History is a copy of History(), oldest first; nil when recording is
 	// off.
 	History []Event
+
+	// RSS and PeakRSS are the process's resident set now and at its peak,
+	// in bytes, filled in by a caller that can ask the operating system
+	// (train does, from /proc/self/status); 0 means unknown. The summary
+	// shows them beside the allocator's bytes.
+	RSS, PeakRSS int64
 	// Sites maps the address of each live block allocated while history
 	// and a site function (SetSiteFunc) were on to its creation site.
 	Sites map[Ptr]string

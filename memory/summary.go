@@ -15,12 +15,16 @@ const summaryInner = 81 // characters between the outer bars of Summary's table
 // torch.cuda.memory_summary: current, peak and running totals of each byte
 // stat, requested bytes per category, block and segment counts, and the
 // event counters.
-func (a *Allocator) Summary() string { return summary(a.Device(), a.Capacity(), a.Stats()) }
+func (a *Allocator) Summary() string { return summary(a.Device(), a.Capacity(), a.Stats(), 0, 0) }
 
 // Summary renders the snapshot's statistics as Allocator.Summary does.
-func (s Snapshot) Summary() string { return summary(s.Device, s.Capacity, s.Stats) }
+// When the snapshot carries the process's resident set, a row shows it
+// under the allocator's.
+func (s Snapshot) Summary() string {
+	return summary(s.Device, s.Capacity, s.Stats, s.RSS, s.PeakRSS)
+}
 
-func summary(device string, capacityBytes int64, s Stats) string {
+func summary(device string, capacityBytes int64, s Stats, rss, peakRSS int64) string {
 	capacity := "unlimited capacity"
 	if capacityBytes > 0 {
 		capacity = "capacity " + FormatBytes(capacityBytes)
@@ -51,6 +55,11 @@ func summary(device string, capacityBytes int64, s Stats) string {
 	bytesRow("Reserved memory", s.Reserved)
 	bytesRow("Active memory", s.Active)
 	bytesRow("Non-releasable memory", s.InactiveSplit)
+	if peakRSS > 0 {
+		// What the operating system saw: reserved bytes plus the Go
+		// runtime, the binary and host-side buffers.
+		row("Process RSS (OS)", [4]string{FormatBytes(rss), FormatBytes(peakRSS), "", ""})
+	}
 	rule('-')
 	row("Requested by category", [4]string{})
 	for _, c := range summaryOrder {

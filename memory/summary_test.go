@@ -50,3 +50,20 @@ func TestSummaryUnlimited(t *testing.T) {
 		t.Fatalf("summary title:\n%s", s)
 	}
 }
+
+// TestSummaryProcessRSS: a snapshot that carries the process's resident
+// set shows it in the summary beside the allocator's bytes; one that does
+// not (the default) renders as before.
+func TestSummaryProcessRSS(t *testing.T) {
+	a := New(NewCountingRaw(GiB, "cpu"))
+	defer a.Free(mustAlloc(t, a, 3*MiB, Activation))
+	s := a.Snapshot()
+	if got := s.Summary(); strings.Contains(got, "Process RSS") || got != a.Summary() {
+		t.Errorf("a snapshot without RSS renders differently from the allocator:\n%s", got)
+	}
+	s.RSS, s.PeakRSS = 40<<20, 50<<20
+	want := "| Process RSS (OS)        |   40.00 MiB |   50.00 MiB |             |             |"
+	if got := s.Summary(); !strings.Contains(got, want) {
+		t.Errorf("summary lacks %q:\n%s", want, got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
@@ -312,13 +313,42 @@ func FromFloat32(dev device.Device, data []float32, shape []int, cat memory.Cate
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 4*len(data))
-	for i, v := range data {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	dev.Write(t.st.buf, 0, b)
+	writeElems(dev, t.st.buf, data)
 	return t, nil
 }
+
+// writeElems copies data to buf as little-endian bytes: straight from
+// data's memory on a little-endian host (every platform memfit runs on),
+// elsewhere through a fixed 4 KiB array a piece at a time, so uploading a
+// batch never makes a Go-heap copy of it.
+func writeElems[E float32 | float64 | int32](dev device.Device, buf device.Buffer, data []E) {
+	if len(data) == 0 {
+		return
+	}
+	size := int(unsafe.Sizeof(data[0]))
+	if littleEndian {
+		dev.Write(buf, 0, unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), size*len(data)))
+		return
+	}
+	var tmp [4096]byte
+	per := len(tmp) / size
+	for i := 0; i < len(data); i += per {
+		part := data[i:min(i+per, len(data))]
+		for j, v := range part {
+			switch x := any(v).(type) {
+			case float32:
+				binary.LittleEndian.PutUint32(tmp[4*j:], math.Float32bits(x))
+			case float64:
+				binary.LittleEndian.PutUint64(tmp[8*j:], math.Float64bits(x))
+			case int32:
+				binary.LittleEndian.PutUint32(tmp[4*j:], uint32(x))
+			}
+		}
+		dev.Write(buf, int64(i*size), tmp[:len(part)*size])
+	}
+}
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // FromFloat64 copies data into a new F64 tensor.
 func FromFloat64(dev device.Device, data []float64, shape []int, cat memory.Category) (*Tensor, error) {
@@ -329,11 +359,7 @@ func FromFloat64(dev device.Device, data []float64, shape []int, cat memory.Cate
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 8*len(data))
-	for i, v := range data {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-	}
-	dev.Write(t.st.buf, 0, b)
+	writeElems(dev, t.st.buf, data)
 	return t, nil
 }
 
@@ -346,11 +372,7 @@ func FromInt32(dev device.Device, data []int32, shape []int, cat memory.Category
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 4*len(data))
-	for i, v := range data {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-	}
-	dev.Write(t.st.buf, 0, b)
+	writeElems(dev, t.st.buf, data)
 	return t, nil
 }
 

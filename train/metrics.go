@@ -115,10 +115,15 @@ type Summary struct {
 	Eval          EvalStats `json:"eval"`
 	SamplesPerSec float64   `json:"samples_per_sec"`
 	PeakBytes     PeakBytes `json:"peak_bytes"`
-	Config        Config    `json:"config"`
-	OOMRetries    int       `json:"oom_retries"`
-	SkippedSteps  int       `json:"skipped_steps"`
-	Checkpoint    string    `json:"checkpoint,omitempty"`
+	// PeakRSSBytes is the process's peak resident set (VmHWM) when the
+	// summary was made, beside the allocator's peaks: what the operating
+	// system saw, Go runtime, binary and host batches included. 0 where
+	// the system does not say.
+	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	Config       Config `json:"config"`
+	OOMRetries   int    `json:"oom_retries"`
+	SkippedSteps int    `json:"skipped_steps"`
+	Checkpoint   string `json:"checkpoint,omitempty"`
 }
 
 // EvalStats is the last evaluation's result.
@@ -127,9 +132,12 @@ type EvalStats struct {
 	Accuracy *float64 `json:"accuracy,omitempty"`
 }
 
-// PeakBytes are the allocator's peaks over the run, in bytes.
+// PeakBytes are the allocator's peaks over the run, in bytes: Total and
+// the categories count requested bytes, Reserved the segments held from
+// the device (what the process holds for tensors, cache included).
 type PeakBytes struct {
 	Total          int64 `json:"total"`
+	Reserved       int64 `json:"reserved"`
 	Parameter      int64 `json:"parameter"`
 	Gradient       int64 `json:"gradient"`
 	OptimizerState int64 `json:"optimizer_state"`
@@ -141,6 +149,7 @@ type PeakBytes struct {
 func peakBytes(st memory.Stats) PeakBytes {
 	return PeakBytes{
 		Total:          st.Requested.Peak,
+		Reserved:       st.Reserved.Peak,
 		Parameter:      st.Category(memory.Parameter).Peak,
 		Gradient:       st.Category(memory.Gradient).Peak,
 		OptimizerState: st.Category(memory.OptimizerState).Peak,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -74,15 +75,17 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			return Summary{}, err
 		}
 		elapsed := time.Since(start)
+		n, epoch := b.Len(), b.Epoch
+		b.Recycle() // its arrays serve a later batch: no new host arrays per step
 		t.trainTime += elapsed
-		t.samples += int64(b.Len() * max(t.ranks, 1))
+		t.samples += int64(n * max(t.ranks, 1))
 		t.step++
 		t.lastLoss = res.loss
 		st := mem.Stats()
 		t.notePeaks(st)
 		rec := Record{
-			Step: t.step, Epoch: b.Epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
-			SamplesPerS: float64(b.Len()*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
+			Step: t.step, Epoch: epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
+			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
 			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
 			PeakByCategory: map[string]int64{},
 		}
@@ -143,6 +146,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	p := peakBytes(st)
 	r := &t.runPeaks
 	r.Total = max(r.Total, p.Total)
+	r.Reserved = max(r.Reserved, p.Reserved)
 	r.Parameter = max(r.Parameter, p.Parameter)
 	r.Gradient = max(r.Gradient, p.Gradient)
 	r.OptimizerState = max(r.OptimizerState, p.OptimizerState)
@@ -158,6 +162,9 @@ func (t *Trainer) summary() Summary {
 	s := Summary{
 		Steps: t.step, FinalLoss: t.lastLoss, Eval: t.lastEval,
 		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount,
+	}
+	if rss, ok := procmem.PeakRSS(); ok {
+		s.PeakRSSBytes = rss
 	}
 	if t.trainTime > 0 {
 		s.SamplesPerSec = float64(t.samples) / t.trainTime.Seconds()

@@ -382,6 +382,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			n += b.Len()
 			return nil
 		}, opts...)
+		b.Recycle()
 		if err != nil {
 			return st, err
 		}

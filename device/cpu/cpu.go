@@ -7,7 +7,7 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
-// Device is the CPU device: Go memory behind the caching allocator and
+// Device is the CPU device: memory from the OS behind the caching allocator and
 // pure-Go kernels that use every core GOMAXPROCS allows.
 type Device struct {
 	raw     *hostRaw

@@ -236,8 +236,9 @@ func parallelRange(threads, total int, work func(start, end int)) {
 	wg.Wait()
 }
 
-// Typed access to buffers. The buffers are Go memory kept alive by the raw
-// allocator's segment map, so reinterpreting their bytes is safe.
+// Typed access to buffers. The buffers are segments the raw allocator
+// holds (mapped, or Go memory it keeps reachable) for as long as a block
+// of theirs is live, so reinterpreting their bytes is safe.
 
 func f32s(v device.View) []float32 {
 	b := v.Buf.Host
@@ -404,13 +405,6 @@ func store[T float](v device.View, off, str int, vals []T) {
 		panic(fmt.Sprintf("cpu: cannot store dtype %v", v.DType))
 	}
 }
-
-// scratch holds a worker's gather buffers; pooled so that steady-state
-// kernels allocate nothing.
-type scratch[T float] struct{ a, b, c, d [chunk]T }
-
-var scratch32 = sync.Pool{New: func() any { return new(scratch[float32]) }}
-var scratch64 = sync.Pool{New: func() any { return new(scratch[float64]) }}
 
 func wide(views ...device.View) bool {
 	for _, v := range views {

@@ -15,39 +15,44 @@ func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
-	// Products are numbered across groups: p = o·Batch + b.
 	total := g.Groups() * g.Batch
-	one := func(dev *Device, p int) {
+	if parts := min(d.threads, total); parts > 1 && total*g.M*g.N*g.K >= 1<<20 &&
+		(total%parts == 0 || total >= 4*parts) {
+		d.gemmSpread(g, parts, total)
+		return
+	}
+	gemmRange(d, &g, 0, total)
+}
+
+// gemmSpread runs products of equal size split evenly (or nearly) over
+// parts goroutines; each runs serially, conversions included. Apart from
+// Gemm so that only this path moves g to the heap for its goroutines.
+func (d *Device) gemmSpread(g device.Gemm, parts, total int) {
+	serial := &Device{raw: d.raw, mem: d.mem, threads: 1}
+	var wg sync.WaitGroup
+	for q := 0; q < parts; q++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gemmRange(serial, &g, total*q/parts, total*(q+1)/parts)
+		}()
+	}
+	wg.Wait()
+}
+
+// gemmRange runs products [p0, p1) of g on dev, numbered across groups:
+// p = o·Batch + b.
+func gemmRange(dev *Device, g *device.Gemm, p0, p1 int) {
+	for p := p0; p < p1; p++ {
 		o, b := p/g.Batch, p%g.Batch
 		oa := g.A.Offset + o*g.OuterStrideA + b*g.StrideA
 		ob := g.B.Offset + o*g.OuterStrideB + b*g.StrideB
 		oc := g.C.Offset + o*g.OuterStrideC + b*g.StrideC
 		dev.gemmOne(g, oa, ob, oc)
 	}
-	if parts := min(d.threads, total); parts > 1 && total*g.M*g.N*g.K >= 1<<20 &&
-		(total%parts == 0 || total >= 4*parts) {
-		// Products of equal size split evenly (or nearly) over the
-		// goroutines; each runs serially, conversions included.
-		serial := &Device{raw: d.raw, mem: d.mem, threads: 1}
-		var wg sync.WaitGroup
-		for q := 0; q < parts; q++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for p := total * q / parts; p < total*(q+1)/parts; p++ {
-					one(serial, p)
-				}
-			}()
-		}
-		wg.Wait()
-		return
-	}
-	for p := 0; p < total; p++ {
-		one(d, p)
-	}
 }
 
-func (d *Device) gemmOne(g device.Gemm, oa, ob, oc int) {
+func (d *Device) gemmOne(g *device.Gemm, oa, ob, oc int) {
 	alpha, beta := float32(g.Alpha), float32(g.Beta)
 	t := gemm.Options{Threads: d.threads, Triangle: gemm.Triangle(g.Triangle)}
 	switch g.A.DType {

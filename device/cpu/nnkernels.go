@@ -7,15 +7,6 @@ import (
 	"github.com/memfit/memfit/device"
 )
 
-// rowScratch returns a buffer of n elements: the pooled one when it is large
-// enough, a fresh one otherwise (rows wider than chunk are rare).
-func rowScratch[T float](buf []T, n int) []T {
-	if n <= len(buf) {
-		return buf[:n]
-	}
-	return make([]T, n)
-}
-
 // rowsParallel calls fn for every row in [0, rows), spread over goroutines
 // when the work (rows·width elements) is large.
 func (d *Device) rowsParallel(rows, width int, fn func(r0, r1 int)) {
@@ -43,50 +34,61 @@ func softmax[T float](d *Device, dst, src device.View, log bool) {
 	n := lastDim(src)
 	rows := src.Len() / max(n, 1)
 	bf16 := !log && src.DType == device.BF16 && dst.DType == device.BF16
-	d.rowsParallel(rows, n, func(r0, r1 int) {
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		if a32, ok := any(sc.a[:]).([]float32); ok && bf16 &&
-			softmaxBF16Rows(u16s(dst)[dst.Offset+r0*n:dst.Offset+r1*n], u16s(src)[src.Offset+r0*n:], a32, n) {
-			return
-		}
-		for r := r0; r < r1; r++ {
-			x := load(src, src.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			y := target(dst, dst.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
-			if x32, ok := any(x).([]float32); ok && !log {
-				// float32 rows: e^(x-m) once, with exp32, into y.
-				y32 := any(y).([]float32)
-				m32 := rowMax(x32)
-				start := expShiftVector(y32, x32, m32)
-				for i := start; i < len(x32); i++ {
-					y32[i] = exp32(x32[i] - m32)
-				}
-				rowScale(y32, 1/rowSum(y32))
-				store(dst, dst.Offset+r*n, 1, y)
-				continue
+	runRowsJob(d, rows, n, softmaxRows[T]{dst: dst, src: src, n: n, log: log, bf16: bf16})
+}
+
+// softmaxRows is Softmax over rows of n elements.
+type softmaxRows[T float] struct {
+	dst, src  device.View
+	n         int
+	log, bf16 bool
+}
+
+func (k softmaxRows[T]) rows(r0, r1 int) {
+	dst, src, n, log, bf16 := k.dst, k.src, k.n, k.log, k.bf16
+
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	if a32, ok := any(sc.a[:]).([]float32); ok && bf16 &&
+		softmaxBF16Rows(u16s(dst)[dst.Offset+r0*n:dst.Offset+r1*n], u16s(src)[src.Offset+r0*n:], a32, n) {
+		return
+	}
+	for r := r0; r < r1; r++ {
+		x := loadRow(src, src.Offset+r*n, n, 1, sc, 0)
+		y := targetRow(dst, dst.Offset+r*n, n, 1, sc, 1)
+		if x32, ok := any(x).([]float32); ok && !log {
+			// float32 rows: e^(x-m) once, with exp32, into y.
+			y32 := any(y).([]float32)
+			m32 := rowMax(x32)
+			start := expShiftVector(y32, x32, m32)
+			for i := start; i < len(x32); i++ {
+				y32[i] = exp32(x32[i] - m32)
 			}
-			m := math.Inf(-1)
-			for _, v := range x {
-				m = max(m, float64(v))
-			}
-			var s float64
-			for _, v := range x {
-				s += math.Exp(float64(v) - m)
-			}
-			if log {
-				lse := m + math.Log(s)
-				for i, v := range x {
-					y[i] = T(float64(v) - lse)
-				}
-			} else {
-				inv := 1 / s
-				for i, v := range x {
-					y[i] = T(math.Exp(float64(v)-m) * inv)
-				}
-			}
+			rowScale(y32, 1/rowSum(y32))
 			store(dst, dst.Offset+r*n, 1, y)
+			continue
 		}
-	})
+		m := math.Inf(-1)
+		for _, v := range x {
+			m = max(m, float64(v))
+		}
+		var s float64
+		for _, v := range x {
+			s += math.Exp(float64(v) - m)
+		}
+		if log {
+			lse := m + math.Log(s)
+			for i, v := range x {
+				y[i] = T(float64(v) - lse)
+			}
+		} else {
+			inv := 1 / s
+			for i, v := range x {
+				y[i] = T(math.Exp(float64(v)-m) * inv)
+			}
+		}
+		store(dst, dst.Offset+r*n, 1, y)
+	}
 }
 
 // SoftmaxBackward computes dx from the forward output y and dy.
@@ -102,47 +104,58 @@ func softmaxBackward[T float](d *Device, dx, y, dy device.View, log bool) {
 	n := lastDim(y)
 	rows := y.Len() / max(n, 1)
 	bf16 := !log && dx.DType == device.BF16 && y.DType == device.BF16 && dy.DType == device.BF16
-	d.rowsParallel(rows, n, func(r0, r1 int) {
-		if bf16 && softmaxGradBF16Rows(u16s(dx)[dx.Offset+r0*n:dx.Offset+r1*n], u16s(y)[y.Offset+r0*n:], u16s(dy)[dy.Offset+r0*n:], n) {
-			return
-		}
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		for r := r0; r < r1; r++ {
-			yy := load(y, y.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
-			out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.c[:], n))
-			if log {
-				// dx = dy - softmax·sum(dy)
-				var s float64
-				for _, v := range g {
-					s += float64(v)
-				}
-				for i := range out {
-					out[i] = T(float64(g[i]) - math.Exp(float64(yy[i]))*s)
-				}
-			} else {
-				// dx = y·(dy - sum(dy·y))
-				if o32, ok := any(out).([]float32); ok {
-					y32, g32 := any(yy).([]float32), any(g).([]float32)
-					s := rowDot(g32, y32)
-					for i := softmaxGradVector(o32, y32, g32, s); i < len(o32); i++ {
-						o32[i] = y32[i] * (g32[i] - s)
-					}
-					store(dx, dx.Offset+r*n, 1, out)
-					continue
-				}
-				var s float64
-				for i := range g {
-					s += float64(g[i]) * float64(yy[i])
-				}
-				for i := range out {
-					out[i] = T(float64(yy[i]) * (float64(g[i]) - s))
-				}
+	runRowsJob(d, rows, n, softmaxGradRows[T]{dx: dx, y: y, dy: dy, n: n, log: log, bf16: bf16})
+}
+
+// softmaxGradRows is SoftmaxBackward over rows of n elements.
+type softmaxGradRows[T float] struct {
+	dx, y, dy device.View
+	n         int
+	log, bf16 bool
+}
+
+func (k softmaxGradRows[T]) rows(r0, r1 int) {
+	dx, y, dy, n, log, bf16 := k.dx, k.y, k.dy, k.n, k.log, k.bf16
+
+	if bf16 && softmaxGradBF16Rows(u16s(dx)[dx.Offset+r0*n:dx.Offset+r1*n], u16s(y)[y.Offset+r0*n:], u16s(dy)[dy.Offset+r0*n:], n) {
+		return
+	}
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	for r := r0; r < r1; r++ {
+		yy := loadRow(y, y.Offset+r*n, n, 1, sc, 0)
+		g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
+		out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 2)
+		if log {
+			// dx = dy - softmax·sum(dy)
+			var s float64
+			for _, v := range g {
+				s += float64(v)
 			}
-			store(dx, dx.Offset+r*n, 1, out)
+			for i := range out {
+				out[i] = T(float64(g[i]) - math.Exp(float64(yy[i]))*s)
+			}
+		} else {
+			// dx = y·(dy - sum(dy·y))
+			if o32, ok := any(out).([]float32); ok {
+				y32, g32 := any(yy).([]float32), any(g).([]float32)
+				s := rowDot(g32, y32)
+				for i := softmaxGradVector(o32, y32, g32, s); i < len(o32); i++ {
+					o32[i] = y32[i] * (g32[i] - s)
+				}
+				store(dx, dx.Offset+r*n, 1, out)
+				continue
+			}
+			var s float64
+			for i := range g {
+				s += float64(g[i]) * float64(yy[i])
+			}
+			for i := range out {
+				out[i] = T(float64(yy[i]) * (float64(g[i]) - s))
+			}
 		}
-	})
+		store(dx, dx.Offset+r*n, 1, out)
+	}
 }
 
 // LayerNorm normalises rows of x.
@@ -160,12 +173,12 @@ func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, ep
 	d.rowsParallel(rows, n, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-		bt := load(beta, beta.Offset, n, 1, rowScratch(sc.d[:], n))
-		one := make([]T, 2)
+		gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+		bt := loadRow(beta, beta.Offset, n, 1, sc, 3)
+		var one [2]T
 		for r := r0; r < r1; r++ {
-			xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-			out := target(y, y.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+			xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+			out := targetRow(y, y.Offset+r*n, n, 1, sc, 1)
 			var mu float64
 			for _, v := range xx {
 				mu += float64(v)
@@ -206,22 +219,23 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 	if rows*n >= parallelMin {
 		parts = min(d.threads, rows)
 	}
-	dg := make([][]float64, parts)
-	db := make([][]float64, parts)
+	sums := getScratch[T]()
+	defer putScratch(sums)
+	dgAll, dbAll := sums.sum(0, parts*n), sums.sum(1, parts*n)
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
-		dg[p], db[p] = make([]float64, n), make([]float64, n)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sc := getScratch[T]()
 			defer putScratch(sc)
-			gm := load(gamma, gamma.Offset, n, 1, rowScratch(sc.c[:], n))
-			mr := make([]T, 2)
-			xhat := make([]float64, n)
+			gm := loadRow(gamma, gamma.Offset, n, 1, sc, 2)
+			var mr [2]T
+			xhat := sc.sum(0, n)
+			dg, db := dgAll[p*n:(p+1)*n], dbAll[p*n:(p+1)*n]
 			for r := rows * p / parts; r < rows*(p+1)/parts; r++ {
-				xx := load(x, x.Offset+r*n, n, 1, rowScratch(sc.a[:], n))
-				g := load(dy, dy.Offset+r*n, n, 1, rowScratch(sc.b[:], n))
+				xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+				g := loadRow(dy, dy.Offset+r*n, n, 1, sc, 1)
 				mu := float64(load(mean, mean.Offset+r, 1, 1, mr[:1])[0])
 				rs := float64(load(rstd, rstd.Offset+r, 1, 1, mr[1:])[0])
 				var s1, s2 float64
@@ -230,12 +244,12 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 					gg := float64(g[i]) * float64(gm[i])
 					s1 += gg
 					s2 += gg * xhat[i]
-					dg[p][i] += float64(g[i]) * xhat[i]
-					db[p][i] += float64(g[i])
+					dg[i] += float64(g[i]) * xhat[i]
+					db[i] += float64(g[i])
 				}
 				s1 /= float64(n)
 				s2 /= float64(n)
-				out := target(dx, dx.Offset+r*n, n, 1, rowScratch(sc.d[:], n))
+				out := targetRow(dx, dx.Offset+r*n, n, 1, sc, 3)
 				for i := range out {
 					out[i] = T(rs * (float64(g[i])*float64(gm[i]) - s1 - xhat[i]*s2))
 				}
@@ -244,8 +258,8 @@ func layerNormBackward[T float](d *Device, dx, dgamma, dbeta, dy, x, mean, rstd,
 		}()
 	}
 	wg.Wait()
-	addParamGrad[T](dgamma, dg, n)
-	addParamGrad[T](dbeta, db, n)
+	addParamGrad[T](dgamma, dgAll, n)
+	addParamGrad[T](dbeta, dbAll, n)
 }
 
 // index reads element i of an integer view.
@@ -287,7 +301,7 @@ func copyRow(dst, src device.View) {
 	sc := getScratch[float64]()
 	defer putScratch(sc)
 	n := dst.Shape[0]
-	x := load(src, src.Offset, n, 1, rowScratch(sc.a[:], n))
+	x := loadRow(src, src.Offset, n, 1, sc, 0)
 	store(dst, dst.Offset, 1, x)
 }
 
@@ -311,9 +325,9 @@ func scatterAdd[T float](dst, idx, src device.View) {
 		if t < 0 || t >= int64(vocab) {
 			panic(&device.IndexError{Op: "embedding backward", Index: t, Limit: vocab, At: i})
 		}
-		x := load(src, src.Offset+i*dim, dim, 1, rowScratch(sc.a[:], dim))
-		y := load(dst, dst.Offset+int(t)*dim, dim, 1, rowScratch(sc.b[:], dim))
-		out := rowScratch(sc.c[:], dim)
+		x := loadRow(src, src.Offset+i*dim, dim, 1, sc, 0)
+		y := loadRow(dst, dst.Offset+int(t)*dim, dim, 1, sc, 1)
+		out := sc.row(2, dim)
 		for j := range out {
 			out[j] = y[j] + x[j]
 		}
@@ -339,12 +353,12 @@ func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 		defer putScratch(sc)
 		for nc := r0; nc < r1; nc++ {
 			n, c := nc/g.C, nc%g.C
-			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
+			img := loadRow(x, x.Offset+nc*plane, plane, 1, sc, 0)
 			for kh := 0; kh < g.KH; kh++ {
 				for kw := 0; kw < g.KW; kw++ {
 					row := (c*g.KH+kh)*g.KW + kw
 					at := col.Offset + (n*g.C*g.KH*g.KW+row)*outLen
-					out := target(col, at, outLen, 1, rowScratch(sc.b[:], outLen))
+					out := targetRow(col, at, outLen, 1, sc, 1)
 					// Output columns whose input column lies inside the
 					// image: lo <= ow < hi.
 					lo := max(0, (g.PadW-kw+g.StrideW-1)/g.StrideW)
@@ -390,14 +404,14 @@ func col2im[T float](d *Device, dx, col device.View, g device.ConvGeom) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		outLen := g.OH * g.OW
-		acc := make([]T, plane)
+		acc := sc.accum(plane)
 		for nc := r0; nc < r1; nc++ {
 			n, c := nc/g.C, nc%g.C
 			clear(acc)
 			for kh := 0; kh < g.KH; kh++ {
 				for kw := 0; kw < g.KW; kw++ {
 					row := (c*g.KH+kh)*g.KW + kw
-					src := load(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+					src := loadRow(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, sc, 0)
 					for oh := 0; oh < g.OH; oh++ {
 						ih := oh*g.StrideH - g.PadH + kh
 						if ih < 0 || ih >= g.H {
@@ -436,8 +450,8 @@ func pool[T float](d *Device, op device.PoolOp, y, argmax, x device.View, g devi
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		for nc := r0; nc < r1; nc++ {
-			img := load(x, x.Offset+nc*plane, plane, 1, rowScratch(sc.a[:], plane))
-			out := rowScratch(sc.b[:], outLen)
+			img := loadRow(x, x.Offset+nc*plane, plane, 1, sc, 0)
+			out := sc.row(1, outLen)
 			for oh := 0; oh < g.OH; oh++ {
 				h0 := oh*g.StrideH - g.PadH
 				kh0, kh1 := max(0, -h0), min(g.KH, g.H-h0)
@@ -493,10 +507,10 @@ func poolBackward[T float](d *Device, op device.PoolOp, dx, argmax, dy device.Vi
 	d.rowsParallel(g.N*g.C, plane, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
-		acc := make([]T, plane)
+		acc := sc.accum(plane)
 		for nc := r0; nc < r1; nc++ {
 			clear(acc)
-			gy := load(dy, dy.Offset+nc*outLen, outLen, 1, rowScratch(sc.a[:], outLen))
+			gy := loadRow(dy, dy.Offset+nc*outLen, outLen, 1, sc, 0)
 			for oh := 0; oh < g.OH; oh++ {
 				for ow := 0; ow < g.OW; ow++ {
 					o := oh*g.OW + ow
@@ -551,65 +565,78 @@ func crossEntropy[T float](d *Device, out, logits, targets device.View, ignore i
 			panic(&device.IndexError{Op: "cross entropy target", Index: t, Limit: c, At: r})
 		}
 	}
-	d.rowsParallel(rows, c, func(r0, r1 int) {
-		sc := getScratch[T]()
-		defer putScratch(sc)
-		one := make([]T, 1)
-		for r := r0; r < r1; r++ {
-			t := int(index(targets, r))
-			x := load(logits, logits.Offset+r*c, c, 1, rowScratch(sc.a[:], c))
-			if x32, ok := any(x).([]float32); ok {
-				g32 := any(rowScratch(sc.b[:], c)).([]float32)
-				one32 := any(one).([]float32)
-				var up float32
-				if backward && t != ignore {
-					up = float32(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
-				}
-				crossEntropyRow32(x32, g32, one32, t, ignore, float32(s), backward, up)
-				if backward {
-					store(out, out.Offset+r*c, 1, any(g32).([]T))
-				} else {
-					store(out, out.Offset+r, 1, one)
-				}
-				continue
+	runRowsJob(d, rows, c, crossEntropyRows[T]{out: out, logits: logits, targets: targets, dloss: dloss, c: c, ignore: ignore, s: s, backward: backward})
+}
+
+// crossEntropyRows is CrossEntropy (or its backward) over rows of c logits.
+type crossEntropyRows[T float] struct {
+	out, logits, targets, dloss device.View
+	c, ignore                   int
+	s                           float64
+	backward                    bool
+}
+
+func (k crossEntropyRows[T]) rows(r0, r1 int) {
+	out, logits, targets, dloss, c, ignore, s, backward := k.out, k.logits, k.targets, k.dloss, k.c, k.ignore, k.s, k.backward
+
+	sc := getScratch[T]()
+	defer putScratch(sc)
+	var oneBuf [1]T
+	one := oneBuf[:]
+	for r := r0; r < r1; r++ {
+		t := int(index(targets, r))
+		x := loadRow(logits, logits.Offset+r*c, c, 1, sc, 0)
+		if x32, ok := any(x).([]float32); ok {
+			g32 := any(sc.row(1, c)).([]float32)
+			one32 := any(one).([]float32)
+			var up float32
+			if backward && t != ignore {
+				up = float32(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
 			}
-			m := math.Inf(-1)
-			for _, v := range x {
-				m = max(m, float64(v))
-			}
-			var se, sx float64
-			for _, v := range x {
-				se += math.Exp(float64(v) - m)
-				sx += float64(v)
-			}
-			lse := m + math.Log(se)
-			if !backward {
-				if t == ignore {
-					one[0] = 0
-				} else {
-					// Σ logp = Σx - C·lse
-					one[0] = T(-(1-s)*(float64(x[t])-lse) - s/float64(c)*(sx-float64(c)*lse))
-				}
-				store(out, out.Offset+r, 1, one)
-				continue
-			}
-			g := rowScratch(sc.b[:], c)
-			if t == ignore {
-				clear(g)
+			crossEntropyRow32(x32, g32, one32, t, ignore, float32(s), backward, up)
+			if backward {
+				store(out, out.Offset+r*c, 1, any(g32).([]T))
 			} else {
-				up := float64(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
-				for i, v := range x {
-					p := math.Exp(float64(v) - lse)
-					q := s / float64(c)
-					if i == t {
-						q += 1 - s
-					}
-					g[i] = T(up * (p - q))
-				}
+				store(out, out.Offset+r, 1, one)
 			}
-			store(out, out.Offset+r*c, 1, g)
+			continue
 		}
-	})
+		m := math.Inf(-1)
+		for _, v := range x {
+			m = max(m, float64(v))
+		}
+		var se, sx float64
+		for _, v := range x {
+			se += math.Exp(float64(v) - m)
+			sx += float64(v)
+		}
+		lse := m + math.Log(se)
+		if !backward {
+			if t == ignore {
+				one[0] = 0
+			} else {
+				// Σ logp = Σx - C·lse
+				one[0] = T(-(1-s)*(float64(x[t])-lse) - s/float64(c)*(sx-float64(c)*lse))
+			}
+			store(out, out.Offset+r, 1, one)
+			continue
+		}
+		g := sc.row(1, c)
+		if t == ignore {
+			clear(g)
+		} else {
+			up := float64(load(dloss, dloss.Offset+r, 1, 1, sc.c[:1])[0])
+			for i, v := range x {
+				p := math.Exp(float64(v) - lse)
+				q := s / float64(c)
+				if i == t {
+					q += 1 - s
+				}
+				g[i] = T(up * (p - q))
+			}
+		}
+		store(out, out.Offset+r*c, 1, g)
+	}
 }
 
 // crossEntropyRow32 is one row of CrossEntropy (backward false: the loss

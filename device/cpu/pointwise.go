@@ -7,23 +7,6 @@ import (
 	"github.com/memfit/memfit/device"
 )
 
-func getScratch[T float]() *scratch[T] {
-	var z T
-	if _, ok := any(z).(float64); ok {
-		return scratch64.Get().(*scratch[T])
-	}
-	return scratch32.Get().(*scratch[T])
-}
-
-func putScratch[T float](s *scratch[T]) {
-	var z T
-	if _, ok := any(z).(float64); ok {
-		scratch64.Put(s)
-		return
-	}
-	scratch32.Put(s)
-}
-
 // Fill sets every element of dst to v.
 func (d *Device) Fill(dst device.View, v float64) {
 	// Every dtype is filled as raw bits: v is converted once, not once per
@@ -627,8 +610,8 @@ func causalFill[T float](d *Device, dst, src device.View, value float64) {
 			doff, soff := matOffset(dst, m), matOffset(src, m)
 			doff += i * dst.Strides[r-2]
 			soff += i * src.Strides[r-2]
-			x := load(src, soff, cols, src.Strides[r-1], rowScratch(sc.a[:], cols))
-			y := target(dst, doff, cols, dst.Strides[r-1], rowScratch(sc.b[:], cols))
+			x := loadRow(src, soff, cols, src.Strides[r-1], sc, 0)
+			y := targetRow(dst, doff, cols, dst.Strides[r-1], sc, 1)
 			keep := min(i+1, cols)
 			copy(y[:keep], x[:keep])
 			for j := keep; j < cols; j++ {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -9,22 +10,45 @@ import (
 )
 
 // align is the byte alignment of every segment: a cache line, and what
-// AVX-512 loads like.
+// AVX-512 loads like. Segments from the OS are page-aligned, which is more.
 const align = 64
 
-// hostRaw hands out 64-byte-aligned Go memory and refuses to exceed its
-// capacity, so out-of-memory behaviour can be tested on any machine. It keeps
-// each segment reachable in a map, which is what stops the garbage collector
-// from reclaiming memory the caching allocator still manages.
+// hostRaw hands out segments of host memory and refuses to exceed its
+// capacity, so out-of-memory behaviour can be tested on any machine.
+//
+// Where the OS offers anonymous mappings (raw_mmap.go) every segment is one,
+// outside the Go heap: a segment the caching allocator frees (EmptyCache,
+// the retry before an OOM) goes back to the OS at once, and the process's
+// resident memory follows the allocator's reserved bytes instead of waiting
+// for the garbage collector (issue 19). Elsewhere segments are Go memory
+// (raw_heap.go), kept reachable by the segment map.
 type hostRaw struct {
 	mu       sync.Mutex
 	capacity int64
 	used     int64
-	segments map[memory.Ptr][]byte
+	segs     *segTable
 }
 
+// segTable maps each segment's address to its bytes. It is apart from
+// hostRaw so that the cleanup registered in newHostRaw can reach it
+// without keeping the hostRaw alive.
+type segTable struct{ m map[memory.Ptr][]byte }
+
 func newHostRaw(capacity int64) *hostRaw {
-	return &hostRaw{capacity: capacity, segments: make(map[memory.Ptr][]byte)}
+	r := &hostRaw{capacity: capacity, segs: &segTable{m: make(map[memory.Ptr][]byte)}}
+	// A device dropped while its allocator still holds segments (tests
+	// make thousands) would otherwise keep their mappings for the life of
+	// the process. This is a backstop for the whole device, as the Go heap
+	// was for make([]byte) segments: tensors never rely on it, since their
+	// blocks return to the cache explicitly, and every Block reaches this
+	// hostRaw through its allocator, so no live block's memory is unmapped.
+	runtime.AddCleanup(r, func(t *segTable) {
+		for p, b := range t.m {
+			sysFree(b)
+			delete(t.m, p)
+		}
+	}, r.segs)
+	return r
 }
 
 func (r *hostRaw) Alloc(size int64) (memory.Ptr, error) {
@@ -33,11 +57,15 @@ func (r *hostRaw) Alloc(size int64) (memory.Ptr, error) {
 	if r.capacity > 0 && r.used+size > r.capacity {
 		return 0, fmt.Errorf("cpu: %d bytes requested, %d of %d in use", size, r.used, r.capacity)
 	}
-	buf := make([]byte, size+align)
-	skip := int((align - uintptr(unsafe.Pointer(&buf[0]))%align) % align)
-	buf = buf[skip : skip+int(size) : skip+int(size)]
+	if size <= 0 || int64(int(size)) != size {
+		return 0, fmt.Errorf("cpu: cannot reserve a segment of %d bytes", size)
+	}
+	buf, err := sysAlloc(int(size))
+	if err != nil {
+		return 0, fmt.Errorf("cpu: reserving a segment of %s: %w", memory.FormatBytes(size), err)
+	}
 	p := memory.Ptr(uintptr(unsafe.Pointer(&buf[0])))
-	r.segments[p] = buf
+	r.segs.m[p] = buf
 	r.used += size
 	return p, nil
 }
@@ -45,12 +73,13 @@ func (r *hostRaw) Alloc(size int64) (memory.Ptr, error) {
 func (r *hostRaw) Free(p memory.Ptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	buf, ok := r.segments[p]
+	buf, ok := r.segs.m[p]
 	if !ok {
 		panic(fmt.Sprintf("cpu: free of unknown segment %#x", uintptr(p)))
 	}
 	r.used -= int64(len(buf))
-	delete(r.segments, p)
+	delete(r.segs.m, p)
+	sysFree(buf)
 }
 
 func (r *hostRaw) Capacity() int64 { return r.capacity }
@@ -62,7 +91,7 @@ func (r *hostRaw) bytes(b *memory.Block) []byte {
 		return nil
 	}
 	r.mu.Lock()
-	seg := r.segments[b.Segment()]
+	seg := r.segs.m[b.Segment()]
 	r.mu.Unlock()
 	off := b.Offset()
 	return seg[off : off+b.Requested() : off+b.Size()]

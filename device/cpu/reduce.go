@@ -57,8 +57,9 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 	innerReduced := l.istr[1] == 0
 
 	// reduceRow folds a whole row into a float64 (inner dimension reduced).
-	reduceRow := func(off int) float64 {
-		sc := getScratch[T]()
+	// Both take the caller's scratch set (reduceRow uses a, addTo b and c),
+	// so a worker holds one set, not three.
+	reduceRow := func(sc *scratch[T], off int) float64 {
 		acc := identity(op)
 		for c := 0; c < l.n; c += chunk {
 			m := min(chunk, l.n-c)
@@ -67,24 +68,21 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 				acc = combine(op, acc, float64(v))
 			}
 		}
-		putScratch(sc)
 		return acc
 	}
-	addTo := func(off int, v float64) {
-		sc := getScratch[T]()
+	addTo := func(sc *scratch[T], off int, v float64) {
 		y := load(dst, off, 1, 1, sc.b[:])
 		sc.c[0] = T(combine(op, float64(y[0]), v))
 		store(dst, off, 1, sc.c[:1])
-		putScratch(sc)
 	}
 	doRows := func(r0, r1 int) {
-		offs := make([]int, 2)
+		var offs [2]int
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		for r := r0; r < r1; r++ {
-			l.rowOffsets(r, offs)
+			l.rowOffsets(r, offs[:])
 			if innerReduced {
-				addTo(offs[1], reduceRow(offs[0]))
+				addTo(sc, offs[1], reduceRow(sc, offs[0]))
 				continue
 			}
 			for c := 0; c < l.n; c += chunk {
@@ -122,7 +120,9 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 	case rows == 1 && innerReduced && l.n >= parallelMin && d.threads > 1:
 		// One long reduction: fixed partial results combined in order.
 		parts := d.threads
-		partial := make([]float64, parts)
+		sums := getScratch[T]()
+		defer putScratch(sums)
+		partial := sums.sum(0, parts)
 		var wg sync.WaitGroup
 		for p := 0; p < parts; p++ {
 			s, e := l.n*p/parts, l.n*(p+1)/parts
@@ -140,7 +140,7 @@ func reduce[T float](d *Device, op device.ReduceOp, dst, src device.View) {
 		for _, v := range partial {
 			acc = combine(op, acc, v)
 		}
-		addTo(l.base[1], acc)
+		addTo(sums, l.base[1], acc)
 	default:
 		doRows(0, rows)
 	}
@@ -172,9 +172,12 @@ func reduceColumns[T float](d *Device, op device.ReduceOp, l *loop, src, dst dev
 	if d.threads > 1 && rows*n >= parallelMin {
 		parts = min(d.threads, rows)
 	}
-	accs := make([][]T, parts)
+	// Part p's accumulator is [p·n, (p+1)·n) of one set's accumulator.
+	accSet := getScratch[T]()
+	defer putScratch(accSet)
+	accAll := accSet.accum(parts * n)
 	fold := func(p int) {
-		acc := make([]T, n)
+		acc := accAll[p*n : (p+1)*n]
 		if id := T(identity(op)); id != 0 {
 			for i := range acc {
 				acc[i] = id
@@ -190,7 +193,6 @@ func reduceColumns[T float](d *Device, op device.ReduceOp, l *loop, src, dst dev
 				foldInto(op, acc[c:c+m], load(src, offs[0]+c*l.istr[0], m, l.istr[0], sc.a[:]))
 			}
 		}
-		accs[p] = acc
 	}
 	if parts == 1 {
 		fold(0)
@@ -205,9 +207,9 @@ func reduceColumns[T float](d *Device, op device.ReduceOp, l *loop, src, dst dev
 		}
 		wg.Wait()
 	}
-	acc := accs[0]
-	for _, a := range accs[1:] {
-		foldInto(op, acc, a)
+	acc := accAll[:n]
+	for p := 1; p < parts; p++ {
+		foldInto(op, acc, accAll[p*n:(p+1)*n])
 	}
 	sc := getScratch[T]()
 	defer putScratch(sc)

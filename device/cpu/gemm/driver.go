@@ -1,6 +1,9 @@
 package gemm
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+)
 
 // mat describes op(X) over row-major storage: element (i, p) of op(X) is
 // data[i*ld+p], or data[p*ld+i] when trans is set.
@@ -81,17 +84,48 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// wsPool keeps idle workspaces, at most maxWorkspaces of them. Unlike a
+// sync.Pool it is not emptied by the garbage collector, which would turn
+// megabytes of packing buffers into garbage (and new buffers) after every
+// collection. A workspace grows to its engine's block sizes at most
+// (a: mc×kc, b: nc×kc elements of D; ARCHITECTURE.md gives the figures).
+type wsPool[D any, C float32 | float64] struct {
+	mu   sync.Mutex
+	free []*workspace[D, C]
+}
+
+// maxWorkspaces bounds each pool: one workspace per goroutine a product
+// may run on (GOMAXPROCS at start-up); more at once are dropped when given
+// back.
+var maxWorkspaces = runtime.GOMAXPROCS(0)
+
 var (
-	poolF32 sync.Pool // *workspace[float32, float32]
-	poolF64 sync.Pool // *workspace[float64, float64]
-	poolU16 sync.Pool // *workspace[uint16, float32]
+	poolF32 wsPool[float32, float32]
+	poolF64 wsPool[float64, float64]
+	poolU16 wsPool[uint16, float32]
 )
 
-func getWS[D any, C float32 | float64](p *sync.Pool) *workspace[D, C] {
-	if w, ok := p.Get().(*workspace[D, C]); ok {
+func (p *wsPool[D, C]) get() *workspace[D, C] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		w := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
 		return w
 	}
 	return new(workspace[D, C])
+}
+
+func (p *wsPool[D, C]) put(w *workspace[D, C]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < maxWorkspaces {
+		if p.free == nil {
+			p.free = make([]*workspace[D, C], 0, maxWorkspaces)
+		}
+		p.free = append(p.free, w)
+	}
 }
 
 func roundUp(x, r int) int { return (x + r - 1) / r * r }

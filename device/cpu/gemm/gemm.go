@@ -158,11 +158,45 @@ func (t Options) GemmF16To(transA, transB bool, m, n, k int, alpha float32, a []
 	runTo16(t.Threads, t.tri(), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, o)
 }
 
-// poolAcc holds the float32 scratch of 16-bit products whose k spans
-// several K blocks.
-var poolAcc = sync.Pool{New: func() any { return new([]float32) }}
+// accElems bounds the float32 partial sums a 16-bit product whose k spans
+// several K blocks keeps between blocks (4 MiB): a larger C is computed a
+// strip of rows at a time (columns too, when one row of tiles is already
+// wider), each strip a product of its own. An element's sum is the same
+// in any strip, so the bits do not depend on the split. A variable so
+// that tests can make strips small.
+var accElems = 1 << 20
 
-func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool *sync.Pool, m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
+// accPool keeps those partial sums, one buffer per product running at
+// once, bounded like the workspaces.
+var accPool struct {
+	mu   sync.Mutex
+	free [][]float32
+}
+
+func getAcc() []float32 {
+	accPool.mu.Lock()
+	defer accPool.mu.Unlock()
+	if n := len(accPool.free); n > 0 {
+		b := accPool.free[n-1]
+		accPool.free[n-1] = nil
+		accPool.free = accPool.free[:n-1]
+		return b
+	}
+	return nil
+}
+
+func putAcc(b []float32) {
+	accPool.mu.Lock()
+	defer accPool.mu.Unlock()
+	if len(accPool.free) < maxWorkspaces {
+		if accPool.free == nil {
+			accPool.free = make([][]float32, 0, maxWorkspaces)
+		}
+		accPool.free = append(accPool.free, b)
+	}
+}
+
+func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool *wsPool[D, float32], m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
 	if k == 0 || alpha == 0 {
 		// C = beta·C, a row of tiles at a time.
 		var zero [maxTileCols]float32
@@ -177,14 +211,29 @@ func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool
 	if e.nr > maxTileCols {
 		panic("gemm: micro-tile wider than maxTileCols")
 	}
-	var acc []float32
-	if _, kc := e.blocks(k); k > kc {
-		p := poolAcc.Get().(*[]float32)
-		defer poolAcc.Put(p)
-		*p = grow(*p, m*n)
-		acc = *p
+	if _, kc := e.blocks(k); k <= kc {
+		run(parts, tri, e, pool, m, n, k, alpha, a, b, 0, nil, n, o)
+		return
 	}
-	run(parts, tri, e, pool, m, n, k, alpha, a, b, 0, acc, n, o)
+	// Strips of whole micro-tiles: w columns (all of them unless a row of
+	// tiles is wider than the bound) by h rows.
+	w := n
+	if e.mr*n > accElems {
+		w = max(e.nr, accElems/e.mr/e.nr*e.nr)
+	}
+	h := max(e.mr, min(m, accElems/w)/e.mr*e.mr)
+	acc := getAcc()
+	for i0 := 0; i0 < m; i0 += h {
+		for j0 := 0; j0 < n; j0 += w {
+			sh, sw := min(h, m-i0), min(w, n-j0)
+			acc = grow(acc, sh*sw)
+			st := tri
+			st.row0 += i0
+			st.col0 += j0
+			run(parts, st, e, pool, sh, sw, k, alpha, a.rowsFrom(i0), b.colsFrom(j0), 0, acc, sw, o.rowsFrom(i0).colsFrom(j0))
+		}
+	}
+	putAcc(acc)
 }
 
 func (t Options) tri() triangle { return triangle{kind: t.Triangle} }

@@ -486,3 +486,72 @@ func TestGemmBF16ToRoundsAsGemmBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestGemm16StripsAreBitwise: a 16-bit product whose k spans several K
+// blocks keeps its float32 partial sums in strips of at most accElems
+// elements; strips of a few tiles (rows only, and rows and columns) give
+// the same bits as one strip, for full and triangular products.
+func TestGemm16StripsAreBitwise(t *testing.T) {
+	defer func(old int) { accElems = old }(accElems)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const m, n, k = 77, 90, 1700 // k > every kcOne
+	a, lda := operand(rng, m, k, false, 0, bf16gen)
+	b, ldb := operand(rng, k, n, true, 0, bf16gen)
+	for _, c := range []struct {
+		name string
+		f    func(c []uint16)
+	}{
+		{"full", func(c []uint16) { Options{Threads: 2}.GemmBF16To(false, true, m, n, k, 1, a, lda, b, ldb, 0.5, c, n) }},
+		{"f16", func(c []uint16) { Options{Threads: 1}.GemmF16To(false, true, m, n, k, 1, a, lda, b, ldb, 0, c, n) }},
+		{"lowerC", func(c []uint16) {
+			Options{Threads: 2, Triangle: LowerC}.GemmBF16To(false, true, m, m, k, 1, a, lda, a, lda, 0, c, n)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(limit int) []uint16 {
+				accElems = limit
+				out := make([]uint16, m*n)
+				for i := range out {
+					out[i] = bf16gen(rng)
+				}
+				c.f(out)
+				return out
+			}
+			rng = rand.New(rand.NewPCG(5, 6))
+			want := run(1 << 30)
+			// Row strips; then (a row of 14×32 tiles being wider) row and
+			// column strips.
+			for _, limit := range []int{40 * 90, 14 * 64} {
+				rng = rand.New(rand.NewPCG(5, 6))
+				got := run(limit)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("accElems %d: C[%d,%d] = %#04x, one strip gives %#04x", limit, i/n, i%n, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGemm16ToNoAllocs: a product with a 16-bit C allocates nothing per
+// call once its workspaces have grown, with k in one K block or several
+// (the partial-sum strips come from a pool too).
+func TestGemm16ToNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	for _, k := range []int{256, 2048} {
+		for _, thr := range []int{1, 2} {
+			t.Run(fmt.Sprintf("k=%d/threads=%d", k, thr), func(t *testing.T) {
+				const m, n = 96, 128
+				a, b, c := make([]uint16, m*k), make([]uint16, n*k), make([]uint16, m*n)
+				f := func() { Options{Threads: thr}.GemmBF16To(false, true, m, n, k, 1, a, k, b, k, 0, c, n) }
+				f()
+				if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
+					t.Errorf("GemmBF16To %dx%dx%d allocates %v times per call", m, n, k, allocs)
+				}
+			})
+		}
+	}
+}

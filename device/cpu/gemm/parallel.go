@@ -12,7 +12,7 @@ const minWorkPerThread = 1 << 19
 
 // run computes the product, split over up to parts goroutines when it is
 // large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *sync.Pool, m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *wsPool[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
 	parts = max(parts, 1)
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
@@ -26,14 +26,18 @@ func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D,
 	}
 	parts = min(parts, units)
 	if parts <= 1 {
-		ws := getWS[D, C](pool)
+		ws := pool.get()
 		e.serial(ws, m, n, k, alpha, a, b, beta, c, ldc, o, tri)
-		pool.Put(ws)
+		pool.put(ws)
 		return
 	}
 	j := getJob[S, D, C]()
-	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, o: o, tri: tri,
+	*j = job[S, D, C]{e: e, pool: pool, m: m, n: n, k: k, alpha: alpha, a: a, b: b, beta: beta, c: c, ldc: ldc, tri: tri,
 		parts: parts, units: units, splitM: splitM}
+	if o != nil {
+		// By value: the caller's out16 stays on its stack.
+		j.o, j.hasO = *o, true
+	}
 	startWorkers(parts - 1)
 	// Offer the job to parts-1 helpers; everyone, the caller included,
 	// claims parts until none is left, so a helper that wakes late finds
@@ -62,13 +66,14 @@ func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D,
 // job is one GEMM split into parts along m or n.
 type job[S, D any, C float32 | float64] struct {
 	e           *engine[S, D, C]
-	pool        *sync.Pool
+	pool        *wsPool[D, C]
 	m, n, k     int
 	alpha, beta C
 	a, b        mat[S]
 	c           []C
 	ldc         int
-	o           *out16 // a 16-bit C, c being its float32 scratch (or nil)
+	o           out16 // a 16-bit C (when hasO), c being its float32 scratch
+	hasO        bool
 	tri         triangle
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
@@ -94,8 +99,12 @@ func (j *job[S, D, C]) runPart(p int) {
 	if u0 == u1 {
 		return
 	}
-	ws := getWS[D, C](j.pool)
-	c, o := j.c, j.o
+	ws := j.pool.get()
+	c := j.c
+	var o *out16
+	if j.hasO {
+		o = &j.o
+	}
 	if j.splitM {
 		i0, i1 := u0*j.e.mr, min(u1*j.e.mr, j.m)
 		if c != nil {
@@ -119,7 +128,7 @@ func (j *job[S, D, C]) runPart(p int) {
 		tri.col0 += j0
 		j.e.serial(ws, j.m, j1-j0, j.k, j.alpha, j.a, j.b.colsFrom(j0), j.beta, c, j.ldc, o, tri)
 	}
-	j.pool.Put(ws)
+	j.pool.put(ws)
 }
 
 // jobPools keeps job structs per instantiation so that steady-state calls
