@@ -9,10 +9,6 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
-// align is the byte alignment of every segment: a cache line, and what
-// AVX-512 loads like. Segments from the OS are page-aligned, which is more.
-const align = 64
-
 // hostRaw hands out segments of host memory and refuses to exceed its
 // capacity, so out-of-memory behaviour can be tested on any machine.
 //

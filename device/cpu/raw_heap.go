@@ -7,6 +7,11 @@ import "unsafe"
 // segmentsFromOS says where device memory comes from, for tests and docs.
 const segmentsFromOS = false
 
+// align is the byte alignment of every segment: a cache line, and what
+// AVX-512 loads like (segments from the OS are page-aligned, which is
+// more).
+const align = 64
+
 // sysAlloc returns size bytes of 64-byte-aligned Go memory (zeroed, as a
 // mapping would be). hostRaw's segment map keeps it reachable; once freed
 // it waits for the garbage collector.
