@@ -3,7 +3,10 @@ package train
 import (
 	"context"
 	"encoding/json"
-	"runtime/debug"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/internal/procmem"
@@ -16,12 +19,47 @@ import (
 // binary. BENCHMARKS.md gives the measured figures.
 const rssSlack = 64 << 20
 
+// rssChildEnv names the configuration a child process of
+// TestPeakRSSNearReserved measures.
+const rssChildEnv = "MEMFIT_RSS_CHILD"
+
+// rssResult is what a child reports, as one JSON line after rssMarker.
+type rssResult struct {
+	Peak, Base, Reserved, Requested, SummaryRSS int64
+}
+
+const rssMarker = "rss-result: "
+
 // TestPeakRSSNearReserved: the process's peak resident set (VmHWM) during
 // training stays within rssSlack of the allocator's reserved peak (issue
 // 19: device segments from the Go heap waited for the collector, and the
-// process peaked at 1.6–1.9× the accounting). Each run is measured from a
-// reset peak, after the memory of earlier tests went back to the OS.
+// process peaked at 1.6–1.9× the accounting). Each run is measured in a
+// process of its own (this test binary run again for one configuration),
+// so what earlier tests left resident does not count.
 func TestPeakRSSNearReserved(t *testing.T) {
+	mlp := Default() // the MLP reference: 3 hidden layers of 1024, batch 256
+	gpt := Default() // the GPT reference: 6 layers, 6 heads, width 384, context 256, batch 16
+	gpt.Model, gpt.Layers, gpt.Heads, gpt.Width, gpt.Context, gpt.Batch = "gpt", 6, 6, 384, 256, 16
+	gptBF16 := gpt
+	gptBF16.AMP, gptBF16.Checkpoint = "bf16", "every"
+	cases := []struct {
+		name  string
+		cfg   Config
+		steps int
+	}{
+		{"mlp", mlp, 20},
+		{"gpt", gpt, 2},
+		{"gpt-bf16-ckpt", gptBF16, 2},
+	}
+	if name := os.Getenv(rssChildEnv); name != "" {
+		for _, c := range cases {
+			if c.name == name {
+				measureRSS(t, c.cfg, c.steps)
+				return
+			}
+		}
+		t.Fatalf("%s=%s names no configuration", rssChildEnv, name)
+	}
 	if testing.Short() {
 		t.Skip("-short: skipping reference-sized training runs")
 	}
@@ -31,59 +69,57 @@ func TestPeakRSSNearReserved(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's shadow memory counts as resident")
 	}
-	mlp := Default() // the MLP reference: 3 hidden layers of 1024, batch 256
-	gpt := Default() // the GPT reference: 6 layers, 6 heads, width 384, context 256, batch 16
-	gpt.Model, gpt.Layers, gpt.Heads, gpt.Width, gpt.Context, gpt.Batch = "gpt", 6, 6, 384, 256, 16
-	gptBF16 := gpt
-	gptBF16.AMP, gptBF16.Checkpoint = "bf16", "every"
-	for _, c := range []struct {
-		name  string
-		cfg   Config
-		steps int
-	}{
-		{"mlp", mlp, 20},
-		{"gpt", gpt, 2},
-		{"gpt-bf16-ckpt", gptBF16, 2},
-	} {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := c.cfg
-			cfg.Steps, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit = c.steps, true, 0, 0
-			debug.FreeOSMemory()
-			if !procmem.ResetPeakRSS() {
-				t.Skip("cannot reset the peak resident set (/proc/self/clear_refs)")
-			}
-			base, _ := procmem.RSS()
-			cfg = cfg.Resolved()
-			dev, err := NewDevice(cfg)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestPeakRSSNearReserved$", "-test.v")
+			cmd.Env = append(os.Environ(), rssChildEnv+"="+c.name)
+			out, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("child process: %v\n%s", err, out)
 			}
-			tr, err := New(cfg, dev, nil)
-			if err != nil {
-				t.Fatal(err)
+			var r rssResult
+			_, line, ok := strings.Cut(string(out), rssMarker)
+			if line, _, _ = strings.Cut(line, "\n"); !ok || json.Unmarshal([]byte(line), &r) != nil {
+				t.Fatalf("the child reported no result:\n%s", out)
 			}
-			defer dev.Memory().EmptyCache() // the next run starts from nothing
-			defer tr.Close()
-			s, err := tr.Run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			peak, _ := procmem.PeakRSS()
-			res := s.PeakBytes.Reserved
 			t.Logf("peak RSS %s (from %s at the start), reserved peak %s, requested peak %s, RSS − reserved %s",
-				memory.FormatBytes(peak), memory.FormatBytes(base), memory.FormatBytes(res),
-				memory.FormatBytes(s.PeakBytes.Total), memory.FormatBytes(peak-res))
-			if s.PeakRSSBytes <= 0 || s.PeakRSSBytes > peak {
-				t.Errorf("summary's peak_rss_bytes %d, VmHWM after the run %d", s.PeakRSSBytes, peak)
+				memory.FormatBytes(r.Peak), memory.FormatBytes(r.Base), memory.FormatBytes(r.Reserved),
+				memory.FormatBytes(r.Requested), memory.FormatBytes(r.Peak-r.Reserved))
+			if r.SummaryRSS <= 0 || r.SummaryRSS > r.Peak {
+				t.Errorf("summary's peak_rss_bytes %d, VmHWM after the run %d", r.SummaryRSS, r.Peak)
 			}
-			if res < s.PeakBytes.Total {
-				t.Errorf("reserved peak %d below the requested peak %d", res, s.PeakBytes.Total)
+			if r.Reserved < r.Requested {
+				t.Errorf("reserved peak %d below the requested peak %d", r.Reserved, r.Requested)
 			}
-			if peak > res+rssSlack {
-				t.Errorf("peak RSS %s exceeds the reserved peak %s by more than %s", memory.FormatBytes(peak), memory.FormatBytes(res), memory.FormatBytes(rssSlack))
+			if r.Peak > r.Reserved+rssSlack {
+				t.Errorf("peak RSS %s exceeds the reserved peak %s by more than %s", memory.FormatBytes(r.Peak), memory.FormatBytes(r.Reserved), memory.FormatBytes(rssSlack))
 			}
 		})
 	}
+}
+
+// measureRSS trains cfg in this (child) process and prints what
+// TestPeakRSSNearReserved checks.
+func measureRSS(t *testing.T, cfg Config, steps int) {
+	cfg.Steps, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit = steps, true, 0, 0
+	base, _ := procmem.RSS()
+	cfg = cfg.Resolved()
+	dev, err := NewDevice(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(cfg, dev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	s, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak, _ := procmem.PeakRSS()
+	b, _ := json.Marshal(rssResult{Peak: peak, Base: base, Reserved: s.PeakBytes.Reserved, Requested: s.PeakBytes.Total, SummaryRSS: s.PeakRSSBytes})
+	fmt.Printf("%s%s\n", rssMarker, b)
 }
 
 // TestSummaryJSONHasProcessMemory: the -summary keys other tools read for
