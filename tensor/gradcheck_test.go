@@ -165,7 +165,7 @@ var gradCases = []gradCase{
 		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{})
 	}},
 	{name: "cross_entropy/ignore+smoothing", inputs: []input{in("", 2, 3, 5), in("idx:5", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
-		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: 2, LabelSmoothing: 0.1})
+		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(2), LabelSmoothing: 0.1})
 	}},
 	{name: "cross_entropy/sum", inputs: []input{in("", 3, 4), in("idx:4", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{Reduction: tensor.SumReduction})

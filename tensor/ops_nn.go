@@ -297,10 +297,36 @@ const (
 	SumReduction
 )
 
-// CrossEntropyOptions configure CrossEntropy.
+// DefaultIgnoreIndex is the target value a cross-entropy ignores unless
+// told otherwise: PyTorch's ignore_index default.
+const DefaultIgnoreIndex = -100
+
+// Ignore names the target value a cross-entropy skips. Its zero value
+// means DefaultIgnoreIndex, so that zero-valued options behave as
+// PyTorch's defaults and can never ignore class 0 by accident; IgnoreIndex
+// names another value.
+type Ignore struct {
+	index int
+	set   bool
+}
+
+// IgnoreIndex makes targets equal to i the ignored ones.
+func IgnoreIndex(i int) Ignore { return Ignore{index: i, set: true} }
+
+// Index returns the ignored target value.
+func (g Ignore) Index() int {
+	if !g.set {
+		return DefaultIgnoreIndex
+	}
+	return g.index
+}
+
+// CrossEntropyOptions configure CrossEntropy. The zero value is PyTorch's
+// default: ignore targets equal to -100, no smoothing, mean reduction.
 type CrossEntropyOptions struct {
-	IgnoreIndex    int // targets equal to it contribute nothing (default -100 when HasIgnore)
-	HasIgnore      bool
+	// Ignore is the target value that contributes nothing to the loss,
+	// to the count a mean divides by, or to the gradient.
+	Ignore         Ignore
 	LabelSmoothing float64
 	Reduction      Reduction
 }
@@ -316,10 +342,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {
 		panic(errorf("cross_entropy", "targets %s must be integers, one per row of logits %s", targets.describe(), logits.describe()))
 	}
-	ignore := -100
-	if o.HasIgnore {
-		ignore = o.IgnoreIndex
-	}
+	ignore := o.Ignore.Index()
 	// The kernel computes in F32 whatever the logits' dtype, so 16-bit
 	// logits are saved as they are rather than as an F32 copy.
 	in := logits

@@ -31,9 +31,9 @@ func (d *Device) Fill(dst device.View, v float64) {
 	l := newLoop(dst.Shape, dst)
 	switch dst.DType {
 	case device.BF16:
-		runRows(d.threads, &l, fillK[uint16]{u16s(dst), BF16FromF32(float32(v))})
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), BF16FromF64(v)})
 	case device.F16:
-		runRows(d.threads, &l, fillK[uint16]{u16s(dst), F16FromF32(float32(v))})
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), F16FromF64(v)})
 	case device.F32:
 		runRows(d.threads, &l, fillK[int32]{i32s(dst), int32(math.Float32bits(float32(v)))})
 	case device.I32:

@@ -88,6 +88,20 @@ __device__ __forceinline__ u16 f2bf(float f) {
     return (u16)(b >> 16);
 }
 
+// narrow16 gives the float from which a 16-bit store rounds: v itself for
+// a float; for a double, v rounded to odd (truncated, last bit set when
+// inexact), so that the one rounding to f16/bf16 that follows is the
+// correctly rounded result of the double, as cpu.BF16FromF64 does. A
+// plain (float) cast would round twice.
+__device__ __forceinline__ float narrow16(float v) { return v; }
+__device__ __forceinline__ float narrow16(double v) {
+    float r = (float)v;
+    if ((double)r == v || v != v) return r;
+    unsigned b = __float_as_uint(r);
+    if (fabs((double)r) > fabs(v)) b--;
+    return __uint_as_float(b | 1u);
+}
+
 __device__ __forceinline__ float xexp(float x) { return expf(x); }
 __device__ __forceinline__ double xexp(double x) { return exp(x); }
 __device__ __forceinline__ float xlog(float x) { return logf(x); }
@@ -117,7 +131,7 @@ __device__ __forceinline__ T xmin(T a, T b) {
 
 // ld reads element rel (relative to the view's offset) as T, converting as
 // the CPU device's load does; st writes v converted to the operand's dtype
-// (f16 and bf16 from float: a double is rounded to float first, as on the
+// (f16 and bf16 rounded once, from the float or double value, as on the
 // CPU).
 template <class T>
 __device__ __forceinline__ T ld(const Op& o, i64 rel) {
@@ -139,8 +153,8 @@ __device__ __forceinline__ void st(const Op& o, i64 rel, T v) {
     switch (o.dt) {
     case DT_F32: ((float*)o.p)[i] = (float)v; break;
     case DT_F64: ((double*)o.p)[i] = (double)v; break;
-    case DT_F16: ((u16*)o.p)[i] = f2h((float)v); break;
-    case DT_BF16: ((u16*)o.p)[i] = f2bf((float)v); break;
+    case DT_F16: ((u16*)o.p)[i] = f2h(narrow16(v)); break;
+    case DT_BF16: ((u16*)o.p)[i] = f2bf(narrow16(v)); break;
     case DT_I32: ((int*)o.p)[i] = (int)v; break;
     case DT_I64: ((i64*)o.p)[i] = (i64)v; break;
     }
