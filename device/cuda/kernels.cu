@@ -49,9 +49,9 @@ struct Red {
     i64 rstr[MAXD];
 };
 
-// Conv is device.ConvGeom.
+// Conv is device.ConvGeom, its dilations read as >= 1.
 struct Conv {
-    i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+    i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW, DH, DW;  // DH, DW >= 1 (pools: 1)
 };
 
 #define GRID_STRIDE(i, n) \
@@ -102,6 +102,8 @@ __device__ __forceinline__ float narrow16(double v) {
     return __uint_as_float(b | 1u);
 }
 
+__device__ __forceinline__ float xerf(float x) { return erff(x); }
+__device__ __forceinline__ double xerf(double x) { return erf(x); }
 __device__ __forceinline__ float xexp(float x) { return expf(x); }
 __device__ __forceinline__ double xexp(double x) { return exp(x); }
 __device__ __forceinline__ float xlog(float x) { return logf(x); }
@@ -281,6 +283,7 @@ __device__ __forceinline__ T unary_f(i64 op, T x, T arg) {
     case UN_POW: return xpow(x, arg);
     case UN_ADD_SCALAR: return x + arg;
     case UN_MUL_SCALAR: return x * arg;
+    case UN_GELU_ERF: return (T)0.5 * x * ((T)1 + xerf(x * (T)0.70710678118654752));
     }
     return x;
 }
@@ -318,6 +321,11 @@ __device__ __forceinline__ T unary_grad(i64 op, T v, T g, T arg) {
     case UN_POW: return g * arg * xpow(v, arg - (T)1);
     case UN_ADD_SCALAR: return g;
     case UN_MUL_SCALAR: return g * arg;
+    case UN_GELU_ERF: {  // Φ(v) + v·φ(v)
+        T cdf = (T)0.5 * ((T)1 + xerf(v * (T)0.70710678118654752));
+        T pdf = xexp((T)-0.5 * v * v) * (T)0.39894228040143268;  // 1/√(2π)
+        return g * (cdf + v * pdf);
+    }
     }
     return g;
 }
@@ -701,7 +709,7 @@ __device__ void k_im2col(Conv g, Op col, Op x) {
         i64 kw = t % g.KW; t /= g.KW;
         i64 kh = t % g.KH; t /= g.KH;
         i64 nc = t;  // n*C + c
-        i64 ih = oh * g.SH - g.PH + kh, iw = ow * g.SW - g.PW + kw;
+        i64 ih = oh * g.SH - g.PH + kh * g.DH, iw = ow * g.SW - g.PW + kw * g.DW;
         T v = (T)0;
         if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = ld<T>(x, (nc * g.H + ih) * g.W + iw);
         st<T>(col, e, v);
@@ -719,11 +727,11 @@ __device__ void k_col2im(Conv g, Op dx, Op col) {
         i64 n = nc / g.C, c = nc % g.C;
         T acc = (T)0;
         for (i64 kh = 0; kh < g.KH; kh++) {
-            i64 th = ih + g.PH - kh;
+            i64 th = ih + g.PH - kh * g.DH;
             if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
             i64 oh = th / g.SH;
             for (i64 kw = 0; kw < g.KW; kw++) {
-                i64 tw = iw + g.PW - kw;
+                i64 tw = iw + g.PW - kw * g.DW;
                 if (tw < 0 || tw % g.SW != 0 || tw / g.SW >= g.OW) continue;
                 i64 ow = tw / g.SW;
                 i64 row = (c * g.KH + kh) * g.KW + kw;
