@@ -143,8 +143,9 @@ func axesOf(red []bool) []int {
 }
 
 // Argmax returns the I64 position of the largest element of x along dim,
-// the first of tied maxima as torch.argmax; keepdim keeps dim with size 1.
-// It has no gradient. Integers are compared as F64 (exact below 2⁵³).
+// the first of tied maxima as torch.argmax (a NaN counts as the largest);
+// keepdim keeps dim with size 1. It has no gradient. Integers are compared
+// as F64 (exact below 2⁵³).
 //
 // It is a composition of core kernels, so every device has it: the max
 // along dim, a mask of the elements equal to it, weighted by n - i (so the
@@ -169,6 +170,17 @@ func (s *Scope) Argmax(x *Tensor, dim int, keepdim bool) *Tensor {
 	mask := mustAlloc(dev, dt, x.shape, memory.Temporary)
 	defer mask.Release()
 	dev.Binary(device.Equal, mask.view(), xc.view(), m.broadcastView(x.shape))
+	if x.dtype.IsFloat() {
+		// NaN counts as the largest value, as in torch.argmax: the max of a
+		// row holding one is NaN, which equals nothing, so mark the NaNs
+		// themselves (1 - [x == x]).
+		nan := mustAlloc(dev, dt, x.shape, memory.Temporary)
+		dev.Binary(device.Equal, nan.view(), xc.view(), xc.view())
+		dev.Unary(device.MulScalar, nan.view(), nan.view(), -1)
+		dev.Unary(device.AddScalar, nan.view(), nan.view(), 1)
+		dev.Binary(device.Maximum, mask.view(), mask.view(), nan.view())
+		nan.Release()
+	}
 	w64 := make([]float64, n)
 	for i := range w64 {
 		w64[i] = float64(n - i)

@@ -486,6 +486,14 @@ func TestArgmax(t *testing.T) {
 		{dim: 1, shape: []int{2, 4}, want: []int64{2, 2, 2, 2, 2, 1, 1, 1}},
 		{dim: 0, keepdim: true, shape: []int{1, 3, 4}, want: []int64{0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}},
 	}
+	// A NaN is the maximum of its row, the first NaN if several.
+	s := tensor.NewScope()
+	defer s.Close()
+	nan := math.NaN()
+	got := s.Argmax(f64(t, []float64{1, nan, 3, nan, 2, 5, 0, 1}, 2, 4), 1, false).Int64s()
+	if !slices.Equal(got, []int64{1, 1}) {
+		t.Errorf("argmax with NaN: %v, want [1 1]", got)
+	}
 	for _, tc := range cases {
 		for _, dt := range []tensor.DType{tensor.F64, tensor.F32, tensor.BF16, tensor.I32} {
 			s := tensor.NewScope()
