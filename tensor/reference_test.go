@@ -211,7 +211,6 @@ func matmulRef(a []float64, as []int, b []float64, bs []int) ([]float64, []int) 
 	out := make([]float64, nb*m*n)
 	for bi := range nb {
 		ia, ib, r := 0, 0, bi
-		stride := 1
 		sa, sb := 1, 1
 		for d := rank - 1; d >= 0; d-- {
 			c := r % batch[d]
@@ -224,7 +223,6 @@ func matmulRef(a []float64, as []int, b []float64, bs []int) ([]float64, []int) 
 			}
 			sa *= pa[d]
 			sb *= pb[d]
-			stride *= batch[d]
 		}
 		for i := range m {
 			for j := range n {
