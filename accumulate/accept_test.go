@@ -34,7 +34,7 @@ func lossOf(p problem) func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor
 	return func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor {
 		logits := p.m.Forward(nn.NewRun(s, 5), mb.Inputs)
 		if p.tokens {
-			return s.CrossEntropy(s.Reshape(logits, -1, p.classes), s.Reshape(mb.Targets, -1), tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: -1})
+			return s.CrossEntropy(s.Reshape(logits, -1, p.classes), s.Reshape(mb.Targets, -1), tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
 		}
 		return s.CrossEntropy(logits, mb.Targets, tensor.CrossEntropyOptions{})
 	}

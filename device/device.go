@@ -144,10 +144,14 @@ const (
 	PowScalar // x^arg
 	AddScalar // x+arg
 	MulScalar // x*arg
+	// GeluErf is the exact GELU, x·Φ(x) = x·(1+erf(x/√2))/2, as BERT-family
+	// models and PyTorch's default nn.GELU use. It comes last so that the
+	// codes of the ops above do not move.
+	GeluErf
 	NumUnaryOps
 )
 
-var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "square", "recip", "pow", "add_scalar", "mul_scalar"}
+var unaryNames = [...]string{"neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "square", "recip", "pow", "add_scalar", "mul_scalar", "gelu_erf"}
 
 func (op UnaryOp) String() string {
 	if int(op) < len(unaryNames) {
@@ -245,14 +249,21 @@ const (
 	UpperA
 )
 
-// ConvGeom is the geometry of a 2-D convolution over NCHW images.
+// ConvGeom is the geometry of a 2-D convolution over NCHW images. Kernel
+// tap (kh, kw) of output (oh, ow) reads input (oh·StrideH - PadH +
+// kh·DilationH, ow·StrideW - PadW + kw·DilationW); a dilation of 0 means 1.
+// Pools ignore dilation (the tensor package never sets it for them).
 type ConvGeom struct {
-	N, C, H, W       int
-	KH, KW           int
-	StrideH, StrideW int
-	PadH, PadW       int
-	OH, OW           int
+	N, C, H, W           int
+	KH, KW               int
+	StrideH, StrideW     int
+	PadH, PadW           int
+	OH, OW               int
+	DilationH, DilationW int
 }
+
+// Dilation returns the dilations with 0 read as 1.
+func (g ConvGeom) Dilation() (dh, dw int) { return max(g.DilationH, 1), max(g.DilationW, 1) }
 
 // PoolOp selects max or average pooling.
 type PoolOp uint8
@@ -353,7 +364,7 @@ func UnaryNeeds(op UnaryOp) (x, y bool) {
 	switch op {
 	case Exp, Sqrt, Tanh, Sigmoid, Recip, Relu: // relu: y > 0 exactly where x > 0
 		return false, true
-	case Log, Gelu, Abs, Square, PowScalar:
+	case Log, Gelu, GeluErf, Abs, Square, PowScalar:
 		return true, false
 	}
 	return false, false

@@ -100,6 +100,19 @@ var layerCases = []layerCase{
 	{name: "conv2d/stride2-no-bias", build: func(b *nn.Builder) (nn.Module, error) {
 		return nn.NewConv2d(b, "conv", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 2, Stride: 2, NoBias: true})
 	}, in: []int{1, 1, 6, 6}, want: []int{1, 2, 3, 3}},
+	{name: "conv2d/dilation2-groups2", build: func(b *nn.Builder) (nn.Module, error) {
+		return nn.NewConv2d(b, "conv", nn.Conv2dConfig{In: 4, Out: 2, Kernel: 3, Pad: 2, Dilation: 2, Groups: 2, Bias: nn.Normal(0, 0.5)})
+	}, in: []int{1, 4, 5, 6}, want: []int{1, 2, 5, 6}},
+	{name: "avg_pool2d/exclude-pad", build: module(&nn.AvgPool2d{Kernel: 3, Stride: 2, Pad: 1, ExcludePad: true}), in: []int{1, 2, 5, 5}, want: []int{1, 2, 3, 3}},
+	{name: "layer_norm/shape", build: func(b *nn.Builder) (nn.Module, error) {
+		l, err := nn.NewLayerNormShape(b, "ln", 3, 4)
+		if err == nil {
+			perturb(l.Weight, 0, 0.3)
+			perturb(l.Bias, 5, -0.4)
+		}
+		return l, err
+	}, in: []int{2, 3, 4}, want: []int{2, 3, 4}},
+	{name: "gelu/exact", build: module(nn.GELU{Exact: true}), in: []int{3, 4}, want: []int{3, 4}},
 	{name: "max_pool2d", build: module(&nn.MaxPool2d{Kernel: 2}), in: []int{2, 2, 4, 4}, want: []int{2, 2, 2, 2}},
 	{name: "avg_pool2d/stride1", build: module(&nn.AvgPool2d{Kernel: 2, Stride: 1}), in: []int{1, 2, 3, 3}, want: []int{1, 2, 2, 2}},
 	{name: "flatten", build: module(nn.Flatten{}), in: []int{2, 3, 2, 2}, want: []int{2, 12}},

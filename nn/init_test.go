@@ -175,6 +175,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			return err
 		}, `conv2d "c": Pad is -1`},
 		{func() error { _, err := nn.NewLayerNorm(b, "ln", 0); return err }, `layer_norm "ln": dim is 0`},
+		{func() error {
+			_, err := nn.NewConv2d(b, "c", nn.Conv2dConfig{In: 4, Out: 3, Kernel: 3, Groups: 2})
+			return err
+		}, `conv2d "c": Groups is 2, want >= 0 and dividing In (4) and Out (3)`},
+		{func() error { _, err := nn.NewLayerNormShape(b, "ln"); return err }, `layer_norm "ln": shape is empty`},
+		{func() error { _, err := nn.NewLayerNormShape(b, "ln", 3, 0); return err }, `layer_norm "ln": dim is 0`},
 		{func() error { _, err := nn.NewEmbedding(b, "e", nn.EmbeddingConfig{Num: 5}); return err }, `embedding "e": Dim is 0`},
 		{func() error {
 			_, err := nn.NewCausalSelfAttention(b, "a", nn.AttentionConfig{Dim: 10, Heads: 3})

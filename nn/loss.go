@@ -21,9 +21,10 @@ const (
 type CrossEntropyOption func(*tensor.CrossEntropyOptions)
 
 // IgnoreIndex makes targets equal to i contribute nothing; the mean is over
-// the other targets.
+// the other targets. Without it targets equal to tensor.DefaultIgnoreIndex
+// (-100) are ignored, as in PyTorch.
 func IgnoreIndex(i int) CrossEntropyOption {
-	return func(o *tensor.CrossEntropyOptions) { o.HasIgnore, o.IgnoreIndex = true, i }
+	return func(o *tensor.CrossEntropyOptions) { o.Ignore = tensor.IgnoreIndex(i) }
 }
 
 // LabelSmoothing mixes the one-hot target with the uniform distribution:

@@ -23,7 +23,7 @@ func TestLossOptions(t *testing.T) {
 
 	// The options map onto tensor.CrossEntropyOptions.
 	got := nn.CrossEntropy(s, logits, targets, nn.IgnoreIndex(2), nn.LabelSmoothing(0.1), nn.Reduce(nn.SumReduction)).Item()
-	want := s.CrossEntropy(logits, targets, tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: 2, LabelSmoothing: 0.1, Reduction: tensor.SumReduction}).Item()
+	want := s.CrossEntropy(logits, targets, tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(2), LabelSmoothing: 0.1, Reduction: tensor.SumReduction}).Item()
 	if got != want {
 		t.Errorf("cross-entropy with options %v, tensor's %v", got, want)
 	}

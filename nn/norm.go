@@ -2,9 +2,10 @@ package nn
 
 import "github.com/memfit/memfit/tensor"
 
-// LayerNorm normalises the last dimension to zero mean and unit variance,
-// then scales and shifts it. Parameters: <path>.weight [Dim] (ones) and
-// <path>.bias [Dim] (zeros).
+// LayerNorm normalises the trailing dimensions of its parameters' shape
+// (usually just the last) to zero mean and unit variance, then scales and
+// shifts them. Parameters: <path>.weight (ones) and <path>.bias (zeros),
+// both of the normalised shape.
 type LayerNorm struct {
 	Weight, Bias *tensor.Tensor
 	Eps          float64
@@ -13,14 +14,25 @@ type LayerNorm struct {
 // NewLayerNorm makes a LayerNorm over a last dimension of size dim, with
 // Eps 1e-5.
 func NewLayerNorm(b *Builder, path string, dim int) (*LayerNorm, error) {
-	if err := positive("layer_norm", path, "dim", dim); err != nil {
-		return nil, err
+	return NewLayerNormShape(b, path, dim)
+}
+
+// NewLayerNormShape makes a LayerNorm over the trailing dimensions shape
+// (PyTorch's normalized_shape), with Eps 1e-5.
+func NewLayerNormShape(b *Builder, path string, shape ...int) (*LayerNorm, error) {
+	if len(shape) == 0 {
+		return nil, configError("layer_norm", path, "shape", "is empty")
 	}
-	w, err := b.Param(Join(path, "weight"), []int{dim}, Ones())
+	for _, d := range shape {
+		if err := positive("layer_norm", path, "dim", d); err != nil {
+			return nil, err
+		}
+	}
+	w, err := b.Param(Join(path, "weight"), shape, Ones())
 	if err != nil {
 		return nil, err
 	}
-	bias, err := b.Param(Join(path, "bias"), []int{dim}, Zeros())
+	bias, err := b.Param(Join(path, "bias"), shape, Zeros())
 	if err != nil {
 		w.Release()
 		return nil, err
@@ -28,7 +40,7 @@ func NewLayerNorm(b *Builder, path string, dim int) (*LayerNorm, error) {
 	return &LayerNorm{Weight: w, Bias: bias, Eps: 1e-5}, nil
 }
 
-// Forward normalises x [..., Dim]. It saves its input (and per-row
+// Forward normalises x [..., shape...]. It saves its input (and per-row
 // statistics), not its output.
 func (l *LayerNorm) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	return r.LayerNorm(x, l.Weight, l.Bias, l.Eps)

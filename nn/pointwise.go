@@ -54,7 +54,11 @@ func (ReLU) apply(r *Run, x *tensor.Tensor, writable bool) (*tensor.Tensor, bool
 // GELU is the tanh approximation of the Gaussian error linear unit. It
 // saves its input for backward, so it runs in place only where nothing
 // records (inference).
-type GELU struct{}
+//
+// Exact selects the erf form x·Φ(x) (PyTorch's nn.GELU() default, BERT's)
+// over the tanh approximation (GPT-2's, approximate="tanh"); it always
+// makes a new tensor.
+type GELU struct{ Exact bool }
 
 // Forward returns gelu(x) in a new tensor.
 func (l GELU) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
@@ -65,7 +69,10 @@ func (l GELU) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 // Parameters is empty.
 func (GELU) Parameters() []*tensor.Tensor { return nil }
 
-func (GELU) apply(r *Run, x *tensor.Tensor, writable bool) (*tensor.Tensor, bool) {
+func (l GELU) apply(r *Run, x *tensor.Tensor, writable bool) (*tensor.Tensor, bool) {
+	if l.Exact {
+		return r.GeluExact(x), true
+	}
 	if writable && r.InPlace {
 		return r.GeluInPlace(x), true // a new tensor when it records
 	}

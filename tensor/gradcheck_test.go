@@ -160,12 +160,39 @@ var gradCases = []gradCase{
 	{name: "avg_pool2d", inputs: []input{in("", 2, 2, 4, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.AvgPool2d(x[0], 2, tensor.Conv2dOptions{})
 	}},
+	{name: "avg_pool2d/exclude-pad", inputs: []input{in("", 1, 2, 5, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.AvgPool2d(x[0], 3, tensor.Conv2dOptions{Stride: 2, Pad: 1, ExcludePad: true})
+	}},
+	{name: "conv2d/dilation2", inputs: []input{in("", 2, 2, 7, 6), in("", 3, 2, 3, 2), in("", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], x[2], tensor.Conv2dOptions{Pad: 1, Dilation: 2})
+	}},
+	{name: "conv2d/per-axis", inputs: []input{in("", 1, 2, 6, 5), in("", 2, 2, 3, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], nil, tensor.Conv2dOptions{StrideH: 2, PadW: 2, DilationW: 2, DilationH: 1})
+	}},
+	{name: "conv2d/groups", inputs: []input{in("", 2, 4, 5, 5), in("", 6, 2, 3, 3), in("", 6)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], x[2], tensor.Conv2dOptions{Pad: 1, Groups: 2})
+	}},
+	{name: "conv2d/depthwise-dilated-strided", inputs: []input{in("", 1, 3, 8, 8), in("", 3, 1, 3, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.Conv2d(x[0], x[1], nil, tensor.Conv2dOptions{Stride: 2, Pad: 2, Dilation: 2, Groups: 3})
+	}},
+	{name: "gelu_exact", inputs: []input{in("", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.GeluExact(x[0]) }},
+	{name: "softmax_dim/0", inputs: []input{in("", 4, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.SoftmaxDim(x[0], 0) }},
+	{name: "log_softmax_dim/1-of-3", inputs: []input{in("", 2, 4, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.LogSoftmaxDim(x[0], 1) }},
+	{name: "layer_norm/shape-2d", inputs: []input{in("", 2, 3, 4), in("", 3, 4), in("", 3, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.LayerNorm(x[0], x[1], x[2], 1e-5)
+	}},
+	{name: "matmul/1d-by-2d", inputs: []input{in("", 4), in("", 4, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/2d-by-1d", inputs: []input{in("", 3, 4), in("", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/1d-by-1d", inputs: []input{in("", 5), in("", 5)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/1d-by-batched", inputs: []input{in("", 4), in("", 2, 4, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/broadcast-size-1-batch", inputs: []input{in("", 2, 1, 7, 5), in("", 3, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
+	{name: "matmul/broadcast-both", inputs: []input{in("", 1, 3, 2, 4), in("", 2, 1, 4, 2)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.MatMul(x[0], x[1]) }},
 	{name: "dropout", inputs: []input{in("", 4, 8)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor { return s.Dropout(x[0], 0.3, 42) }},
 	{name: "cross_entropy", inputs: []input{in("", 4, 5), in("idx:5", 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{})
 	}},
 	{name: "cross_entropy/ignore+smoothing", inputs: []input{in("", 2, 3, 5), in("idx:5", 2, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
-		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: 2, LabelSmoothing: 0.1})
+		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(2), LabelSmoothing: 0.1})
 	}},
 	{name: "cross_entropy/sum", inputs: []input{in("", 3, 4), in("idx:4", 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CrossEntropy(x[0], x[1], tensor.CrossEntropyOptions{Reduction: tensor.SumReduction})

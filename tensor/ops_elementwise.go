@@ -221,6 +221,10 @@ func (s *Scope) Relu(x *Tensor) *Tensor { return s.unary(device.Relu, x, 0) }
 // Gelu returns the tanh approximation of the Gaussian error linear unit.
 func (s *Scope) Gelu(x *Tensor) *Tensor { return s.unary(device.Gelu, x, 0) }
 
+// GeluExact returns the exact Gaussian error linear unit, x·Φ(x) =
+// x·(1+erf(x/√2))/2 (PyTorch's default GELU, as BERT uses). It saves x.
+func (s *Scope) GeluExact(x *Tensor) *Tensor { return s.unary(device.GeluErf, x, 0) }
+
 // Abs returns |x|.
 func (s *Scope) Abs(x *Tensor) *Tensor { return s.unary(device.Abs, x, 0) }
 

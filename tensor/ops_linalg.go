@@ -196,9 +196,12 @@ func (t *Tensor) share2() *Tensor {
 }
 
 // MatMul returns the matrix product of the last two dimensions of a and b,
-// batched over leading dimensions (which must match, or be absent on one
-// side). Under autocast both operands are cast to the low-precision dtype
-// and products accumulate in F32.
+// batched over leading dimensions, which broadcast as torch.matmul's do
+// (size 1 or absent on one side; [2,1,7,5] × [3,5,3] is [2,3,7,3]). A 1-D
+// a is a row vector and a 1-D b a column vector, whose dimension is
+// dropped from the result (two 1-D operands give their dot product, a
+// scalar). Under autocast both operands are cast to the low-precision
+// dtype and products accumulate in F32.
 func (s *Scope) MatMul(a, b *Tensor) *Tensor { return s.matMul(a, b, 1) }
 
 // ScaledMatMul is alpha·MatMul(a, b) as one product: the scale rides on
@@ -208,15 +211,50 @@ func (s *Scope) ScaledMatMul(a, b *Tensor, alpha float64) *Tensor { return s.mat
 
 func (s *Scope) matMul(a, b *Tensor, alpha float64) *Tensor {
 	sameDevice("matmul", a, b)
-	if a.Dim() < 2 || b.Dim() < 2 {
-		panic(errorf("matmul", "operands need 2 or more dimensions: %s, %s", a.describe(), b.describe()))
+	if a.Dim() < 1 || b.Dim() < 1 {
+		panic(errorf("matmul", "operands need 1 or more dimensions: %s, %s", a.describe(), b.describe()))
 	}
-	if a.shape[a.Dim()-1] != b.shape[b.Dim()-2] {
+	if a.shape[a.Dim()-1] != b.shape[max(b.Dim()-2, 0)] {
 		panic(errorf("matmul", "inner dimensions differ: %s × %s", a.describe(), b.describe()))
+	}
+	// Vectors are one-row or one-column matrices (views), and the
+	// broadcast batch dimensions expanded views with zero strides: the
+	// product below reads both in place, and the views' backward sums the
+	// gradients back to the operands' shapes.
+	if a.Dim() == 1 || b.Dim() == 1 {
+		a2, b2 := a, b
+		if a.Dim() == 1 {
+			a2 = s.Unsqueeze(a, 0)
+		}
+		if b.Dim() == 1 {
+			b2 = s.Unsqueeze(b, 1)
+		}
+		r := s.matMul(a2, b2, alpha)
+		n := r.Dim()
+		shape := slices.Clone(r.shape[:n-2])
+		if a.Dim() != 1 {
+			shape = append(shape, r.shape[n-2])
+		}
+		if b.Dim() != 1 {
+			shape = append(shape, r.shape[n-1])
+		}
+		out := s.Reshape(r, shape...)
+		for _, t := range []*Tensor{a2, b2, r} {
+			if t != a && t != b {
+				s.release(t)
+			}
+		}
+		return out
 	}
 	ab, bb := a.shape[:a.Dim()-2], b.shape[:b.Dim()-2]
 	if len(ab) > 0 && len(bb) > 0 && !slices.Equal(ab, bb) {
-		panic(errorf("matmul", "batch dimensions differ: %s × %s", a.describe(), b.describe()))
+		batch := broadcastShapes("matmul", ab, bb)
+		ae := s.Expand(a, append(slices.Clone(batch), a.shape[a.Dim()-2:]...)...)
+		be := s.Expand(b, append(slices.Clone(batch), b.shape[b.Dim()-2:]...)...)
+		out := s.matMul(ae, be, alpha)
+		s.release(ae)
+		s.release(be)
+		return out
 	}
 	// A weight applied to a batch of rows is one big product, not a batch.
 	if b.Dim() == 2 && a.Dim() > 2 {

@@ -55,11 +55,59 @@ func (s *Scope) Softmax(x *Tensor) *Tensor { return s.softmax("softmax", x, fals
 // stably in F32 (an F32 result under autocast).
 func (s *Scope) LogSoftmax(x *Tensor) *Tensor { return s.softmax("log_softmax", x, true) }
 
-// LayerNorm normalises the last dimension of x to zero mean and unit
-// variance, then scales by gamma and shifts by beta (both [D]). It
-// computes in F32 and saves x, the per-row mean and 1/std.
+// SoftmaxDim is Softmax over dimension dim (negative counts from the end).
+// Another dimension than the last is moved there and back as transposed
+// views, so the result is a view with x's shape whose dim is strided.
+func (s *Scope) SoftmaxDim(x *Tensor, dim int) *Tensor {
+	return s.alongLast("softmax", x, dim, s.Softmax)
+}
+
+// LogSoftmaxDim is LogSoftmax over dimension dim, as SoftmaxDim.
+func (s *Scope) LogSoftmaxDim(x *Tensor, dim int) *Tensor {
+	return s.alongLast("log_softmax", x, dim, s.LogSoftmax)
+}
+
+// alongLast applies a last-dimension op f along dim: a composition with
+// two transposes, whose gradients are transposed views again (the row
+// kernels pack what they read, once).
+func (s *Scope) alongLast(op string, x *Tensor, dim int, f func(*Tensor) *Tensor) *Tensor {
+	d := normAxis(op, dim, x.Dim())
+	last := x.Dim() - 1
+	if d == last {
+		return f(x)
+	}
+	xt := s.Transpose(x, d, last)
+	yt := f(xt)
+	s.release(xt)
+	y := s.Transpose(yt, d, last)
+	s.release(yt)
+	return y
+}
+
+// LayerNorm normalises the trailing dimensions of x that gamma's shape
+// names (PyTorch's normalized_shape; usually just the last, gamma [D]) to
+// zero mean and unit variance, then scales by gamma and shifts by beta
+// (beta has gamma's shape). It computes in F32 and saves x, the per-row
+// mean and 1/std.
 func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 	dev := sameDevice("layer_norm", x, gamma, beta)
+	if k := gamma.Dim(); k > 1 {
+		if k > x.Dim() || !slices.Equal(x.shape[x.Dim()-k:], gamma.shape) || !slices.Equal(beta.shape, gamma.shape) {
+			panic(errorf("layer_norm", "gamma %v and beta %v must be the trailing shape of %s", gamma.shape, beta.shape, x.describe()))
+		}
+		// Several trailing dimensions are one row of their product: the
+		// same kernel on reshaped views.
+		rows := slices.Clone(x.shape[:x.Dim()-k+1])
+		rows[len(rows)-1] = numel(gamma.shape)
+		x2, g2, b2 := s.Reshape(x, rows...), s.Reshape(gamma, rows[len(rows)-1]), s.Reshape(beta, rows[len(rows)-1])
+		y2 := s.LayerNorm(x2, g2, b2, eps)
+		for _, t := range []*Tensor{x2, g2, b2} {
+			s.release(t)
+		}
+		y := s.Reshape(y2, x.shape...)
+		s.release(y2)
+		return y
+	}
 	d := x.shape[x.Dim()-1]
 	if gamma.Dim() != 1 || gamma.shape[0] != d || beta.Dim() != 1 || beta.shape[0] != d {
 		panic(errorf("layer_norm", "gamma %v and beta %v must be [%d] for %s", gamma.shape, beta.shape, d, x.describe()))
@@ -138,21 +186,61 @@ func (s *Scope) Embedding(table, idx *Tensor) *Tensor {
 	return s.own(out)
 }
 
-// Conv2dOptions are the stride and zero padding of a convolution or pool.
+// Conv2dOptions are the stride, zero padding, dilation and groups of a
+// convolution, and the stride, padding and divisor of a pool. Stride, Pad
+// and Dilation apply to both axes; a non-zero per-axis field (StrideH,
+// PadW, ...) overrides them on its axis. Zero values are PyTorch's
+// defaults: stride 1 (k for pools), no padding, dilation 1, one group,
+// and averages that count padded positions.
 type Conv2dOptions struct {
-	Stride, Pad int
+	Stride, Pad, Dilation int
+	StrideH, StrideW      int
+	PadH, PadW            int
+	DilationH, DilationW  int
+	// Groups splits input and output channels into that many independent
+	// convolutions (both divisible by it); the weight is [OC, C/Groups,
+	// KH, KW]. 0 means 1.
+	Groups int
+	// ExcludePad makes AvgPool2d divide each window's sum by the number of
+	// input positions it covers rather than by k·k (PyTorch's
+	// count_include_pad=False).
+	ExcludePad bool
 }
 
-func convGeom(op string, x *Tensor, kh, kw int, o Conv2dOptions) device.ConvGeom {
+// axes resolves the per-axis stride, padding and dilation (stride 0 means
+// defStride).
+func (o Conv2dOptions) axes(defStride int) (sh, sw, ph, pw, dh, dw int) {
+	or := func(axis, both, def int) int {
+		switch {
+		case axis != 0:
+			return axis
+		case both != 0:
+			return both
+		}
+		return def
+	}
+	return or(o.StrideH, o.Stride, defStride), or(o.StrideW, o.Stride, defStride),
+		or(o.PadH, o.Pad, 0), or(o.PadW, o.Pad, 0),
+		or(o.DilationH, o.Dilation, 1), or(o.DilationW, o.Dilation, 1)
+}
+
+func convGeom(op string, x *Tensor, kh, kw int, o Conv2dOptions, defStride int) device.ConvGeom {
 	if x.Dim() != 4 {
 		panic(errorf(op, "input %s must be N×C×H×W", x.describe()))
 	}
-	st := max(o.Stride, 1)
-	g := device.ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3], KH: kh, KW: kw, StrideH: st, StrideW: st, PadH: o.Pad, PadW: o.Pad}
-	g.OH = (g.H+2*g.PadH-kh)/st + 1
-	g.OW = (g.W+2*g.PadW-kw)/st + 1
+	sh, sw, ph, pw, dh, dw := o.axes(defStride)
+	if sh < 1 || sw < 1 || ph < 0 || pw < 0 || dh < 1 || dw < 1 {
+		panic(errorf(op, "stride %dx%d, padding %dx%d and dilation %dx%d must be positive (padding >= 0)", sh, sw, ph, pw, dh, dw))
+	}
+	g := device.ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3], KH: kh, KW: kw,
+		StrideH: sh, StrideW: sw, PadH: ph, PadW: pw}
+	if dh != 1 || dw != 1 {
+		g.DilationH, g.DilationW = dh, dw
+	}
+	g.OH = (g.H+2*g.PadH-dh*(kh-1)-1)/sh + 1
+	g.OW = (g.W+2*g.PadW-dw*(kw-1)-1)/sw + 1
 	if g.OH <= 0 || g.OW <= 0 {
-		panic(errorf(op, "window %dx%d does not fit input %s with padding %d", kh, kw, x.describe(), o.Pad))
+		panic(errorf(op, "window %dx%d (dilation %dx%d) does not fit input %s with padding %dx%d", kh, kw, dh, dw, x.describe(), ph, pw))
 	}
 	return g
 }
@@ -162,14 +250,20 @@ func convGeom(op string, x *Tensor, kh, kw int, o Conv2dOptions) device.ConvGeom
 // temporary: backward rebuilds it from the saved input instead of keeping
 // it.
 func (s *Scope) Conv2d(x, w, b *Tensor, o Conv2dOptions) *Tensor {
+	if o.Groups > 1 {
+		return s.groupedConv2d(x, w, b, o)
+	}
+	if o.Groups < 0 {
+		panic(errorf("conv2d", "groups %d < 0", o.Groups))
+	}
 	dev := sameDevice("conv2d", x, w, b)
-	if w.Dim() != 4 || w.shape[1] != x.shape[1] {
+	if w.Dim() != 4 || x.Dim() != 4 || w.shape[1] != x.shape[1] {
 		panic(errorf("conv2d", "weight %s does not fit input %s", w.describe(), x.describe()))
 	}
 	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
 		panic(errorf("conv2d", "bias %s does not fit weight %s", b.describe(), w.describe()))
 	}
-	g := convGeom("conv2d", x, w.shape[2], w.shape[3], o)
+	g := convGeom("conv2d", x, w.shape[2], w.shape[3], o, 1)
 	cx, cw, done := s.autocastPair(x, w)
 	defer done()
 	xc := cx.packed(cx.dtype, s.cat)
@@ -240,12 +334,47 @@ func (s *Scope) Conv2d(x, w, b *Tensor, o Conv2dOptions) *Tensor {
 	return s.own(out)
 }
 
+// groupedConv2d is a convolution in o.Groups independent groups of
+// channels, composed of one ungrouped convolution per group and a concat
+// (so every device has it without a kernel of its own). Each group's input
+// is copied once, as an ungrouped convolution copies a strided input, and
+// the group outputs are alive beside the concatenated result until it is
+// made.
+func (s *Scope) groupedConv2d(x, w, b *Tensor, o Conv2dOptions) *Tensor {
+	sameDevice("conv2d", x, w, b)
+	gs := o.Groups
+	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1]%gs != 0 || w.shape[0]%gs != 0 || w.shape[1]*gs != x.shape[1] {
+		panic(errorf("conv2d", "weight %s does not fit input %s in %d groups (want [OC, C/%d, KH, KW] with C and OC divisible by %d)", w.describe(), x.describe(), gs, gs, gs))
+	}
+	o.Groups = 0
+	cg, og := x.shape[1]/gs, w.shape[0]/gs
+	ys := make([]*Tensor, gs)
+	for i := range gs {
+		xi, wi := s.Narrow(x, 1, i*cg, cg), s.Narrow(w, 0, i*og, og)
+		var bi *Tensor
+		if b != nil {
+			bi = s.Narrow(b, 0, i*og, og)
+		}
+		ys[i] = s.Conv2d(xi, wi, bi, o)
+		s.release(xi)
+		s.release(wi)
+		if bi != nil {
+			s.release(bi)
+		}
+	}
+	out := s.Concat(1, ys...)
+	for _, y := range ys {
+		s.release(y)
+	}
+	return out
+}
+
 func (s *Scope) pool(op device.PoolOp, name string, x *Tensor, k int, o Conv2dOptions) *Tensor {
 	dev := sameDevice(name, x)
-	if o.Stride == 0 {
-		o.Stride = k
+	if o.Dilation > 1 || o.DilationH > 1 || o.DilationW > 1 || o.Groups > 1 {
+		panic(errorf(name, "pools take no dilation or groups"))
 	}
-	g := convGeom(name, x, k, k, o)
+	g := convGeom(name, x, k, k, o, k)
 	xc := x.packed(x.dtype, s.cat)
 	defer xc.Release()
 	out := mustAlloc(dev, x.dtype, []int{g.N, g.C, g.OH, g.OW}, s.cat)
@@ -283,9 +412,40 @@ func (s *Scope) MaxPool2d(x *Tensor, k int, o Conv2dOptions) *Tensor {
 }
 
 // AvgPool2d averages each k×k window (stride defaults to k); it saves
-// nothing.
+// nothing. Padded positions count as zeros in the divisor k·k unless
+// o.ExcludePad, which divides by the positions inside the input.
 func (s *Scope) AvgPool2d(x *Tensor, k int, o Conv2dOptions) *Tensor {
-	return s.pool(device.AvgPool, "avg_pool2d", x, k, o)
+	y := s.pool(device.AvgPool, "avg_pool2d", x, k, o)
+	g := convGeom("avg_pool2d", x, k, k, o, k)
+	if !o.ExcludePad || (g.PadH == 0 && g.PadW == 0) {
+		return y
+	}
+	if 2*g.PadH > k || 2*g.PadW > k {
+		panic(errorf("avg_pool2d", "padding %dx%d is more than half the window %d (a window could cover no input)", g.PadH, g.PadW, k))
+	}
+	// Composed rather than a kernel option, so every device has it: the
+	// k·k average times k·k/count, a constant [OH, OW] map of the window
+	// sizes, which backward multiplies into the gradient too.
+	covered := func(o, stride, pad, size int) float64 {
+		lo := o*stride - pad
+		return float64(min(lo+k, size) - max(lo, 0))
+	}
+	f := make([]float64, g.OH*g.OW)
+	for oh := range g.OH {
+		for ow := range g.OW {
+			f[oh*g.OW+ow] = float64(k*k) / (covered(oh, g.StrideH, g.PadH, g.H) * covered(ow, g.StrideW, g.PadW, g.W))
+		}
+	}
+	f64, err := FromFloat64(x.st.dev, f, []int{g.OH, g.OW}, memory.Temporary)
+	if err != nil {
+		panic(err)
+	}
+	scale := f64.packed(x.dtype, memory.Temporary)
+	f64.Release()
+	out := s.Mul(y, scale)
+	scale.Release()
+	s.release(y)
+	return out
 }
 
 // Reduction says how a loss combines per-example values.
@@ -297,10 +457,36 @@ const (
 	SumReduction
 )
 
-// CrossEntropyOptions configure CrossEntropy.
+// DefaultIgnoreIndex is the target value a cross-entropy ignores unless
+// told otherwise: PyTorch's ignore_index default.
+const DefaultIgnoreIndex = -100
+
+// Ignore names the target value a cross-entropy skips. Its zero value
+// means DefaultIgnoreIndex, so that zero-valued options behave as
+// PyTorch's defaults and can never ignore class 0 by accident; IgnoreIndex
+// names another value.
+type Ignore struct {
+	index int
+	set   bool
+}
+
+// IgnoreIndex makes targets equal to i the ignored ones.
+func IgnoreIndex(i int) Ignore { return Ignore{index: i, set: true} }
+
+// Index returns the ignored target value.
+func (g Ignore) Index() int {
+	if !g.set {
+		return DefaultIgnoreIndex
+	}
+	return g.index
+}
+
+// CrossEntropyOptions configure CrossEntropy. The zero value is PyTorch's
+// default: ignore targets equal to -100, no smoothing, mean reduction.
 type CrossEntropyOptions struct {
-	IgnoreIndex    int // targets equal to it contribute nothing (default -100 when HasIgnore)
-	HasIgnore      bool
+	// Ignore is the target value that contributes nothing to the loss,
+	// to the count a mean divides by, or to the gradient.
+	Ignore         Ignore
 	LabelSmoothing float64
 	Reduction      Reduction
 }
@@ -316,10 +502,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {
 		panic(errorf("cross_entropy", "targets %s must be integers, one per row of logits %s", targets.describe(), logits.describe()))
 	}
-	ignore := -100
-	if o.HasIgnore {
-		ignore = o.IgnoreIndex
-	}
+	ignore := o.Ignore.Index()
 	// The kernel computes in F32 whatever the logits' dtype, so 16-bit
 	// logits are saved as they are rather than as an F32 copy.
 	in := logits

@@ -1,7 +1,10 @@
 package tensor
 
 import (
+	"slices"
+
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 )
 
 // reduceAxes marks the dimensions of x that axes name (all when empty).
@@ -137,4 +140,78 @@ func axesOf(red []bool) []int {
 		}
 	}
 	return a
+}
+
+// Argmax returns the I64 position of the largest element of x along dim,
+// the first of tied maxima as torch.argmax (a NaN counts as the largest);
+// keepdim keeps dim with size 1. It has no gradient. Integers are compared
+// as F64 (exact below 2⁵³).
+//
+// It is a composition of core kernels, so every device has it: the max
+// along dim, a mask of the elements equal to it, weighted by n - i (so the
+// first maximum weighs most), whose max along dim is n - argmax.
+func (s *Scope) Argmax(x *Tensor, dim int, keepdim bool) *Tensor {
+	dev := sameDevice("argmax", x)
+	d := normAxis("argmax", dim, x.Dim())
+	n := x.shape[d]
+	if n == 0 {
+		panic(errorf("argmax", "dimension %d of %s is empty", dim, x.describe()))
+	}
+	// F32 holds the weights 1..n exactly for n <= 2²⁴; wider dims use F64.
+	dt := F64
+	if x.dtype.IsFloat() && x.dtype != F64 && n <= 1<<24 {
+		dt = F32
+	}
+	xc := x.packed(dt, memory.Temporary)
+	defer xc.Release()
+	m := mustAlloc(dev, dt, keptShape(x.shape, d), memory.Temporary)
+	defer m.Release()
+	dev.Reduce(device.Max, m.view(), xc.view())
+	mask := mustAlloc(dev, dt, x.shape, memory.Temporary)
+	defer mask.Release()
+	dev.Binary(device.Equal, mask.view(), xc.view(), m.broadcastView(x.shape))
+	if x.dtype.IsFloat() {
+		// NaN counts as the largest value, as in torch.argmax: the max of a
+		// row holding one is NaN, which equals nothing, so mark the NaNs
+		// themselves (1 - [x == x]).
+		nan := mustAlloc(dev, dt, x.shape, memory.Temporary)
+		dev.Binary(device.Equal, nan.view(), xc.view(), xc.view())
+		dev.Unary(device.MulScalar, nan.view(), nan.view(), -1)
+		dev.Unary(device.AddScalar, nan.view(), nan.view(), 1)
+		dev.Binary(device.Maximum, mask.view(), mask.view(), nan.view())
+		nan.Release()
+	}
+	w64 := make([]float64, n)
+	for i := range w64 {
+		w64[i] = float64(n - i)
+	}
+	w, err := FromFloat64(dev, w64, []int{n}, memory.Temporary)
+	if err != nil {
+		panic(err)
+	}
+	defer w.Release()
+	wc := w.packed(dt, memory.Temporary)
+	defer wc.Release()
+	wv := wc.view()
+	wv.Shape = x.shape
+	wv.Strides = make([]int, x.Dim())
+	wv.Strides[d] = 1
+	dev.Binary(device.Mul, mask.view(), mask.view(), wv)
+	dev.Reduce(device.Max, m.view(), mask.view())
+	dev.Unary(device.MulScalar, m.view(), m.view(), -1)
+	dev.Unary(device.AddScalar, m.view(), m.view(), float64(n))
+	out := mustAlloc(dev, I64, m.shape, s.cat)
+	dev.Copy(out.view(), m.view())
+	if !keepdim {
+		out.shape = slices.Delete(slices.Clone(x.shape), d, d+1)
+		out.strides = contiguousStrides(out.shape)
+	}
+	return s.own(out)
+}
+
+// keptShape is shape with dimension d reduced to 1.
+func keptShape(shape []int, d int) []int {
+	k := slices.Clone(shape)
+	k[d] = 1
+	return k
 }

@@ -376,6 +376,24 @@ func FromInt32(dev device.Device, data []int32, shape []int, cat memory.Category
 	return t, nil
 }
 
+// FromInt64 copies data into a new I64 tensor (class targets as PyTorch
+// stores them, token ids past 2³¹).
+func FromInt64(dev device.Device, data []int64, shape []int, cat memory.Category) (*Tensor, error) {
+	if err := checkLen(len(data), shape); err != nil {
+		return nil, err
+	}
+	t, err := alloc(dev, I64, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 8*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	dev.Write(t.st.buf, 0, b)
+	return t, nil
+}
+
 // contiguousCopy returns t's elements densely packed in dtype (a new
 // handle; t itself when nothing needs to change).
 func (t *Tensor) packed(dtype DType, cat memory.Category) *Tensor {
@@ -473,6 +491,24 @@ func (t *Tensor) SetFloat32s(data []float32) error {
 		return errorf("SetFloat32s", "%d values for %s", len(data), t.describe())
 	}
 	src, err := FromFloat32(t.st.dev, data, t.shape, memory.Temporary)
+	if err != nil {
+		return err
+	}
+	defer src.Release()
+	t.st.dev.Copy(t.view(), src.view())
+	t.st.version.Add(1)
+	return nil
+}
+
+// SetFloat64s overwrites t's elements (in row-major order, any strides)
+// from the host, converting each float64 once to t's dtype (its version
+// goes up). The length must match.
+func (t *Tensor) SetFloat64s(data []float64) error {
+	t.mustLive("SetFloat64s")
+	if len(data) != t.Len() {
+		return errorf("SetFloat64s", "%d values for %s", len(data), t.describe())
+	}
+	src, err := FromFloat64(t.st.dev, data, t.shape, memory.Temporary)
 	if err != nil {
 		return err
 	}

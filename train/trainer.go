@@ -113,7 +113,7 @@ func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor
 		defer flat.Release()
 		tflat := r.Reshape(targets, -1)
 		defer tflat.Release()
-		return r.CrossEntropy(flat, tflat, tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: -1})
+		return r.CrossEntropy(flat, tflat, tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
 	}
 	return r.CrossEntropy(logits, targets, tensor.CrossEntropyOptions{})
 }
@@ -373,7 +373,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			var l *tensor.Tensor
 			if t.task.tokens {
 				v := logits.Shape()[logits.Dim()-1]
-				l = s.CrossEntropy(s.Reshape(logits, -1, v), s.Reshape(tg, -1), tensor.CrossEntropyOptions{HasIgnore: true, IgnoreIndex: -1})
+				l = s.CrossEntropy(s.Reshape(logits, -1, v), s.Reshape(tg, -1), tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
 			} else {
 				l = s.CrossEntropy(logits, tg, tensor.CrossEntropyOptions{})
 				correct += countCorrect(logits.Float32s(), b.Targets, t.task.classes)

@@ -24,3 +24,29 @@ func F16FromF32(f float32) uint16 { return uint16(float16.Fromfloat32(f)) }
 
 // F32FromF16 widens an IEEE half exactly.
 func F32FromF16(h uint16) float32 { return float16.Float16(h).Float32() }
+
+// BF16FromF64 rounds f to bfloat16 once, to nearest even, from the float64
+// value: float32(f) first would round twice (a float64 just above a bf16
+// halfway point can land on it in float32 and then go to even, the wrong
+// way).
+func BF16FromF64(f float64) uint16 { return BF16FromF32(f32Odd(f)) }
+
+// F16FromF64 rounds f to IEEE half precision once, to nearest even.
+func F16FromF64(f float64) uint16 { return F16FromF32(f32Odd(f)) }
+
+// f32Odd rounds f to float32 with round-to-odd: truncated toward zero,
+// with the last bit set when anything was cut off. A value rounded to odd
+// with at least two more bits than the final format rounds to that format
+// exactly as f itself would (float32 keeps 24 bits; bf16 8, f16 11), so
+// the 16-bit conversions above round once.
+func f32Odd(f float64) float32 {
+	r := float32(f)
+	if float64(r) == f || f != f {
+		return r // exact, or NaN
+	}
+	b := math.Float32bits(r)
+	if math.Abs(float64(r)) > math.Abs(f) {
+		b-- // rounded away from zero: step back toward it (sign-magnitude)
+	}
+	return math.Float32frombits(b | 1)
+}

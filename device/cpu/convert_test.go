@@ -169,3 +169,55 @@ func TestVectorBF16Conversions(t *testing.T) {
 		}
 	}
 }
+
+// Narrowing a float64 rounds once, from the float64 value. The inputs sit
+// just beside every halfway point, closer than float32 can resolve: a
+// conversion through float32 lands them on the tie and rounds to even,
+// half of them the wrong way.
+func TestNarrowingFromF64RoundsOnce(t *testing.T) {
+	fromF64 := map[string]func(float64) uint16{"f16": F16FromF64, "bf16": BF16FromF64}
+	for _, f := range formats {
+		conv := fromF64[f.name]
+		var finite []float64
+		var bits []uint16
+		for h := 0; h < 1<<15; h++ {
+			if v := f.decode(uint16(h)); !math.IsInf(v, 0) && !math.IsNaN(v) {
+				finite = append(finite, v)
+				bits = append(bits, uint16(h))
+			}
+		}
+		var inputs []float64
+		for i, v := range finite {
+			inputs = append(inputs, v)
+			if i+1 < len(finite) {
+				mid := (v + finite[i+1]) / 2
+				off := (finite[i+1] - v) * 0x1p-30
+				inputs = append(inputs, mid, mid-off, mid+off)
+			}
+		}
+		inputs = append(inputs, math.MaxFloat64, math.MaxFloat32, 1e300, 1e-300, math.SmallestNonzeroFloat64, 0)
+		for _, x := range inputs {
+			for _, v := range []float64{x, -x} {
+				want := f.nearest(v, finite, bits)
+				if got := conv(v); got != want {
+					t.Fatalf("%s(%.17g): got %#04x, want %#04x", f.name, v, got, want)
+				}
+			}
+		}
+		if h := conv(math.NaN()); !math.IsNaN(f.decode(h)) {
+			t.Errorf("%s(NaN) = %#04x", f.name, h)
+		}
+		if h := conv(math.Inf(-1)); !math.IsInf(f.decode(h), -1) {
+			t.Errorf("%s(-inf) = %#04x", f.name, h)
+		}
+	}
+	// The hand-derived case: 1 + 2⁻⁸ + 2⁻³⁰ is above bf16's halfway point
+	// between 1 and 1 + 2⁻⁷, so it rounds up; in float32 it is the tie
+	// 1 + 2⁻⁸, which rounds to even (1).
+	if got := BF16FromF64(1 + 0x1p-8 + 0x1p-30); got != 0x3f81 {
+		t.Errorf("BF16FromF64(1+2^-8+2^-30) = %#04x, want 0x3f81", got)
+	}
+	if got := F16FromF64(-(1 + 0x1p-11 + 0x1p-30)); got != 0xbc01 {
+		t.Errorf("F16FromF64(-(1+2^-11+2^-30)) = %#04x, want 0xbc01", got)
+	}
+}

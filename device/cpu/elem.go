@@ -383,11 +383,23 @@ func store[T float](v device.View, off, str int, vals []T) {
 		if v32, ok := any(vals).([]float32); ok && str == 1 {
 			start = bf16FromF32Vector(s[off:off+m], v32)
 		}
+		if v64, ok := any(vals).([]float64); ok {
+			for i, x := range v64 {
+				s[off+i*str] = BF16FromF64(x) // once, not through float32
+			}
+			return
+		}
 		for i := start; i < len(vals); i++ {
 			s[off+i*str] = BF16FromF32(float32(vals[i]))
 		}
 	case device.F16:
 		s := u16s(v)
+		if v64, ok := any(vals).([]float64); ok {
+			for i, x := range v64 {
+				s[off+i*str] = F16FromF64(x)
+			}
+			return
+		}
 		for i, x := range vals {
 			s[off+i*str] = F16FromF32(float32(x))
 		}

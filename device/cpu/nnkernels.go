@@ -347,6 +347,7 @@ func (d *Device) Im2Col(col, x device.View, g device.ConvGeom) {
 
 func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 	plane := g.H * g.W
+	dh, dw := g.Dilation()
 	outLen := g.OH * g.OW
 	d.rowsParallel(g.N*g.C, plane*g.KH*g.KW, func(r0, r1 int) {
 		sc := getScratch[T]()
@@ -361,11 +362,11 @@ func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 					out := targetRow(col, at, outLen, 1, sc, 1)
 					// Output columns whose input column lies inside the
 					// image: lo <= ow < hi.
-					lo := max(0, (g.PadW-kw+g.StrideW-1)/g.StrideW)
-					hi := min(g.OW, (g.W+g.PadW-kw+g.StrideW-1)/g.StrideW)
+					lo := max(0, (g.PadW-kw*dw+g.StrideW-1)/g.StrideW)
+					hi := min(g.OW, (g.W+g.PadW-kw*dw+g.StrideW-1)/g.StrideW)
 					for oh := 0; oh < g.OH; oh++ {
 						dst := out[oh*g.OW : (oh+1)*g.OW]
-						ih := oh*g.StrideH - g.PadH + kh
+						ih := oh*g.StrideH - g.PadH + kh*dh
 						if ih < 0 || ih >= g.H || lo >= hi {
 							clear(dst)
 							continue
@@ -373,7 +374,7 @@ func im2col[T float](d *Device, col, x device.View, g device.ConvGeom) {
 						clear(dst[:lo])
 						clear(dst[hi:])
 						src := img[ih*g.W:]
-						base := lo*g.StrideW - g.PadW + kw
+						base := lo*g.StrideW - g.PadW + kw*dw
 						if g.StrideW == 1 {
 							copy(dst[lo:hi], src[base:base+hi-lo])
 							continue
@@ -400,6 +401,7 @@ func (d *Device) Col2Im(dx, col device.View, g device.ConvGeom) {
 
 func col2im[T float](d *Device, dx, col device.View, g device.ConvGeom) {
 	plane := g.H * g.W
+	dh, dw := g.Dilation()
 	d.rowsParallel(g.N*g.C, plane*g.KH*g.KW, func(r0, r1 int) {
 		sc := getScratch[T]()
 		defer putScratch(sc)
@@ -413,12 +415,12 @@ func col2im[T float](d *Device, dx, col device.View, g device.ConvGeom) {
 					row := (c*g.KH+kh)*g.KW + kw
 					src := loadRow(col, col.Offset+(n*g.C*g.KH*g.KW+row)*outLen, outLen, 1, sc, 0)
 					for oh := 0; oh < g.OH; oh++ {
-						ih := oh*g.StrideH - g.PadH + kh
+						ih := oh*g.StrideH - g.PadH + kh*dh
 						if ih < 0 || ih >= g.H {
 							continue
 						}
 						for ow := 0; ow < g.OW; ow++ {
-							iw := ow*g.StrideW - g.PadW + kw
+							iw := ow*g.StrideW - g.PadW + kw*dw
 							if iw >= 0 && iw < g.W {
 								acc[ih*g.W+iw] += src[oh*g.OW+ow]
 							}

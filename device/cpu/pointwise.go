@@ -14,9 +14,9 @@ func (d *Device) Fill(dst device.View, v float64) {
 	l := newLoop(dst.Shape, dst)
 	switch dst.DType {
 	case device.BF16:
-		runRows(d.threads, &l, fillK[uint16]{u16s(dst), BF16FromF32(float32(v))})
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), BF16FromF64(v)})
 	case device.F16:
-		runRows(d.threads, &l, fillK[uint16]{u16s(dst), F16FromF32(float32(v))})
+		runRows(d.threads, &l, fillK[uint16]{u16s(dst), F16FromF64(v)})
 	case device.F32:
 		runRows(d.threads, &l, fillK[int32]{i32s(dst), int32(math.Float32bits(float32(v)))})
 	case device.I32:
@@ -251,6 +251,11 @@ func unaryRow[T float](op device.UnaryOp, y, x []T, arg T) {
 		for i, v := range x {
 			y[i] = v * arg
 		}
+	case device.GeluErf:
+		for i, v := range x {
+			f := float64(v)
+			y[i] = T(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+		}
 	default:
 		panic("cpu: unknown unary op " + op.String())
 	}
@@ -378,6 +383,14 @@ func unaryGradRow[T float](op device.UnaryOp, out, v, g []T, arg T) {
 			t := math.Tanh(u)
 			du := geluC * (1 + 3*0.044715*f*f)
 			out[i] = g[i] * T(0.5*(1+t)+0.5*f*(1-t*t)*du)
+		}
+	case device.GeluErf:
+		// Φ(x) + x·φ(x), with φ the standard normal density.
+		for i := range out {
+			f := float64(v[i])
+			cdf := 0.5 * (1 + math.Erf(f/math.Sqrt2))
+			pdf := math.Exp(-0.5*f*f) / math.Sqrt(2*math.Pi)
+			out[i] = g[i] * T(cdf+f*pdf)
 		}
 	case device.Abs:
 		for i := range out {

@@ -257,7 +257,8 @@ const smallReduction = 64
 // conv appends a Conv struct (device.ConvGeom, field by field).
 func (a *args) conv(g device.ConvGeom) *args {
 	a.begin()
-	for _, v := range []int{g.N, g.C, g.H, g.W, g.KH, g.KW, g.StrideH, g.StrideW, g.PadH, g.PadW, g.OH, g.OW} {
+	dh, dw := g.Dilation()
+	for _, v := range []int{g.N, g.C, g.H, g.W, g.KH, g.KW, g.StrideH, g.StrideW, g.PadH, g.PadW, g.OH, g.OW, dh, dw} {
 		a.words = append(a.words, uint64(int64(v)))
 	}
 	return a

@@ -49,9 +49,9 @@ struct Red {
     i64 rstr[MAXD];
 };
 
-// Conv is device.ConvGeom.
+// Conv is device.ConvGeom, its dilations read as >= 1.
 struct Conv {
-    i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+    i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW, DH, DW;  // DH, DW >= 1 (pools: 1)
 };
 
 #define GRID_STRIDE(i, n) \
@@ -88,6 +88,22 @@ __device__ __forceinline__ u16 f2bf(float f) {
     return (u16)(b >> 16);
 }
 
+// narrow16 gives the float from which a 16-bit store rounds: v itself for
+// a float; for a double, v rounded to odd (truncated, last bit set when
+// inexact), so that the one rounding to f16/bf16 that follows is the
+// correctly rounded result of the double, as cpu.BF16FromF64 does. A
+// plain (float) cast would round twice.
+__device__ __forceinline__ float narrow16(float v) { return v; }
+__device__ __forceinline__ float narrow16(double v) {
+    float r = (float)v;
+    if ((double)r == v || v != v) return r;
+    unsigned b = __float_as_uint(r);
+    if (fabs((double)r) > fabs(v)) b--;
+    return __uint_as_float(b | 1u);
+}
+
+__device__ __forceinline__ float xerf(float x) { return erff(x); }
+__device__ __forceinline__ double xerf(double x) { return erf(x); }
 __device__ __forceinline__ float xexp(float x) { return expf(x); }
 __device__ __forceinline__ double xexp(double x) { return exp(x); }
 __device__ __forceinline__ float xlog(float x) { return logf(x); }
@@ -117,7 +133,7 @@ __device__ __forceinline__ T xmin(T a, T b) {
 
 // ld reads element rel (relative to the view's offset) as T, converting as
 // the CPU device's load does; st writes v converted to the operand's dtype
-// (f16 and bf16 from float: a double is rounded to float first, as on the
+// (f16 and bf16 rounded once, from the float or double value, as on the
 // CPU).
 template <class T>
 __device__ __forceinline__ T ld(const Op& o, i64 rel) {
@@ -139,8 +155,8 @@ __device__ __forceinline__ void st(const Op& o, i64 rel, T v) {
     switch (o.dt) {
     case DT_F32: ((float*)o.p)[i] = (float)v; break;
     case DT_F64: ((double*)o.p)[i] = (double)v; break;
-    case DT_F16: ((u16*)o.p)[i] = f2h((float)v); break;
-    case DT_BF16: ((u16*)o.p)[i] = f2bf((float)v); break;
+    case DT_F16: ((u16*)o.p)[i] = f2h(narrow16(v)); break;
+    case DT_BF16: ((u16*)o.p)[i] = f2bf(narrow16(v)); break;
     case DT_I32: ((int*)o.p)[i] = (int)v; break;
     case DT_I64: ((i64*)o.p)[i] = (i64)v; break;
     }
@@ -267,6 +283,7 @@ __device__ __forceinline__ T unary_f(i64 op, T x, T arg) {
     case UN_POW: return xpow(x, arg);
     case UN_ADD_SCALAR: return x + arg;
     case UN_MUL_SCALAR: return x * arg;
+    case UN_GELU_ERF: return (T)0.5 * x * ((T)1 + xerf(x * (T)0.70710678118654752));
     }
     return x;
 }
@@ -304,6 +321,11 @@ __device__ __forceinline__ T unary_grad(i64 op, T v, T g, T arg) {
     case UN_POW: return g * arg * xpow(v, arg - (T)1);
     case UN_ADD_SCALAR: return g;
     case UN_MUL_SCALAR: return g * arg;
+    case UN_GELU_ERF: {  // Φ(v) + v·φ(v)
+        T cdf = (T)0.5 * ((T)1 + xerf(v * (T)0.70710678118654752));
+        T pdf = xexp((T)-0.5 * v * v) * (T)0.39894228040143268;  // 1/√(2π)
+        return g * (cdf + v * pdf);
+    }
     }
     return g;
 }
@@ -687,7 +709,7 @@ __device__ void k_im2col(Conv g, Op col, Op x) {
         i64 kw = t % g.KW; t /= g.KW;
         i64 kh = t % g.KH; t /= g.KH;
         i64 nc = t;  // n*C + c
-        i64 ih = oh * g.SH - g.PH + kh, iw = ow * g.SW - g.PW + kw;
+        i64 ih = oh * g.SH - g.PH + kh * g.DH, iw = ow * g.SW - g.PW + kw * g.DW;
         T v = (T)0;
         if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = ld<T>(x, (nc * g.H + ih) * g.W + iw);
         st<T>(col, e, v);
@@ -705,11 +727,11 @@ __device__ void k_col2im(Conv g, Op dx, Op col) {
         i64 n = nc / g.C, c = nc % g.C;
         T acc = (T)0;
         for (i64 kh = 0; kh < g.KH; kh++) {
-            i64 th = ih + g.PH - kh;
+            i64 th = ih + g.PH - kh * g.DH;
             if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
             i64 oh = th / g.SH;
             for (i64 kw = 0; kw < g.KW; kw++) {
-                i64 tw = iw + g.PW - kw;
+                i64 tw = iw + g.PW - kw * g.DW;
                 if (tw < 0 || tw % g.SW != 0 || tw / g.SW >= g.OW) continue;
                 i64 ow = tw / g.SW;
                 i64 row = (c * g.KH + kh) * g.KW + kw;

@@ -22,7 +22,9 @@ func isWide(views ...device.View) bool { return computeSuffix(views...) == sfx64
 func (d *Device) Fill(dst device.View, v float64) {
 	g := newEw(dst.Shape, dst)
 	sfx := sfx32
-	if isWide(dst) || dst.DType == device.I32 || dst.DType == device.I64 {
+	// 16-bit fills go through the double kernel so that v is rounded once,
+	// from its float64 value, as the CPU device does.
+	if isWide(dst) || !dst.DType.IsFloat() || dst.DType.IsLowPrecision() {
 		sfx = sfx64
 	}
 	d.launch("k_fill"+sfx, gridFor(g.n), new(args).ew(g).op(dst).f64(v))

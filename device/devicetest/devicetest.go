@@ -492,19 +492,25 @@ var cases = []kcase{
 	}},
 	{"Conv", floats, func(e *env, dt device.DType) {
 		g := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 3, KW: 2, StrideH: 2, StrideW: 1, PadH: 1, PadW: 1}
-		g.OH = (g.H+2*g.PadH-g.KH)/g.StrideH + 1
-		g.OW = (g.W+2*g.PadW-g.KW)/g.StrideW + 1
 		xn := g.N * g.C * g.H * g.W
-		cn := g.N * g.C * g.KH * g.KW * g.OH * g.OW
 		x := e.tensor(dt, []int{xn}, e.random(xn, -1, 1))
-		col := e.tensor(dt, []int{cn}, nil)
-		dx := e.tensor(dt, []int{xn}, nil)
-		both(e, func(d device.Device, v func(pair) device.View) {
-			d.Im2Col(v(col), v(x), g)
-			d.Col2Im(v(dx), v(col), g)
-		})
-		e.exact("im2col", col)
-		e.check("col2im", dx, Tolerance(dt))
+		// Undilated (zero dilation reads as 1), then dilated unevenly with
+		// padding that a dilated tap reaches past.
+		for _, dil := range [][2]int{{0, 0}, {2, 3}} {
+			g.DilationH, g.DilationW = dil[0], dil[1]
+			dh, dw := g.Dilation()
+			g.OH = (g.H+2*g.PadH-dh*(g.KH-1)-1)/g.StrideH + 1
+			g.OW = (g.W+2*g.PadW-dw*(g.KW-1)-1)/g.StrideW + 1
+			cn := g.N * g.C * g.KH * g.KW * g.OH * g.OW
+			col := e.tensor(dt, []int{cn}, nil)
+			dx := e.tensor(dt, []int{xn}, nil)
+			both(e, func(d device.Device, v func(pair) device.View) {
+				d.Im2Col(v(col), v(x), g)
+				d.Col2Im(v(dx), v(col), g)
+			})
+			e.exact(fmt.Sprintf("im2col dilation %v", dil), col)
+			e.check(fmt.Sprintf("col2im dilation %v", dil), dx, Tolerance(dt))
+		}
 		for _, op := range []device.PoolOp{device.MaxPool, device.AvgPool} {
 			pg := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 			pg.OH, pg.OW = (pg.H-pg.KH)/pg.StrideH+1, (pg.W-pg.KW)/pg.StrideW+1
