@@ -95,6 +95,9 @@ func (t *Trainer) logf(format string, args ...any) {
 // Step is the number of optimizer steps done.
 func (t *Trainer) Step() int { return t.step }
 
+// Total is the step the run ends at (-steps, or -epochs' worth of steps).
+func (t *Trainer) Total() int { return t.total }
+
 // Accum is the number of micro-batches each step is now cut into.
 func (t *Trainer) Accum() int { return t.accum }
 
