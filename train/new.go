@@ -35,6 +35,11 @@ func DefaultCPUCapacity() int64 {
 	return n - margin
 }
 
+// PrefetchBytes bounds the batches -prefetch holds ahead by size: a large
+// -prefetch of large batches would otherwise grow the process without
+// bound before the first step.
+const PrefetchBytes = 256 << 20
+
 // NewDevice returns the device a Config names, with its memory limit.
 func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg, 0) }
 
@@ -93,7 +98,7 @@ func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer
 	}
 	loader, err := data.NewLoader(ds.train, data.LoaderConfig{
 		Batch: cfg.Batch, DropLast: true, Shuffle: true, Seed: cfg.Seed,
-		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Rank: rank, Ranks: ranks,
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, PrefetchBytes: PrefetchBytes, Rank: rank, Ranks: ranks,
 	})
 	if err != nil {
 		if ranks > 1 {

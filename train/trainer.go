@@ -312,7 +312,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	if t.val == nil || t.val.Len() == 0 {
 		return st, nil
 	}
-	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch})
+	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch, PrefetchBytes: PrefetchBytes})
 	if err != nil {
 		return st, err
 	}

@@ -49,6 +49,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
 	}
+	if err := cfg.CheckPaths(); err != nil {
+		return fail(2, err)
+	}
 	if cfg.Plan {
 		p, err := train.Plan(cfg)
 		if err != nil {
@@ -56,9 +59,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		train.WritePlan(stdout, cfg, p)
 		return 0
-	}
-	if err := cfg.CheckPaths(); err != nil {
-		return fail(2, err)
 	}
 	if cfg.Fit > 0 {
 		c, err := train.Fit(cfg, cfg.Fit)
