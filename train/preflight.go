@@ -31,7 +31,7 @@ func Preflight(cfg Config, capacity int64) error {
 	if cfg.MemLimit > 0 {
 		limit = "-mem-limit"
 	}
-	return fmt.Errorf("%s does not fit in %s (%s) even one example per step: it needs %s (parameters %s, gradients %s, optimizer state %s, activations %s, temporaries %s, data %s); try -amp bf16, -checkpoint sqrt or -freeze, or a smaller model (-plan shows the breakdown)",
+	return fmt.Errorf("%s cannot fit in %s (%s) with any -accum: one example per step needs %s (parameters %s, gradients %s, optimizer state %s, activations %s, temporaries %s, data %s); try -amp bf16, -checkpoint sqrt or -freeze, or a smaller model (-plan shows the breakdown)",
 		modelKey(cfg), memory.FormatBytes(capacity), limit, memory.FormatBytes(p.Total),
 		memory.FormatBytes(p.Parameter), memory.FormatBytes(p.Gradient), memory.FormatBytes(p.OptimizerState),
 		memory.FormatBytes(p.Activation), memory.FormatBytes(p.Temporary), memory.FormatBytes(p.Data))
