@@ -38,13 +38,15 @@ const (
 // create; its directory must exist. A directory is an error, and so is a
 // non-regular target for a FileOnly output.
 func ResolveOutput(path string, kind OutputKind) (target string, stream bool, err error) {
-	target, err = resolveLinks(path)
-	if err != nil {
-		return "", false, err
-	}
-	fi, err := os.Stat(target)
+	// Stat lets the kernel follow the links, /proc's magic ones too
+	// (/dev/stdout is /proc/self/fd/1, which may read "pipe:[1234]").
+	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		target, err = resolveLinks(path) // a dangling link: create its target
+		if err != nil {
+			return "", false, err
+		}
 		dir := filepath.Dir(target)
 		di, derr := os.Stat(dir)
 		if derr != nil {
@@ -59,15 +61,19 @@ func ResolveOutput(path string, kind OutputKind) (target string, stream bool, er
 	case fi.IsDir():
 		return "", false, fmt.Errorf("%s is a directory (want a file path)", path)
 	case fi.Mode().IsRegular():
+		// Replace the file the links lead to, not the link.
+		if target, err = filepath.EvalSymlinks(path); err != nil {
+			return "", false, fmt.Errorf("%s: %v", path, unwrapPath(err))
+		}
 		return target, false, nil
 	case kind == FileOnly:
 		return "", false, fmt.Errorf("%s is not a regular file (%s): a checkpoint must be a file to resume from", path, describeMode(fi.Mode()))
 	}
-	return target, true, nil
+	return path, true, nil // opening path follows its links to the stream
 }
 
-// resolveLinks follows symbolic links, also a final dangling one (whose
-// target is then created).
+// resolveLinks follows the symbolic links of a path that does not exist
+// to the name a file would be created at (its last link dangles).
 func resolveLinks(path string) (string, error) {
 	for range 40 {
 		fi, err := os.Lstat(path)
@@ -293,6 +299,10 @@ func (c Config) inputs() []namedPath {
 // samePath says whether a and b name one file: the same inode when both
 // exist, else the same absolute path once links are followed.
 func samePath(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		fb, err := os.Stat(b)
+		return err == nil && os.SameFile(fa, fb)
+	}
 	ra, erra := resolveLinks(a)
 	rb, errb := resolveLinks(b)
 	if erra != nil || errb != nil {

@@ -6,20 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
 // quick is a short run: a one-layer MLP of width 32 for two steps.
 var quick = []string{"-quiet", "-steps", "2", "-width", "32", "-layers", "1", "-eval-every", "0"}
-
-func mkfifo(t *testing.T, path string) string {
-	t.Helper()
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	return path
-}
 
 // TestOutputsCheckedBeforeTraining: an output that cannot be written, or
 // that would overwrite an input, is refused with exit 2 before the first
