@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // quick is a short run: a one-layer MLP of width 32 for two steps.
@@ -141,8 +142,18 @@ func TestOutputsThroughLinksAndStreams(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
-		if b := <-got; !bytes.Contains(b, []byte(`"final_loss"`)) {
-			t.Errorf("the FIFO's reader got %.80q, want the summary", b)
+		select {
+		case b := <-got:
+			if !bytes.Contains(b, []byte(`"final_loss"`)) {
+				t.Errorf("the FIFO's reader got %.80q, want the summary", b)
+			}
+		case <-time.After(10 * time.Second):
+			// Nothing was written through: release the reader, which
+			// waits in open for a writer.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Errorf("nothing reached the FIFO's reader")
 		}
 		if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 			t.Errorf("the FIFO was replaced")
