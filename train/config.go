@@ -46,7 +46,7 @@ type Config struct {
 	Freeze     []string `json:"freeze"`      // parameter path patterns
 	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
 	Device     string   `json:"device"`      // cpu or cuda
-	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: unlimited
+	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
 
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun

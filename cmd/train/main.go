@@ -110,8 +110,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	defer t.Close()
-	if t.Step() >= t.Total() {
+	switch {
+	case t.Step() >= t.Total() && cfg.Resume != "":
 		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Resume, t.Step(), t.Total()))
+	case t.Step() >= t.Total():
+		return fail(2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Epochs, cfg.Batch))
 	}
 	if !cfg.Quiet && (comm == nil || comm.Rank() == 0) {
 		where := dev.Name()
