@@ -352,32 +352,55 @@ func (d *IDXDataset) Label(i int) (int, error) {
 // file once (streaming, in constant memory) on the first call.
 func (d *IDXDataset) NumClasses() (int, error) {
 	d.classesOnce.Do(func() {
-		r := bufio.NewReaderSize(io.NewSectionReader(d.labels.f, d.labels.h.off, int64(d.labels.Len()*d.labels.h.elem)), 64<<10)
-		buf := make([]byte, d.labels.h.elem)
-		for i := range d.labels.Len() {
-			if _, err := io.ReadFull(r, buf); err != nil {
-				d.classesErr = recordErr("idx", d.labels.path, i, fmt.Errorf("read: %w", err))
-				return
-			}
-			var l int
-			switch d.labels.h.typ {
-			case IDXUint8:
-				l = int(buf[0])
-			case IDXInt8:
-				l = int(int8(buf[0]))
-			case IDXInt16:
-				l = int(int16(binary.BigEndian.Uint16(buf)))
-			default:
-				l = int(int32(binary.BigEndian.Uint32(buf)))
-			}
-			if l < 0 {
-				d.classesErr = recordErr("idx", d.labels.path, i, fmt.Errorf("negative label %d", l))
-				return
-			}
+		d.classesErr = d.scanLabels(func(_, l int) error {
 			d.classes = max(d.classes, l+1)
-		}
+			return nil
+		})
 	})
 	return d.classes, d.classesErr
+}
+
+// CheckLabels checks that every label is below classes, naming the file
+// and the first record that is not. It reads the labels file once,
+// streaming (a byte per label for MNIST), so a bad label is found when the
+// dataset is opened rather than when its batch comes up mid-run.
+func (d *IDXDataset) CheckLabels(classes int) error {
+	return d.scanLabels(func(i, l int) error {
+		if l >= classes {
+			return recordErr("idx", d.labels.path, i, fmt.Errorf("label %d is outside the %d classes [0, %d)", l, classes, classes))
+		}
+		return nil
+	})
+}
+
+// scanLabels calls fn with every record's label in order, stopping at a
+// read error, a negative label or fn's error.
+func (d *IDXDataset) scanLabels(fn func(i, label int) error) error {
+	r := bufio.NewReaderSize(io.NewSectionReader(d.labels.f, d.labels.h.off, int64(d.labels.Len()*d.labels.h.elem)), 64<<10)
+	buf := make([]byte, d.labels.h.elem)
+	for i := range d.labels.Len() {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return recordErr("idx", d.labels.path, i, fmt.Errorf("read: %w", err))
+		}
+		var l int
+		switch d.labels.h.typ {
+		case IDXUint8:
+			l = int(buf[0])
+		case IDXInt8:
+			l = int(int8(buf[0]))
+		case IDXInt16:
+			l = int(int16(binary.BigEndian.Uint16(buf)))
+		default:
+			l = int(int32(binary.BigEndian.Uint32(buf)))
+		}
+		if l < 0 {
+			return recordErr("idx", d.labels.path, i, fmt.Errorf("negative label %d", l))
+		}
+		if err := fn(i, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Get reads image i and its label.

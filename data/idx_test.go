@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -261,5 +262,24 @@ func TestIDXLargeBoundedMemory(t *testing.T) {
 	t.Logf("200 batches of 64 from %d images (%d MB): heap in use grew by at most %.1f MiB", n, (n*side*side)>>20, float64(hw.growth())/(1<<20))
 	if hw.growth() > heapBound {
 		t.Errorf("heap in use grew by %d MiB, bound %d MiB", hw.growth()>>20, heapBound>>20)
+	}
+}
+
+// TestIDXCheckLabels: a label outside the classes is found when the
+// dataset is opened, naming the file and the record.
+func TestIDXCheckLabels(t *testing.T) {
+	dir := t.TempDir()
+	images, labels := makeMNIST(t, dir, "train", 30, 2, 2)
+	ds, err := OpenIDXImages(images, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	if err := ds.CheckLabels(10); err != nil {
+		t.Errorf("labels 0-9 against 10 classes: %v", err)
+	}
+	err = ds.CheckLabels(5)
+	if err == nil || !strings.Contains(err.Error(), labels) || !strings.Contains(err.Error(), "record 5") || !strings.Contains(err.Error(), "label 5") {
+		t.Errorf("labels 0-9 against 5 classes: %v; want the file, record 5 and label 5", err)
 	}
 }

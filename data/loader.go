@@ -28,6 +28,12 @@ type LoaderConfig struct {
 	// batch is read only once the consumer asks for it; at most
 	// min(Workers, Prefetch) batches are read at once.
 	Prefetch int
+	// PrefetchBytes bounds the prefetched batches by size as well: when
+	// it is above 0, Prefetch is lowered (to 1 at least) so that the
+	// batches held ahead take at most this many bytes, measured on the
+	// epoch's first batch. 0 bounds by count alone. Either way no more
+	// batches are held than the epoch has left.
+	PrefetchBytes int64
 	// Rank and Ranks shard the loader for data-parallel training: with
 	// Ranks > 1 each batch is rank Rank's share of a global batch of
 	// Batch·Ranks consecutive examples of the epoch's order (the order does
@@ -214,6 +220,21 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 			return
 		}
 
+		// The ring has a channel per batch of depth: a depth beyond what
+		// the epoch has left would allocate for batches that never come
+		// (-prefetch 100000000 took gigabytes before step 1).
+		depth := max(min(l.cfg.Prefetch, l.nb-start), 1)
+		var first *result
+		if l.cfg.PrefetchBytes > 0 && depth > 1 && start < l.nb {
+			// Measure one batch, read here, to turn the byte bound
+			// into a count; it is delivered first.
+			b, err := l.load(ctx, perm, epoch, start)
+			first = &result{b, err}
+			if err == nil && b.Bytes() > 0 {
+				depth = int(max(min(l.cfg.PrefetchBytes/b.Bytes(), int64(depth)), 1))
+			}
+		}
+
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		defer func() {
@@ -226,16 +247,19 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 		// consumer asks for the next one), so at most depth batches exist
 		// besides the one in use, and batch k's result can only land in
 		// ring[k%depth] once batch k-depth has left it.
-		depth := max(l.cfg.Prefetch, 1)
 		slots := make(chan struct{}, depth)
 		ring := make([]chan result, depth)
 		for i := range ring {
 			ring[i] = make(chan result, 1)
 		}
 		tickets := make(chan int)
+		from := start
+		if first != nil {
+			from++ // batch start is in hand
+		}
 		wg.Go(func() {
 			defer close(tickets)
-			for k := start; k < l.nb; k++ {
+			for k := from; k < l.nb; k++ {
 				select {
 				case slots <- struct{}{}:
 				case <-ctx.Done():
@@ -263,14 +287,18 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 				return
 			}
 			var r result
-			select {
-			case r = <-ring[k%depth]:
-			case <-ctx.Done():
-				yield(nil, ctx.Err())
-				return
-			}
-			if l.cfg.Prefetch > 0 {
-				<-slots
+			if first != nil && k == start {
+				r = *first
+			} else {
+				select {
+				case r = <-ring[k%depth]:
+				case <-ctx.Done():
+					yield(nil, ctx.Err())
+					return
+				}
+				if l.cfg.Prefetch > 0 {
+					<-slots
+				}
 			}
 			if r.err != nil {
 				yield(nil, r.err)

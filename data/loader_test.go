@@ -468,3 +468,52 @@ func TestGzipCacheIsAtomicAndReused(t *testing.T) {
 		t.Errorf("cache holds %d files after reuse, want 4", len(entries))
 	}
 }
+
+// TestLoaderPrefetchBoundedByBytes: a -prefetch far beyond the epoch
+// allocates nothing for batches that never come, and PrefetchBytes holds
+// the batches read ahead to a byte budget.
+func TestLoaderPrefetchBoundedByBytes(t *testing.T) {
+	cases := []struct {
+		name      string
+		prefetch  int
+		bytes     int64
+		wantAhead int // batches read beyond the one in use, at most
+	}{
+		{"huge count", 100_000_000, 0, 40},
+		{"huge count, bytes", 100_000_000, 3 * 10 * 4 * 4, 3}, // 3 batches of 10 examples of 4 floats + labels
+		{"bytes below one batch", 50, 1, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ds := &slowImages{gridImages: gridImages{n: 400, c: 1, h: 2, w: 2}}
+			l, err := NewLoader(ds, LoaderConfig{Batch: 10, Workers: 2, Prefetch: c.prefetch, PrefetchBytes: c.bytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			n := 0
+			for b, err := range l.All(context.Background()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.Index == 0 {
+					var after runtime.MemStats
+					runtime.ReadMemStats(&after)
+					if grown := after.TotalAlloc - before.TotalAlloc; grown > 64<<20 {
+						t.Fatalf("%d bytes allocated before the first batch", grown)
+					}
+				}
+				time.Sleep(2 * time.Millisecond) // let workers run ahead
+				limit := int64((b.Index + 1 + c.wantAhead) * 10)
+				if got := ds.gets.Load(); got > limit {
+					t.Fatalf("%d examples read while batch %d is in use; at most %d allowed", got, b.Index, limit)
+				}
+				n++
+			}
+			if n != 40 {
+				t.Errorf("%d batches, want 40", n)
+			}
+		})
+	}
+}

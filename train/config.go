@@ -46,7 +46,7 @@ type Config struct {
 	Freeze     []string `json:"freeze"`      // parameter path patterns
 	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
 	Device     string   `json:"device"`      // cpu or cuda
-	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: unlimited
+	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
 
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
@@ -129,13 +129,13 @@ func (c *Config) Validate() error {
 		return bad("heads", c.Heads, fmt.Sprintf("must divide -width %d", c.Width))
 	case c.Context < 1:
 		return bad("context", c.Context, "want at least 1")
-	case c.Dropout < 0 || c.Dropout >= 1:
+	case !(c.Dropout >= 0 && c.Dropout < 1): // NaN fails every comparison
 		return bad("dropout", c.Dropout, "want a probability in [0, 1)")
 	case c.Workers < 0:
 		return bad("workers", c.Workers, "want 0 or more")
 	case c.Prefetch < 0:
 		return bad("prefetch", c.Prefetch, "want 0 or more")
-	case c.ValSplit < 0 || c.ValSplit >= 1:
+	case !(c.ValSplit >= 0 && c.ValSplit < 1):
 		return bad("val-split", c.ValSplit, "want a fraction in [0, 1)")
 	case c.Steps < 0:
 		return bad("steps", c.Steps, "want 0 or more")
@@ -143,11 +143,11 @@ func (c *Config) Validate() error {
 		return bad("epochs", c.Epochs, "want at least 1 when -steps is 0")
 	case c.Batch < 1:
 		return bad("batch", c.Batch, "want at least 1")
-	case c.LR < 0 || math.IsNaN(c.LR):
+	case !(c.LR >= 0) || math.IsInf(c.LR, 1):
 		return bad("lr", c.LR, "want a positive learning rate (0: the model's default)")
-	case c.WD < 0:
+	case !(c.WD >= 0):
 		return bad("wd", c.WD, "want 0 or more")
-	case c.Clip < 0:
+	case !(c.Clip >= 0):
 		return bad("clip", c.Clip, "want 0 (off) or more")
 	case c.Warmup < 0:
 		return bad("warmup", c.Warmup, "want 0 or more")

@@ -102,6 +102,13 @@ func openData(cfg Config) (*dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
+			// Fashion-MNIST's ten classes; a label outside them would
+			// fail only when its batch came up, naming nothing.
+			for _, d := range []*data.IDXDataset{tr, te} {
+				if err := d.CheckLabels(10); err != nil {
+					return nil, fmt.Errorf("-data %s: %v", path, err)
+				}
+			}
 			ds.train, ds.val, ds.classes = tr, te, 10
 		case st.IsDir():
 			f, err := data.OpenImageFolder(path, data.ImageFolderOptions{})

@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/checkpoint"
@@ -12,9 +13,32 @@ import (
 	"github.com/memfit/memfit/device/cuda"
 	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/dist"
+	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
+
+// DefaultCPUCapacity is the CPU device's capacity when -mem-limit is 0:
+// the memory this process may use (physical memory, or its cgroup's limit
+// when lower) less a margin of an eighth, at least 256 MiB and at most
+// half, for the Go runtime, the data loader and the rest of the process.
+// A request beyond it then fails with memfit's own out-of-memory error,
+// which names the categories and what to turn on, rather than the Go
+// runtime's fatal error. Where the system does not say, it is 0
+// (unlimited), as before.
+func DefaultCPUCapacity() int64 {
+	n, ok := procmem.Limit()
+	if !ok {
+		return 0
+	}
+	margin := min(max(n/8, 256<<20), n/2)
+	return n - margin
+}
+
+// PrefetchBytes bounds the batches -prefetch holds ahead by size: a large
+// -prefetch of large batches would otherwise grow the process without
+// bound before the first step.
+const PrefetchBytes = 256 << 20
 
 // NewDevice returns the device a Config names, with its memory limit.
 func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg, 0) }
@@ -24,7 +48,11 @@ func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg,
 func NewDeviceOrdinal(cfg Config, ordinal int) (device.Device, error) {
 	switch cfg.Device {
 	case "cpu":
-		return cpu.New(cpu.Capacity(cfg.MemLimit)), nil
+		limit := cfg.MemLimit
+		if limit == 0 {
+			limit = DefaultCPUCapacity()
+		}
+		return cpu.New(cpu.Capacity(limit)), nil
 	case "cuda":
 		d, err := cuda.New(ordinal, cuda.MemLimit(cfg.MemLimit))
 		if err != nil {
@@ -70,7 +98,7 @@ func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer
 	}
 	loader, err := data.NewLoader(ds.train, data.LoaderConfig{
 		Batch: cfg.Batch, DropLast: true, Shuffle: true, Seed: cfg.Seed,
-		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Rank: rank, Ranks: ranks,
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, PrefetchBytes: PrefetchBytes, Rank: rank, Ranks: ranks,
 	})
 	if err != nil {
 		if ranks > 1 {
@@ -83,7 +111,22 @@ func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer
 		return nil, err
 	}
 	t.val = ds.val
+	t.warnIdle()
 	return t, nil
+}
+
+// warnIdle warns once about settings that would silently do nothing.
+func (t *Trainer) warnIdle() {
+	cfg := t.Config
+	if cfg.SaveEvery > 0 && cfg.Save == "" {
+		t.logf("train: warning: -save-every %d does nothing without -save", cfg.SaveEvery)
+	}
+	if len(t.unfreeze) > 0 && len(t.unfreeze) == len(t.Model.Parameters()) && cfg.UnfreezeAt == 0 {
+		t.logf("train: warning: -freeze %s matches every parameter: nothing trains", strings.Join(cfg.Freeze, ","))
+	}
+	if (t.val == nil || t.val.Len() == 0) && cfg.EvalEvery > 0 {
+		t.logf("train: warning: -eval-every %d: no held-out data (-val-split %g), evaluation does nothing", cfg.EvalEvery, cfg.ValSplit)
+	}
 }
 
 // assemble builds model, optimizer and techniques for ds on dev.

@@ -109,7 +109,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			}
 		}
 		if err := metrics.write(rec); err != nil {
-			return Summary{}, fmt.Errorf("-metrics: %v", err)
+			return Summary{}, t.SaveAfter(fmt.Errorf("-metrics %s: %v", cfg.Metrics, err))
 		}
 		if t.Hooks.AfterStep != nil {
 			if err := t.Hooks.AfterStep(t, rec); err != nil {
@@ -189,4 +189,17 @@ func (t *Trainer) interrupted() (Summary, error) {
 		return s, fmt.Errorf("%w at step %d; saving failed: %v", ErrInterrupted, t.step, err)
 	}
 	return s, fmt.Errorf("%w at step %d; state saved to %s (continue with -resume %s)", ErrInterrupted, t.step, t.Config.Save, t.Config.Save)
+}
+
+// SaveAfter saves the current state when -save is set, for an output that
+// failed mid-run or after it (a full disk under -metrics must not cost the
+// weights), and says in the returned error where the state went.
+func (t *Trainer) SaveAfter(err error) error {
+	if t.Config.Save == "" {
+		return fmt.Errorf("%v (no -save path: state not saved)", err)
+	}
+	if serr := t.Save(t.Config.Save); serr != nil {
+		return fmt.Errorf("%v; saving the state failed too: %v", err, serr)
+	}
+	return fmt.Errorf("%v; state at step %d saved to %s (continue with -resume %s)", err, t.step, t.Config.Save, t.Config.Save)
 }

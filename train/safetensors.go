@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 )
 
@@ -243,47 +242,4 @@ func numel(shape []int) int {
 		n *= d
 	}
 	return n
-}
-
-// writeAtomic writes path through a temporary file that is synced and then
-// renamed over it, so readers never see a partial file and a crash never
-// loses the previous one.
-func writeAtomic(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	clean := func(e error) error {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return e
-	}
-	if err := write(tmp); err != nil {
-		return clean(fmt.Errorf("writing %s: %v", path, err))
-	}
-	if err := tmp.Sync(); err != nil {
-		return clean(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return clean(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-// WriteFileAtomic writes b to path through a synced temporary file and a
-// rename.
-func WriteFileAtomic(path string, b []byte) error {
-	return writeAtomic(path, func(w io.Writer) error {
-		_, err := w.Write(b)
-		return err
-	})
 }

@@ -97,6 +97,9 @@ func (t *Trainer) logf(format string, args ...any) {
 // Step is the number of optimizer steps done.
 func (t *Trainer) Step() int { return t.step }
 
+// Total is the step the run ends at (-steps, or -epochs' worth of steps).
+func (t *Trainer) Total() int { return t.total }
+
 // Accum is the number of micro-batches each step is now cut into.
 func (t *Trainer) Accum() int { return t.accum }
 
@@ -345,7 +348,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	if t.val == nil || t.val.Len() == 0 {
 		return st, nil
 	}
-	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch})
+	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch, PrefetchBytes: PrefetchBytes})
 	if err != nil {
 		return st, err
 	}

@@ -63,7 +63,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	// data
 	fs.StringVar(&cfg.Data, "data", cfg.Data, "IDX file or directory, text file, token-shard glob or image folder (default: the embedded synthetic task)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "data-loading goroutines")
-	fs.IntVar(&cfg.Prefetch, "prefetch", cfg.Prefetch, "batches loaded ahead of the one in use")
+	fs.IntVar(&cfg.Prefetch, "prefetch", cfg.Prefetch, "batches loaded ahead of the one in use (at most 256MiB of them)")
 	fs.Float64Var(&cfg.ValSplit, "val-split", cfg.ValSplit, "fraction of the data held out for evaluation")
 	// schedule
 	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "optimizer steps (0: use -epochs)")
@@ -83,7 +83,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
-	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: unlimited)")
+	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: on cpu, the memory this process may use less an eighth; a run whose one-example step cannot fit is refused at start)")
 	// distributed
 	fs.StringVar(&cfg.Dist, "dist", cfg.Dist, "data parallelism: off, or mpi (run under mpirun -np N; -batch is per rank)")
 	fs.IntVar(&cfg.Zero, "zero", cfg.Zero, "ZeRO stage with -dist: 0 (replicas), 1 (optimizer state sharded) or 2 (gradients too)")

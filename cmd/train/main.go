@@ -49,6 +49,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
 	}
+	if err := cfg.CheckPaths(); err != nil {
+		return fail(2, err)
+	}
 	if cfg.Plan {
 		p, err := train.Plan(cfg)
 		if err != nil {
@@ -86,6 +89,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, err)
 	}
+	if err := train.Preflight(cfg, dev.Memory().Capacity()); err != nil {
+		return fail(2, err)
+	}
 	if comm != nil && cfg.Device == "cuda" {
 		// GPU ranks talk through NCCL; MPI only introduced them.
 		nc, err := dist.NewNCCL(comm, dev)
@@ -104,6 +110,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	defer t.Close()
+	switch {
+	case t.Step() >= t.Total() && cfg.Resume != "":
+		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Resume, t.Step(), t.Total()))
+	case t.Step() >= t.Total():
+		return fail(2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Epochs, cfg.Batch))
+	}
 	if !cfg.Quiet && (comm == nil || comm.Rank() == 0) {
 		where := dev.Name()
 		if comm != nil {
@@ -120,14 +132,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		return fail(1, err)
 	}
+	// Run saved the final state before returning; an output that fails
+	// now says so, since that state is what the user has left.
+	saved := func(err error) error {
+		if cfg.Save == "" || code != 0 {
+			return err
+		}
+		return fmt.Errorf("%v (the trained state was saved to %s)", err, cfg.Save)
+	}
 	if cfg.Summary != "" {
 		if err := writeJSON(cfg.Summary, sum); err != nil {
-			return fail(1, err)
+			return fail(1, saved(fmt.Errorf("-summary %v", err)))
 		}
 	}
 	if cfg.MemReport != "" {
 		if err := train.WriteMemoryReport(cfg.MemReport, dev.Memory()); err != nil {
-			return fail(1, err)
+			return fail(1, saved(fmt.Errorf("-mem-report %v", err)))
 		}
 	}
 	if code == 0 {

@@ -64,16 +64,6 @@ func WriteFile(path string, a *memory.Allocator) error {
 	return writeAtomic(path, func(w io.Writer) error { return Write(w, format, a) })
 }
 
-// WriteSnapshotFile is WriteFile for a snapshot taken (and perhaps
-// completed, as with the process's resident set) by the caller.
-func WriteSnapshotFile(path string, s memory.Snapshot) error {
-	format, err := FormatOf(path)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(path, func(w io.Writer) error { return WriteSnapshot(w, format, s) })
-}
-
 // writeAtomic writes path through a synced temporary file and a rename.
 func writeAtomic(path string, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)
