@@ -20,16 +20,20 @@ import (
 
 // DefaultCPUCapacity is the CPU device's capacity when -mem-limit is 0:
 // the memory this process may use (physical memory, or its cgroup's limit
-// when lower) less a margin of an eighth, at least 256 MiB and at most
-// half, for the Go runtime, the data loader and the rest of the process.
-// A request beyond it then fails with memfit's own out-of-memory error,
-// which names the categories and what to turn on, rather than the Go
-// runtime's fatal error. Where the system does not say, it is 0
-// (unlimited), as before.
+// when lower), or what is available now when other processes hold some of
+// it, less a margin of an eighth, at least 256 MiB and at most half, for
+// the Go runtime, the data loader and the rest of the process. A request
+// beyond it then fails with memfit's own out-of-memory error, which names
+// the categories and what to turn on, rather than the Go runtime's fatal
+// error or the kernel's out-of-memory killer. Where the system does not
+// say, it is 0 (unlimited), as before.
 func DefaultCPUCapacity() int64 {
 	n, ok := procmem.Limit()
 	if !ok {
 		return 0
+	}
+	if a, ok := procmem.Available(); ok && a < n {
+		n = a
 	}
 	margin := min(max(n/8, 256<<20), n/2)
 	return n - margin

@@ -114,8 +114,9 @@ func TestSIGKILLDuringSaves(t *testing.T) {
 }
 
 // resumeCheck resumes ckpt through the command (in this process) and
-// returns its step: -steps at the checkpoint's step builds, resumes and
-// stops without training.
+// returns its step: -steps one past the checkpoint's step builds, resumes
+// and trains one step (a run with nothing left to train is refused), and
+// saves nothing.
 func resumeCheck(t *testing.T, kill int, with func(...string) []string, ckpt string) int {
 	t.Helper()
 	_, meta, err := train.ReadSafetensors(ckpt)
@@ -127,7 +128,7 @@ func resumeCheck(t *testing.T, kill int, with func(...string) []string, ckpt str
 		t.Fatalf("kill %d: checkpoint step %q", kill, meta["step"])
 	}
 	var stderr bytes.Buffer
-	if code := run(context.Background(), with("-steps", meta["step"], "-resume", ckpt), io.Discard, &stderr); code != 0 {
+	if code := run(context.Background(), with("-steps", strconv.Itoa(step+1), "-resume", ckpt), io.Discard, &stderr); code != 0 {
 		t.Fatalf("kill %d: resuming step %d: exit %d\n%s", kill, step, code, stderr.String())
 	}
 	return step

@@ -55,7 +55,9 @@ func TestOutputsCheckedBeforeTraining(t *testing.T) {
 		{"summary and metrics one file", []string{"-summary", filepath.Join(dir, "o.jsonl"), "-metrics", filepath.Join(dir, "o.jsonl")}, "are the same file", false},
 		{"data is a FIFO", []string{"-data", fifo}, "-data " + fifo + " is a FIFO: want a regular file or a directory", false},
 		{"val-split nan", []string{"-val-split", "nan"}, "-val-split NaN", false},
-		{"nothing fits the machine", []string{"-model", "gpt", "-context", "1000000"}, "cannot fit in", false},
+		// Width 1024: the positions alone are 4 GB, and one example's step
+		// is far past any machine this runs on.
+		{"nothing fits the machine", []string{"-model", "gpt", "-context", "1000000", "-width", "1024"}, "cannot fit in", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -259,7 +261,7 @@ func TestBigRequests(t *testing.T) {
 	}{
 		{"label outside the classes", []string{"-data", idx, "-batch", "4"}, 2, "train-labels-idx1-ubyte: record 13: label 200 is outside the 10 classes"},
 		{"prefetch beyond the epoch", []string{"-prefetch", "100000000"}, 0, ""},
-		{"gpt context of a million", []string{"-model", "gpt", "-context", "1000000"}, 2, "activations"},
+		{"gpt context of a million", []string{"-model", "gpt", "-context", "1000000", "-width", "1024"}, 2, "activations"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -30,8 +30,48 @@ func limitUnder(proc, cgroup string) (int64, bool) {
 	return n, true
 }
 
+// Available returns the bytes of memory the system could give this process
+// now without swapping: MemAvailable of /proc/meminfo, or what is left
+// under its cgroup's limit when that is less. Memory other processes hold
+// is not there to take, so a device sized from Limit alone would let the
+// kernel's out-of-memory killer, not memfit's error, end an over-size run.
+func Available() (int64, bool) {
+	return availableUnder("/proc", "/sys/fs/cgroup")
+}
+
+func availableUnder(proc, cgroup string) (int64, bool) {
+	n, ok := meminfoField(filepath.Join(proc, "meminfo"), "MemAvailable:")
+	if !ok {
+		return 0, false
+	}
+	if limit, used, ok := cgroupUse(filepath.Join(proc, "self", "cgroup"), cgroup); ok && limit-used < n {
+		n = max(limit-used, 0)
+	}
+	return n, true
+}
+
+// cgroupUse is the limit of this process's cgroup (cgroupLimit) and the
+// usage beside it (memory.current, memory.usage_in_bytes).
+func cgroupUse(self, root string) (limit, used int64, ok bool) {
+	limit, ok = cgroupLimit(self, root)
+	if !ok {
+		return 0, 0, false
+	}
+	for _, p := range []string{filepath.Join(root, "memory.current"), filepath.Join(root, "memory", "memory.usage_in_bytes")} {
+		if b, err := os.ReadFile(p); err == nil {
+			if u, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && u >= 0 {
+				return limit, u, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
 // memTotal reads the "MemTotal:  24684092 kB" line.
-func memTotal(path string) (int64, bool) {
+func memTotal(path string) (int64, bool) { return meminfoField(path, "MemTotal:") }
+
+// meminfoField reads one "Key:  24684092 kB" line of /proc/meminfo.
+func meminfoField(path, key string) (int64, bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
@@ -39,7 +79,7 @@ func memTotal(path string) (int64, bool) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, found := strings.CutPrefix(sc.Text(), "MemTotal:")
+		rest, found := strings.CutPrefix(sc.Text(), key)
 		if !found {
 			continue
 		}

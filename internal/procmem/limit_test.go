@@ -49,3 +49,37 @@ func TestLimitOnThisMachine(t *testing.T) {
 		t.Errorf("Limit() = %d, %v on Linux; want a positive size", n, ok)
 	}
 }
+
+func TestAvailableUnder(t *testing.T) {
+	const gib = 1 << 30
+	meminfo := "MemTotal:       16777216 kB\nMemFree:         1000 kB\nMemAvailable:    8388608 kB\n" // 16 GiB, 8 available
+	cases := []struct {
+		name   string
+		files  map[string]string
+		want   int64
+		wantOK bool
+	}{
+		{"no proc", map[string]string{}, 0, false},
+		{"meminfo", map[string]string{"proc/meminfo": meminfo}, 8 * gib, true},
+		{"no MemAvailable", map[string]string{"proc/meminfo": "MemTotal:       16777216 kB\n"}, 0, false},
+		{"v2 room lower", map[string]string{"proc/meminfo": meminfo, "cg/memory.max": "4294967296\n", "cg/memory.current": "1073741824\n"}, 3 * gib, true},
+		{"v2 room higher", map[string]string{"proc/meminfo": meminfo, "cg/memory.max": "68719476736\n", "cg/memory.current": "1073741824\n"}, 8 * gib, true},
+		{"v2 over its limit", map[string]string{"proc/meminfo": meminfo, "cg/memory.max": "1073741824\n", "cg/memory.current": "2147483648\n"}, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, body := range c.files {
+				p := filepath.Join(root, name)
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, ok := availableUnder(filepath.Join(root, "proc"), filepath.Join(root, "cg"))
+			if n != c.want || ok != c.wantOK {
+				t.Errorf("availableUnder = %d, %v; want %d, %v", n, ok, c.want, c.wantOK)
+			}
+		})
+	}
+}
