@@ -194,7 +194,33 @@ func replaceFile(path string, write func(io.Writer) error) error {
 		d.Sync()
 		d.Close()
 	}
+	removeStaleTemps(path)
 	return nil
+}
+
+// removeStaleTemps deletes the temporary files of earlier writes of path
+// that a crash (a kill during a save) left behind: each is as large as the
+// file, and a run saving every step under repeated crashes would fill the
+// disk with them. It runs once the new file is in place, so nothing it
+// removes is needed; a second process writing the same path at the same
+// time would see its rename fail, which is an error either way.
+func removeStaleTemps(path string) {
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+globEscape(filepath.Base(path))+".tmp*"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
+}
+
+// globEscape quotes the characters filepath.Match treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // writeAtomic writes a checkpoint file: a regular file, replaced whole.
