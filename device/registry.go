@@ -24,7 +24,8 @@ type Opener func(Options) (Device, error)
 
 var registry struct {
 	sync.Mutex
-	open map[string]Opener
+	open  map[string]Opener
+	lacks map[string][]string
 }
 
 // Register makes a device available to Open under name. Device packages
@@ -56,6 +57,25 @@ func Open(name string, o Options) (Device, error) {
 		return nil, fmt.Errorf("unknown device %q (registered: %s; a device package registers itself when imported)", name, strings.Join(Names(), ", "))
 	}
 	return open(o)
+}
+
+// Lacking records that the device registered as name lacks the named
+// capabilities, so that a planner standing in for it (the meta device,
+// which has them all) can hide the same ones and its plan stays exact.
+func Lacking(name string, capabilities ...string) {
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.lacks == nil {
+		registry.lacks = map[string][]string{}
+	}
+	registry.lacks[name] = append(registry.lacks[name], capabilities...)
+}
+
+// Lacks lists the capabilities Lacking recorded for name.
+func Lacks(name string) []string {
+	registry.Lock()
+	defer registry.Unlock()
+	return slices.Clone(registry.lacks[name])
 }
 
 // Names lists the registered devices, sorted.

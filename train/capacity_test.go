@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/memory"
 )
@@ -18,9 +19,9 @@ func TestDefaultCPUCapacity(t *testing.T) {
 	if !ok {
 		t.Skip("this system does not say how much memory a process may use")
 	}
-	c := DefaultCPUCapacity()
-	if c <= limit/2 || c >= limit {
-		t.Errorf("DefaultCPUCapacity() = %d with %d available; want between half and all of it", c, limit)
+	c := cpu.DefaultCapacity()
+	if c <= 0 || c >= limit {
+		t.Errorf("cpu.DefaultCapacity() = %d with a limit of %d; want a positive size below it", c, limit)
 	}
 	cases := []struct {
 		name     string

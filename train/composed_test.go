@@ -83,3 +83,32 @@ func TestComposedKernelsMatchFused(t *testing.T) {
 		})
 	}
 }
+
+// The planner takes the paths the run will: -without attention plans the
+// composed attention (its [B, H, T, T] probabilities included), and so
+// does a plan for a device that lacks the capability.
+func TestPlanHonoursWithout(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Context, cfg.Dropout = 64, 0
+	fused, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Without = []string{device.CapAttention}
+	composed, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs := int64(cfg.Batch * cfg.Heads * cfg.Context * cfg.Context * 4)
+	if composed.Activation-fused.Activation < probs {
+		t.Errorf("activation peak %d with the composed attention, %d fused: want at least one layer's probabilities (%d) apart", composed.Activation, fused.Activation, probs)
+	}
+	// And the run itself takes the composed path.
+	dev, err := NewDevice(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if device.Has(dev, device.CapAttention) {
+		t.Fatal("-without attention left the CPU's fused attention in place")
+	}
+}

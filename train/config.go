@@ -3,10 +3,14 @@ package train
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/optim"
 )
 
 // Config holds every knob of a training run. The zero value is not
@@ -14,7 +18,7 @@ import (
 // keys are stable (the -summary file embeds the resolved Config).
 type Config struct {
 	// Model
-	Model   string  `json:"model"`   // mlp, cnn or gpt
+	Model   string  `json:"model"`   // a registered model: mlp, cnn or gpt
 	Layers  int     `json:"layers"`  // hidden layers (mlp), blocks (gpt)
 	Width   int     `json:"width"`   // hidden width (mlp), model dimension (gpt), channels (cnn)
 	Heads   int     `json:"heads"`   // attention heads (gpt)
@@ -32,7 +36,7 @@ type Config struct {
 	Epochs   int     `json:"epochs"` // used when Steps is 0
 	Batch    int     `json:"batch"`
 	LR       float64 `json:"lr"`    // 0: the model's default (see Resolved)
-	Optim    string  `json:"optim"` // sgd, adam or adamw
+	Optim    string  `json:"optim"` // a registered optimizer: sgd, adam or adamw
 	WD       float64 `json:"wd"`
 	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
 	Warmup   int     `json:"warmup"`   // linear warm-up steps
@@ -45,7 +49,11 @@ type Config struct {
 	Checkpoint string   `json:"checkpoint"`  // off, every, sqrt, N (segments) or a byte budget
 	Freeze     []string `json:"freeze"`      // parameter path patterns
 	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
-	Device     string   `json:"device"`      // cpu or cuda
+	Device     string   `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
+	// Without names device capabilities to hide (device.Capabilities):
+	// their composed fallbacks run instead, for comparison or to take a
+	// fused kernel out of a run.
+	Without []string `json:"without,omitempty"`
 	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
 
 	// Data parallelism
@@ -113,10 +121,8 @@ func (c *Config) Validate() error {
 	bad := func(flag string, v any, want string) error {
 		return fmt.Errorf("-%s %v: %s", flag, v, want)
 	}
-	switch c.Model {
-	case "mlp", "cnn", "gpt":
-	default:
-		return bad("model", c.Model, "unknown model (want mlp, cnn or gpt)")
+	if !slices.Contains(models.Names(), c.Model) {
+		return bad("model", c.Model, "unknown model (want "+orList(models.Names())+")")
 	}
 	switch {
 	case c.Layers < 1:
@@ -166,10 +172,8 @@ func (c *Config) Validate() error {
 	case c.Fit < 0:
 		return bad("fit", c.Fit, "want a size such as 512MiB")
 	}
-	switch c.Optim {
-	case "sgd", "adam", "adamw":
-	default:
-		return bad("optim", c.Optim, "unknown optimizer (want sgd, adam or adamw)")
+	if !slices.Contains(optim.Names(), c.Optim) {
+		return bad("optim", c.Optim, "unknown optimizer (want "+orList(optim.Names())+")")
 	}
 	switch c.Schedule {
 	case "const", "cosine":
@@ -181,10 +185,13 @@ func (c *Config) Validate() error {
 	default:
 		return bad("amp", c.AMP, "unknown mode (want off, fp16 or bf16)")
 	}
-	switch c.Device {
-	case "cpu", "cuda":
-	default:
-		return bad("device", c.Device, "unknown device (want cpu or cuda)")
+	if !slices.Contains(device.Names(), c.Device) {
+		return bad("device", c.Device, "unknown device (want "+orList(device.Names())+"; cuda needs a program that imports device/cuda, as cmd/train does)")
+	}
+	for _, w := range c.Without {
+		if !slices.Contains(device.Capabilities, w) {
+			return bad("without", w, "unknown capability (want "+orList(device.Capabilities)+")")
+		}
 	}
 	switch c.Dist {
 	case "off", "mpi":
@@ -235,4 +242,12 @@ func ParseCheckpoint(s string) (CheckpointSpec, error) {
 		return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want off, every, sqrt, a segment count or a memory budget such as 300MiB", s)
 	}
 	return CheckpointSpec{Kind: "budget", Budget: b}, nil
+}
+
+// orList writes names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

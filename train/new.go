@@ -9,35 +9,12 @@ import (
 	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
-	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/device/cuda"
-	"github.com/memfit/memfit/device/meta"
+	_ "github.com/memfit/memfit/device/cpu"  // registers "cpu"
+	_ "github.com/memfit/memfit/device/meta" // registers "meta"
 	"github.com/memfit/memfit/dist"
-	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
-
-// DefaultCPUCapacity is the CPU device's capacity when -mem-limit is 0:
-// the memory this process may use (physical memory, or its cgroup's limit
-// when lower), or what is available now when other processes hold some of
-// it, less a margin of an eighth, at least 256 MiB and at most half, for
-// the Go runtime, the data loader and the rest of the process. A request
-// beyond it then fails with memfit's own out-of-memory error, which names
-// the categories and what to turn on, rather than the Go runtime's fatal
-// error or the kernel's out-of-memory killer. Where the system does not
-// say, it is 0 (unlimited), as before.
-func DefaultCPUCapacity() int64 {
-	n, ok := procmem.Limit()
-	if !ok {
-		return 0
-	}
-	if a, ok := procmem.Available(); ok && a < n {
-		n = a
-	}
-	margin := min(max(n/8, 256<<20), n/2)
-	return n - margin
-}
 
 // PrefetchBytes bounds the batches -prefetch holds ahead by size: a large
 // -prefetch of large batches would otherwise grow the process without
@@ -48,25 +25,20 @@ const PrefetchBytes = 256 << 20
 func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg, 0) }
 
 // NewDeviceOrdinal is NewDevice on GPU ordinal for -device cuda (a rank's
-// GPU on a machine of several); other devices ignore it.
+// GPU on a machine of several); other devices ignore it. Devices are
+// opened by name from device's registry: cpu and meta are always there;
+// a program offers cuda by importing device/cuda (cmd/train does). The
+// capabilities Config.Without names are hidden, so their composed
+// fallbacks run.
 func NewDeviceOrdinal(cfg Config, ordinal int) (device.Device, error) {
-	switch cfg.Device {
-	case "cpu":
-		limit := cfg.MemLimit
-		if limit == 0 {
-			limit = DefaultCPUCapacity()
-		}
-		return cpu.New(cpu.Capacity(limit)), nil
-	case "cuda":
-		d, err := cuda.New(ordinal, cuda.MemLimit(cfg.MemLimit))
-		if err != nil {
-			return nil, fmt.Errorf("-device cuda: %v", err)
-		}
-		return d, nil
-	case "meta":
-		return meta.New(cfg.MemLimit), nil
+	d, err := device.Open(cfg.Device, device.Options{Capacity: cfg.MemLimit, Ordinal: ordinal})
+	if err != nil {
+		return nil, fmt.Errorf("-device %s: %v", cfg.Device, err)
 	}
-	return nil, fmt.Errorf("-device %s: unknown device", cfg.Device)
+	if len(cfg.Without) > 0 {
+		d = device.Without(d, cfg.Without...)
+	}
+	return d, nil
 }
 
 // New builds everything a Config describes on dev: data, model, optimizer,
@@ -211,20 +183,10 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	return t, nil
 }
 
-// newOptimizer builds the -optim optimizer over params.
+// newOptimizer builds the -optim optimizer over params, by name from
+// optim's registry.
 func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error) {
-	var o *optim.Optimizer
-	var err error
-	switch cfg.Optim {
-	case "sgd":
-		o, err = optim.NewSGD(params, optim.SGD{LR: cfg.LR, Momentum: 0.9, WeightDecay: cfg.WD})
-	case "adam":
-		o, err = optim.NewAdam(params, optim.Adam{LR: cfg.LR, WeightDecay: cfg.WD})
-	case "adamw":
-		o, err = optim.NewAdamW(params, optim.AdamW{LR: cfg.LR, WeightDecay: cfg.WD})
-	default:
-		err = fmt.Errorf("unknown optimizer")
-	}
+	o, err := optim.New(cfg.Optim, params, optim.Settings{LR: cfg.LR, WeightDecay: cfg.WD})
 	if err != nil {
 		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
 )
@@ -73,7 +74,13 @@ func Plan(cfg Config) (PeakBytes, error) {
 
 func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	cfg.Resume, cfg.Save, cfg.Metrics, cfg.Quiet = "", "", "", true
-	dev := meta.New(0)
+	// The meta device has every capability; it hides those the target
+	// device lacks and those the run leaves out, so that it takes the
+	// same paths, and allocates the same bytes, as the run will.
+	var dev device.Device = meta.New(0)
+	if hide := append(device.Lacks(cfg.Device), cfg.Without...); len(hide) > 0 {
+		dev = device.Without(dev, hide...)
+	}
 	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
 	if err != nil {
 		return PeakBytes{}, err

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/memfit/memfit/device"
+	_ "github.com/memfit/memfit/device/cuda" // registers "cuda" (without the cuda tag, its opener says how to rebuild)
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/train"
 )
@@ -83,6 +85,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
+	fs.Var(listFlag{&cfg.Without}, "without", "comma-separated device `capabilities` whose fused kernels to leave out (their composed fallbacks run, for comparison): "+strings.Join(device.Capabilities, ", "))
 	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: on cpu, the memory this process may use less an eighth; a run whose one-example step cannot fit is refused at start)")
 	// distributed
 	fs.StringVar(&cfg.Dist, "dist", cfg.Dist, "data parallelism: off, or mpi (run under mpirun -np N; -batch is per rank)")
@@ -111,7 +114,7 @@ var flagGroups = []struct {
 	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
 	{"data", []string{"data", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
-	{"memory", []string{"amp", "accum", "checkpoint", "freeze", "unfreeze-at", "device", "mem-limit"}},
+	{"memory", []string{"amp", "accum", "checkpoint", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "quiet"}},
 	{"planning", []string{"plan", "fit"}},
