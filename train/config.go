@@ -53,8 +53,8 @@ type Config struct {
 	// Without names device capabilities to hide (device.Capabilities):
 	// their composed fallbacks run instead, for comparison or to take a
 	// fused kernel out of a run.
-	Without []string `json:"without,omitempty"`
-	MemLimit   int64    `json:"mem_limit"`   // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
+	Without  []string `json:"without,omitempty"`
+	MemLimit int64    `json:"mem_limit"` // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
 
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
