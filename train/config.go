@@ -54,7 +54,7 @@ type Config struct {
 	// their composed fallbacks run instead, for comparison or to take a
 	// fused kernel out of a run.
 	Without  []string `json:"without,omitempty"`
-	MemLimit int64    `json:"mem_limit"` // device capacity in bytes; 0: the device's own (cpu: DefaultCPUCapacity)
+	MemLimit int64    `json:"mem_limit"` // device capacity in bytes; 0: the device's own (cpu: cpu.DefaultCapacity)
 
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
