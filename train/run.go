@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
 	"github.com/memfit/memfit/internal/procmem"
 	"github.com/memfit/memfit/memory"
@@ -33,9 +35,12 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		return Summary{}, err
 	}
 	defer metrics.close()
+	// The bar redraws one line with \r: on standard error, and only when
+	// that is a terminal (in a log file it would be hundreds of lines).
 	var bar *progressbar.ProgressBar
-	if !cfg.Quiet && lead {
+	if !cfg.Quiet && lead && term.IsTerminal(int(os.Stderr.Fd())) {
 		bar = progressbar.NewOptions(t.total,
+			progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription("training"),
 			progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(24),
@@ -102,6 +107,16 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			}
 			t.lastEval = e
 			rec.EvalLoss, rec.EvalAccuracy = &e.Loss, e.Accuracy
+			if !cfg.Quiet && lead {
+				if bar != nil {
+					bar.Clear()
+				}
+				line := fmt.Sprintf("step %d: eval loss %.4f", t.step, e.Loss)
+				if e.Accuracy != nil {
+					line += fmt.Sprintf(", accuracy %.2f%%", 100**e.Accuracy)
+				}
+				t.logf("%s", line)
+			}
 			if t.Hooks.AfterEval != nil {
 				if err := t.Hooks.AfterEval(t, e); err != nil {
 					return Summary{}, err
@@ -117,7 +132,8 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			}
 		}
 		if bar != nil {
-			bar.Describe(fmt.Sprintf("loss %.4f | %.0f samples/s | %s", res.loss, float64(t.samples)/t.trainTime.Seconds(), memory.FormatBytes(st.Requested.Current)))
+			bar.Describe(fmt.Sprintf("loss %.4f | %.0f samples/s | %s, step peak %s", res.loss, float64(t.samples)/t.trainTime.Seconds(),
+				memory.FormatBytes(st.Requested.Current), memory.FormatBytes(st.Requested.Peak)))
 			bar.Set(t.step)
 		}
 		if cfg.Save != "" && cfg.SaveEvery > 0 && t.step%cfg.SaveEvery == 0 && t.step < t.total {

@@ -156,9 +156,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			line += fmt.Sprintf(", eval accuracy %.2f%%", 100**sum.Eval.Accuracy)
 		}
 		fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
+		if cfg.Data == "" && cfg.Model == "mlp" && sum.Eval.Accuracy != nil && !cfg.Quiet {
+			fmt.Fprintln(stdout, defaultTaskNote)
+		}
 	}
 	return code
 }
+
+// defaultTaskNote says what the accuracy of a run on the embedded task
+// means. Measured with the default flags (-epochs 1, 5 and 20).
+const defaultTaskNote = "(the embedded task is 10 synthetic spiral arms: chance is 10%; the default MLP reaches about 62% in its one epoch, 87% with -epochs 5 and 91% with -epochs 20; real data: -data /usr/share/datasets/fashion-mnist)"
 
 // localRank is this process's rank among those mpirun started on this
 // machine (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK), which picks its GPU; 0
