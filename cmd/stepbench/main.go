@@ -44,6 +44,9 @@ func configs() map[string]train.Config {
 	c = gpt
 	c.AMP, c.Checkpoint = "bf16", "every"
 	out["gpt_bf16_ckpt"] = c
+	c = gpt // the fused-attention issue's long-context case
+	c.AMP, c.Context, c.Batch = "bf16", 1024, 4
+	out["gpt_bf16_ctx1024"] = c
 	return out
 }
 
