@@ -38,7 +38,7 @@ func allocSite() string {
 	for {
 		f, more := frames.Next()
 		if !internalFrame(f) {
-			site = f.File + ":" + strconv.Itoa(f.Line)
+			site = sitePath(f) + ":" + strconv.Itoa(f.Line)
 			break
 		}
 		if !more {
@@ -47,6 +47,32 @@ func allocSite() string {
 	}
 	siteCache.Store(pcs, site)
 	return site
+}
+
+// sitePath names f's file by its package's import path and the file's
+// name, memfit's own relative to the module ("models/gpt.go"), others in
+// full ("example.com/trainer/loop.go"), so that reports do not depend on
+// where the source was built; a main package's file is named by its
+// directory ("train/main.go").
+func sitePath(f runtime.Frame) string {
+	file := f.File[strings.LastIndexByte(f.File, '/')+1:]
+	pkg := f.Function
+	if i := strings.LastIndexByte(pkg, '/'); i >= 0 {
+		if j := strings.IndexByte(pkg[i:], '.'); j >= 0 {
+			pkg = pkg[:i+j]
+		}
+	} else if j := strings.IndexByte(pkg, '.'); j >= 0 {
+		pkg = pkg[:j]
+	}
+	switch {
+	case pkg == "" || f.Function == "":
+		return f.File
+	case pkg == "main":
+		dir := strings.TrimSuffix(f.File, "/"+file)
+		return dir[strings.LastIndexByte(dir, '/')+1:] + "/" + file
+	}
+	pkg = strings.TrimSuffix(pkg, "_test") // an external test package lives in its package's directory
+	return strings.TrimPrefix(pkg, "github.com/memfit/memfit/") + "/" + file
 }
 
 // internalFrame reports whether f is inside the packages that allocate on a
