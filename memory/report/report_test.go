@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,34 @@ func wellFormed(t *testing.T, doc string) {
 		if err != nil {
 			t.Fatalf("not well-formed XML: %v", err)
 		}
+	}
+}
+
+// Every step is labelled, however many there are: too close for "step N"
+// across, the numbers stand upright.
+func TestSVGLabelsEveryStep(t *testing.T) {
+	a := memory.New(memory.NewCountingRaw(64*mib, "meta"))
+	a.EnableHistory(10_000)
+	const steps = 40
+	for step := range steps {
+		a.SetStep(int64(step))
+		b, err := a.Alloc(mib, memory.Activation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Free(b)
+	}
+	var out strings.Builder
+	if err := report.WriteSnapshot(&out, "svg", a.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	svg := out.String()
+	for step := range steps {
+		if !strings.Contains(svg, `fill="#444">`+strconv.Itoa(step)+`</text>`) {
+			t.Errorf("step %d has no label", step)
+		}
+	}
+	if !strings.Contains(svg, "rotate(-90") {
+		t.Error("40 steps across the chart are labelled across, where they overlap")
 	}
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"html"
+	"math"
 	"strings"
 
 	"github.com/memfit/memfit/memory"
@@ -10,16 +11,17 @@ import (
 
 // The chart's geometry, in SVG user units.
 const (
-	chartW      = 1200
-	chartH      = 720
-	plotLeft    = 96
-	plotRight   = 880
-	plotTop     = 84
-	plotBottom  = 652
-	panelLeft   = 908
-	maxSites    = 10  // sites listed beside the chart
-	maxSamples  = 784 // one per unit of plot width
-	stepLabelPx = 44  // least room between two step labels
+	chartW         = 1200
+	chartH         = 720
+	plotLeft       = 96
+	plotRight      = 880
+	plotTop        = 84
+	plotBottom     = 652
+	panelLeft      = 908
+	maxSites       = 10  // sites listed beside the chart
+	maxSamples     = 784 // one per unit of plot width
+	stepLabelPx    = 44  // least room between two step labels set across
+	uprightLabelPx = 11  // least room between two upright step numbers
 )
 
 // chart draws a Timeline as SVG.
@@ -183,25 +185,48 @@ func (c *chart) reservedLine(w *svgWriter) {
 }
 
 // steps marks the first event of every step but the first with a dashed
-// line, and labels as many as there is room for.
+// line, and labels every step: "step N" across where there is room,
+// the number turned upright where the steps are closer, and only every
+// k-th number where even that would overlap (each line names its step
+// under the mouse).
 func (c *chart) steps(w *svgWriter) {
 	if len(c.tl.Events) == 0 {
 		return
 	}
+	type mark struct {
+		x    float64
+		step int64
+	}
 	first := c.tl.Steps[0]
-	w.text(plotLeft, plotTop-6, `text-anchor="start" font-size="10" fill="#444"`, fmt.Sprintf("step %d", first.Step))
-	lastLine, lastLabel := float64(plotLeft), float64(plotLeft)+stepLabelPx/2
+	marks := []mark{{float64(plotLeft), first.Step}}
 	for _, sp := range c.tl.Steps[1:] {
 		x := c.x(sp.First)
-		if x-lastLine < 3 {
+		if x-marks[len(marks)-1].x < 3 {
 			continue
 		}
-		lastLine = x
+		marks = append(marks, mark{x, sp.Step})
 		w.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-width="0.8" stroke-dasharray="3 3"><title>step %d starts at event %d: %s allocated</title></line>`+"\n",
 			x, plotTop, x, plotBottom, sp.Step, sp.First, memory.FormatBytes(c.tl.Points[max(sp.First-1, 0)].Allocated()))
-		if x-lastLabel >= stepLabelPx && x+stepLabelPx/2 < plotRight+20 {
-			lastLabel = x
-			w.text(x, plotTop-6, `text-anchor="middle" font-size="10" fill="#444"`, fmt.Sprintf("step %d", sp.Step))
+	}
+	gap := math.Inf(1)
+	for i := 1; i < len(marks); i++ {
+		gap = min(gap, marks[i].x-marks[i-1].x)
+	}
+	if gap >= stepLabelPx {
+		for i, m := range marks {
+			anchor := "middle"
+			if i == 0 {
+				anchor = "start"
+			}
+			w.text(m.x, plotTop-6, `text-anchor="`+anchor+`" font-size="10" fill="#444"`, fmt.Sprintf("step %d", m.step))
+		}
+		return
+	}
+	every := max(1, int(math.Ceil(uprightLabelPx/gap)))
+	for i, m := range marks {
+		if i%every == 0 {
+			w.f(`<text x="%.1f" y="%d" transform="rotate(-90 %.1f %d)" text-anchor="start" font-size="9" fill="#444">%d</text>`+"\n",
+				m.x+3, plotTop-4, m.x+3, plotTop-4, m.step)
 		}
 	}
 }
