@@ -107,6 +107,7 @@ type Block struct {
 	requested int64
 	cat       atomic.Uint32
 	site      string // creation site, when history and a site function were on
+	module    bool   // site names its module (SetModule); guarded by a.mu
 }
 
 // Ptr is the address of the block's first byte (0 for an empty block).

@@ -97,6 +97,50 @@ func (a *Allocator) SetSiteFunc(f func() string) {
 	a.siteFn.Store(&f)
 }
 
+// SetModule names the module that made block b (a layer's path, as
+// "blocks.2.mlp.fc"): while history is recording, b's site becomes
+// "module · file:line" in Snapshot.Sites, in the events recorded from now
+// on and in its alloc event when that is among the last moduleLookback
+// recorded. The first module named sticks: a block made inside a layer
+// keeps that layer when an outer one hands it on. It does nothing while
+// history is off. The tensor package calls it for what ops return inside a
+// layer (tensor.Scope.Enter), which is how a memory report answers "which
+// layer holds this?".
+func (a *Allocator) SetModule(b *Block, module string) {
+	if b == nil || module == "" || !a.histOn.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hist == nil || b.freed || b.module || b.size == 0 {
+		return
+	}
+	b.module = true
+	old := b.site
+	b.site = module
+	if old != "" {
+		b.site += " · " + old
+	}
+	h := a.hist
+	n := h.next
+	if h.full {
+		n = len(h.buf)
+	}
+	for k := 1; k <= min(n, moduleLookback); k++ {
+		e := &h.buf[(h.next-k+len(h.buf))%len(h.buf)]
+		if e.Ptr == b.ptr && (e.Kind == EventAlloc || e.Kind == EventRecategorize) {
+			e.Site = b.site
+			if e.Kind == EventAlloc {
+				break
+			}
+		}
+	}
+}
+
+// moduleLookback bounds how far back SetModule looks for a block's alloc
+// event: an op names its result's module right after making it.
+const moduleLookback = 256
+
 // History returns the recorded events, oldest first (nil when recording is
 // off).
 func (a *Allocator) History() []Event {

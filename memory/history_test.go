@@ -100,3 +100,30 @@ func TestSnapshot(t *testing.T) {
 		t.Fatal("pool names")
 	}
 }
+
+// SetModule labels a block's site (and its alloc event) with the module
+// that made it; the first module named sticks; with history off it does
+// nothing.
+func TestSetModule(t *testing.T) {
+	a := New(NewCountingRaw(64*MiB, "meta"))
+	a.SetSiteFunc(func() string { return "nn/linear.go:63" })
+	off, _ := a.Alloc(MiB, Activation)
+	a.SetModule(off, "blocks.0.fc") // history off: nothing
+	a.EnableHistory(100)
+	b, _ := a.Alloc(MiB, Activation)
+	a.SetModule(b, "blocks.1.fc")
+	a.SetModule(b, "blocks.1") // an outer layer handing it on
+	want := "blocks.1.fc · nn/linear.go:63"
+	if got := a.Snapshot().Sites[b.Ptr()]; got != want {
+		t.Errorf("snapshot site %q, want %q", got, want)
+	}
+	h := a.History()
+	if len(h) != 1 || h[0].Kind != EventAlloc || h[0].Site != want {
+		t.Errorf("history %+v, want one alloc event at %q", h, want)
+	}
+	a.Free(b)
+	if h := a.History(); h[len(h)-1].Site != want {
+		t.Errorf("free event site %q, want %q", h[len(h)-1].Site, want)
+	}
+	a.Free(off)
+}

@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/nn"
@@ -173,6 +174,10 @@ func (g *GPT) SetBlockRunner(b nn.BlockRunner) { g.runner = b }
 
 // Forward maps x [B, T, Dim] to [B, T, Dim].
 func (k *GPTBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+	// "blocks.N": what the block makes between its layers (residual sums,
+	// the MLP's activation) is labelled with it.
+	name := k.LN1.Weight.Name()
+	defer r.Enter(name[:max(strings.LastIndexByte(strings.TrimSuffix(name, ".weight"), '.'), 0)])()
 	a := k.LN1.Forward(r, x)
 	y := k.Attn.Forward(r, a)
 	a.Release()

@@ -75,6 +75,7 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	if x.Dim() != 3 || x.Shape()[2] != d {
 		panic(&tensor.Error{Op: "attention", Msg: fmt.Sprintf("input %v must be [batch, time, %d]", x, d)})
 	}
+	defer r.Enter(parentOf(moduleOf(a.QKV.Weight)))()
 	bsz, t := x.Shape()[0], x.Shape()[1]
 	h := a.Heads
 	dh := d / h

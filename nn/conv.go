@@ -66,6 +66,7 @@ func NewConv2d(b *Builder, path string, c Conv2dConfig) (*Conv2d, error) {
 
 // Forward convolves x [N, In, H, W] into [N, Out, H', W'].
 func (l *Conv2d) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
+	defer r.Enter(moduleOf(l.Weight))()
 	return r.Conv2d(x, l.Weight, l.Bias, tensor.Conv2dOptions{Stride: l.Stride, Pad: l.Pad, Dilation: l.Dilation, Groups: l.Groups})
 }
 

@@ -34,6 +34,7 @@ func NewEmbedding(b *Builder, path string, c EmbeddingConfig) (*Embedding, error
 // An index outside the table panics with *device.IndexError, which
 // tensor.Catch returns as an error.
 func (l *Embedding) Forward(r *Run, idx *tensor.Tensor) *tensor.Tensor {
+	defer r.Enter(moduleOf(l.Weight))()
 	return r.Embedding(l.Weight, idx)
 }
 

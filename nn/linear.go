@@ -60,6 +60,7 @@ func NewLinear(b *Builder, path string, c LinearConfig) (*Linear, error) {
 // Forward maps x [..., In] to [..., Out]. The result is a new tensor that
 // no op saved, so a Fused layer may overwrite it.
 func (l *Linear) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
+	defer r.Enter(moduleOf(l.Weight))()
 	return r.Linear(x, l.Weight, l.Bias)
 }
 

@@ -152,3 +152,18 @@ func Find(m Module, path string) *tensor.Tensor {
 	}
 	return nil
 }
+
+// moduleOf is the path of the layer a parameter belongs to: its name less
+// the last element ("blocks.2.mlp.fc" for "blocks.2.mlp.fc.weight"), the
+// label Scope.Enter gives what the layer's forward makes.
+func moduleOf(p *tensor.Tensor) string {
+	return parentOf(p.Name())
+}
+
+// parentOf drops the last element of a dotted path.
+func parentOf(path string) string {
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[:i]
+	}
+	return path
+}

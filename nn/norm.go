@@ -43,6 +43,7 @@ func NewLayerNormShape(b *Builder, path string, shape ...int) (*LayerNorm, error
 // Forward normalises x [..., shape...]. It saves its input (and per-row
 // statistics), not its output.
 func (l *LayerNorm) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
+	defer r.Enter(moduleOf(l.Weight))()
 	return r.LayerNorm(x, l.Weight, l.Bias, l.Eps)
 }
 

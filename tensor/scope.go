@@ -23,6 +23,9 @@ type Scope struct {
 	// home is the scope that owns this one's results and autocast copies
 	// when this one is a view made by WithModes; nil when s owns its own.
 	home *Scope
+	// module is the layer whose forward is running (Enter), named on the
+	// blocks of what ops return while allocation sites are recorded.
+	module string
 }
 
 // ScopeOption configures a Scope.
@@ -80,11 +83,23 @@ func (s *Scope) With(opts ...ScopeOption) *Scope {
 // nothing; close s.
 func (s *Scope) WithModes(opts ...ScopeOption) *Scope {
 	h := s.owning()
-	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h}
+	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h, module: s.module}
 	for _, o := range opts {
 		o(v)
 	}
 	return v
+}
+
+// Enter names the module (a layer's path, "blocks.2.mlp.fc") whose
+// forward runs in s until the returned function is called, which restores
+// the one before: layers call defer r.Enter(path)(). While the allocator
+// records history with sites (EnableAllocSites), the memory of what ops
+// return meanwhile is labelled with the module, so a memory report says
+// which layer holds it. It costs a comparison otherwise.
+func (s *Scope) Enter(module string) (leave func()) {
+	prev := s.module
+	s.module = module
+	return func() { s.module = prev }
 }
 
 // owning is the scope that owns s's results: s, or the scope s is a view of.
@@ -104,6 +119,9 @@ func (s *Scope) own(t *Tensor) *Tensor {
 		}
 		t.owner = h
 		h.owned = append(h.owned, t)
+	}
+	if s.module != "" && t.st != nil {
+		t.st.dev.Memory().SetModule(t.st.buf.Block, s.module)
 	}
 	return t
 }
