@@ -1,0 +1,54 @@
+package device_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/memfit/memfit/device"
+	_ "github.com/memfit/memfit/device/cpu" // registers "cpu"
+	"github.com/memfit/memfit/memory"
+)
+
+// A device is opened by name; hiding a capability makes the package-level
+// function run its composition of core kernels, which agrees with the
+// fused kernel.
+func ExampleWithout() {
+	dev, err := device.Open("cpu", device.Options{Capacity: 64 << 20})
+	if err != nil {
+		panic(err)
+	}
+	view := func(d device.Device, vals ...float32) device.View {
+		b, err := d.Alloc(int64(4*len(vals)), memory.Activation)
+		if err != nil {
+			panic(err)
+		}
+		var raw []byte
+		for _, v := range vals {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+		}
+		d.Write(b, 0, raw)
+		return device.View{Buf: b, DType: device.F32, Shape: []int{2, 2}, Strides: []int{2, 1}}
+	}
+	read := func(d device.Device, v device.View) []float32 {
+		raw := make([]byte, 16)
+		d.Read(raw, v.Buf, 0)
+		out := make([]float32, 4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		return out
+	}
+	composed := device.Without(dev, device.CapSoftmax)
+	for _, d := range []device.Device{dev, composed} {
+		x, y := view(d, 0, 1, 2, 2), view(d, 0, 0, 0, 0)
+		device.Softmax(d, y, x, false)
+		p := read(d, y)
+		fmt.Printf("%v: %.4f %.4f | %.4f %.4f\n", device.Has(d, device.CapSoftmax), p[0], p[1], p[2], p[3])
+		d.Free(x.Buf)
+		d.Free(y.Buf)
+	}
+	// Output:
+	// true: 0.2689 0.7311 | 0.5000 0.5000
+	// false: 0.2689 0.7311 | 0.5000 0.5000
+}
