@@ -41,6 +41,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestComposedFallbacks runs the suite with the GPU's fused kernels hidden:
+// the compositions of its core kernels must agree with the CPU's fused
+// ones too.
+func TestComposedFallbacks(t *testing.T) {
+	d := newTestDevice(t)
+	devicetest.Run(t, cpu.New(), device.Without(d))
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestOutOfMemory checks that MemLimit caps the allocator and that running
 // out yields a *memory.OOMError naming the device.
 func TestOutOfMemory(t *testing.T) {
