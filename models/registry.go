@@ -2,11 +2,10 @@ package models
 
 import (
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/internal/registry"
 	"github.com/memfit/memfit/nn"
 )
 
@@ -34,51 +33,24 @@ type Spec struct {
 // A Builder makes a model on dev from a Spec.
 type Builder func(dev device.Device, s Spec) (Model, error)
 
-var registry struct {
-	sync.Mutex
-	build map[string]Builder
-}
+var builders = registry.New[Builder]("model")
 
 // Register makes a model available to New under name, as database/sql
 // drivers register themselves: a package adding a model calls it from an
 // init function. Registering a name twice, or a nil builder, panics.
-func Register(name string, b Builder) {
-	registry.Lock()
-	defer registry.Unlock()
-	if b == nil {
-		panic("models: Register of a nil builder for " + name)
-	}
-	if _, dup := registry.build[name]; dup {
-		panic("models: Register called twice for " + name)
-	}
-	if registry.build == nil {
-		registry.build = map[string]Builder{}
-	}
-	registry.build[name] = b
-}
+func Register(name string, b Builder) { builders.Register(name, b) }
 
 // New builds the model registered as name.
 func New(name string, dev device.Device, s Spec) (Model, error) {
-	registry.Lock()
-	b := registry.build[name]
-	registry.Unlock()
-	if b == nil {
+	b, ok := builders.Get(name)
+	if !ok {
 		return nil, fmt.Errorf("models: unknown model %q (want %s)", name, strings.Join(Names(), ", "))
 	}
 	return b(dev, s)
 }
 
 // Names lists the registered models, sorted.
-func Names() []string {
-	registry.Lock()
-	defer registry.Unlock()
-	names := make([]string, 0, len(registry.build))
-	for n := range registry.build {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func Names() []string { return builders.Names() }
 
 func init() {
 	// mlp: Layers hidden layers of Width.

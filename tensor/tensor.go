@@ -306,10 +306,31 @@ func checkLen(n int, shape []int) error {
 
 // FromFloat32 copies data into a new F32 tensor of the given shape.
 func FromFloat32(dev device.Device, data []float32, shape []int, cat memory.Category) (*Tensor, error) {
+	return fromSlice(dev, F32, data, shape, cat)
+}
+
+// FromFloat64 copies data into a new F64 tensor.
+func FromFloat64(dev device.Device, data []float64, shape []int, cat memory.Category) (*Tensor, error) {
+	return fromSlice(dev, F64, data, shape, cat)
+}
+
+// FromInt32 copies data into a new I32 tensor.
+func FromInt32(dev device.Device, data []int32, shape []int, cat memory.Category) (*Tensor, error) {
+	return fromSlice(dev, I32, data, shape, cat)
+}
+
+// FromInt64 copies data into a new I64 tensor (class targets as PyTorch
+// stores them, token ids past 2³¹).
+func FromInt64(dev device.Device, data []int64, shape []int, cat memory.Category) (*Tensor, error) {
+	return fromSlice(dev, I64, data, shape, cat)
+}
+
+// fromSlice copies data, whose element type is dtype's, into a new tensor.
+func fromSlice[E float32 | float64 | int32 | int64](dev device.Device, dtype DType, data []E, shape []int, cat memory.Category) (*Tensor, error) {
 	if err := checkLen(len(data), shape); err != nil {
 		return nil, err
 	}
-	t, err := alloc(dev, F32, shape, cat)
+	t, err := alloc(dev, dtype, shape, cat)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +342,7 @@ func FromFloat32(dev device.Device, data []float32, shape []int, cat memory.Cate
 // data's memory on a little-endian host (every platform memfit runs on),
 // elsewhere through a fixed 4 KiB array a piece at a time, so uploading a
 // batch never makes a Go-heap copy of it.
-func writeElems[E float32 | float64 | int32](dev device.Device, buf device.Buffer, data []E) {
+func writeElems[E float32 | float64 | int32 | int64](dev device.Device, buf device.Buffer, data []E) {
 	if len(data) == 0 {
 		return
 	}
@@ -342,6 +363,8 @@ func writeElems[E float32 | float64 | int32](dev device.Device, buf device.Buffe
 				binary.LittleEndian.PutUint64(tmp[8*j:], math.Float64bits(x))
 			case int32:
 				binary.LittleEndian.PutUint32(tmp[4*j:], uint32(x))
+			case int64:
+				binary.LittleEndian.PutUint64(tmp[8*j:], uint64(x))
 			}
 		}
 		dev.Write(buf, int64(i*size), tmp[:len(part)*size])
@@ -349,50 +372,6 @@ func writeElems[E float32 | float64 | int32](dev device.Device, buf device.Buffe
 }
 
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// FromFloat64 copies data into a new F64 tensor.
-func FromFloat64(dev device.Device, data []float64, shape []int, cat memory.Category) (*Tensor, error) {
-	if err := checkLen(len(data), shape); err != nil {
-		return nil, err
-	}
-	t, err := alloc(dev, F64, shape, cat)
-	if err != nil {
-		return nil, err
-	}
-	writeElems(dev, t.st.buf, data)
-	return t, nil
-}
-
-// FromInt32 copies data into a new I32 tensor.
-func FromInt32(dev device.Device, data []int32, shape []int, cat memory.Category) (*Tensor, error) {
-	if err := checkLen(len(data), shape); err != nil {
-		return nil, err
-	}
-	t, err := alloc(dev, I32, shape, cat)
-	if err != nil {
-		return nil, err
-	}
-	writeElems(dev, t.st.buf, data)
-	return t, nil
-}
-
-// FromInt64 copies data into a new I64 tensor (class targets as PyTorch
-// stores them, token ids past 2³¹).
-func FromInt64(dev device.Device, data []int64, shape []int, cat memory.Category) (*Tensor, error) {
-	if err := checkLen(len(data), shape); err != nil {
-		return nil, err
-	}
-	t, err := alloc(dev, I64, shape, cat)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 8*len(data))
-	for i, v := range data {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
-	}
-	dev.Write(t.st.buf, 0, b)
-	return t, nil
-}
 
 // contiguousCopy returns t's elements densely packed in dtype (a new
 // handle; t itself when nothing needs to change).
