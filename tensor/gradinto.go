@@ -13,7 +13,7 @@ import "github.com/memfit/memfit/memory"
 // and as the gradient it is added into. Otherwise it is a new tensor in
 // t's accumulating dtype, which the engine handles as any gradient.
 func gradInto(t *Tensor, s *Scope) (g *Tensor, fresh bool) {
-	if t.node != nil || !t.requiresGrad || accumDType(t.dtype) != t.dtype {
+	if !ownsGrad(t) {
 		return mustAlloc(t.st.dev, accumDType(t.dtype), t.shape, s.cat), true
 	}
 	if t.grad != nil {
@@ -25,6 +25,12 @@ func gradInto(t *Tensor, s *Scope) (g *Tensor, fresh bool) {
 	}
 	t.grad = mustAlloc(t.st.dev, t.dtype, t.shape, cat)
 	return t.grad.share(), true
+}
+
+// ownsGrad reports whether gradInto hands out t's own gradient: t is a
+// leaf that wants one, kept in an accumulating dtype.
+func ownsGrad(t *Tensor) bool {
+	return t.node == nil && t.requiresGrad && accumDType(t.dtype) == t.dtype
 }
 
 // isOwnGrad reports whether g is leaf's gradient itself, which a backward

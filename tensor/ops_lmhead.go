@@ -56,8 +56,20 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	}
 	x2 := s.Reshape(x, -1, in)
 	defer s.release(x2)
-	cx, cw, done := s.autocastPair(x2, w)
-	defer done()
+	// x is cast as Linear casts it; w is not put in the scope's cache of
+	// autocast weights, where a tied head's [V, D] copy would stay until
+	// the scope closes (through the whole backward of the blocks): the
+	// op casts it for its forward and again for its backward.
+	target := promote(x2.dtype, w.dtype)
+	if s.autocast != device.Invalid && x2.dtype.IsFloat() && w.dtype.IsFloat() && x2.dtype != F64 && w.dtype != F64 {
+		target = s.autocast
+	}
+	cx := s.castTo(x2, target)
+	if cx != x2 {
+		defer s.release(cx)
+	}
+	cw := castWeight(w, target)
+	defer cw.Release()
 	if chunkRows == 0 {
 		chunkRows = LinearCrossEntropyChunkRows(vocab, cx.dtype)
 	}
@@ -80,7 +92,8 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	dev.Reduce(device.Sum, out.view(), perRow.view())
 	dev.Unary(device.MulScalar, out.view(), out.view(), scale)
 
-	save := []*Tensor{cx, cw, tc}
+	cw.Release() // before the node saves anything: backward casts again
+	save := []*Tensor{cx, w, tc}
 	if b != nil {
 		save = append(save, b)
 	}
@@ -89,12 +102,14 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	// is summed in F32 across chunks, and rounding it to 16 bits for the
 	// copy's cast node to widen again would lose what that bought.
 	s.record(out, op, []*Tensor{cx, w, b}, save, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
-		sx, sw, st := saved[0], saved[1], saved[2]
+		sx, st := saved[0], saved[2]
 		var sb *Tensor
 		if len(saved) > 3 {
 			sb = saved[3]
 		}
 		dev := g.st.dev
+		sw := castWeight(saved[1], target)
+		defer sw.Release()
 		up := mustAlloc(dev, g.dtype, []int{rows}, memory.Temporary)
 		defer up.Release()
 		gv := g.view()
@@ -113,22 +128,25 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 				panic(r)
 			}
 		}()
-		if needX {
-			dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
-		}
-		if needW {
-			dw, fresh = gradInto(w, s)
+		// dx and dw are made once the first chunk's logits are gone
+		// (grads), so that with one chunk the peak is the composed
+		// path's: logits and their gradient, then their gradient and
+		// the products'.
+		grads := func() {
+			if needX && dx == nil {
+				dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+			}
+			if needW && dw == nil {
+				dw, fresh = gradInto(w, s)
+			}
 		}
 		for lo := 0; lo < rows; lo += chunkRows {
 			n := min(chunkRows, rows-lo)
-			beta := 1.0
-			if fresh && lo == 0 {
-				beta = 0 // dw is new: the first chunk writes it
-			}
-			linearCrossEntropyChunkBackward(sx, sw, sb, st, up, dx, dw, &db, lo, n, beta, ignore, smoothing, s)
+			linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, s)
 		}
+		grads()
 		if dw != nil {
-			if fresh && rows == 0 {
+			if fresh { // no rows, so no chunk wrote it
 				dev.Fill(dw.view(), 0)
 			}
 			dw.st.version.Add(1)
@@ -143,9 +161,11 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 }
 
 // linearCrossEntropyChunkBackward adds rows [lo, lo+n)'s contributions to
-// dx (the rows themselves), dw (Beta beta) and *db (made on the first
-// chunk when there is a bias), each nil when not wanted.
-func linearCrossEntropyChunkBackward(sx, sw, sb, st, up, dx, dw *Tensor, db **Tensor, lo, n int, beta float64, ignore int, smoothing float64, s *Scope) {
+// *dx (the rows themselves), *dw (written while *fresh, which it then
+// clears, else added to) and *db (made on the first chunk when there is a
+// bias); grads makes *dx and *dw, where wanted, once the chunk's logits
+// are released.
+func linearCrossEntropyChunkBackward(sx, sw, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, s *Scope) {
 	dev := sx.st.dev
 	logits := chunkLogits(sx, sw, sb, lo, n, s)
 	defer logits.Release()
@@ -153,15 +173,21 @@ func linearCrossEntropyChunkBackward(sx, sw, sb, st, up, dx, dw *Tensor, db **Te
 	defer dl.Release()
 	device.CrossEntropyBackward(dev, dl.view(), logits.view(), rowRange(st, lo, n), rowRange(up, lo, n), ignore, smoothing)
 	logits.Release() // before the products: a chunk's peak is its logits and their gradient
-	if dx != nil {
-		rx := rowsOf(dx, lo, n)
+	grads()
+	if *dx != nil {
+		rx := rowsOf(*dx, lo, n)
 		gemmInto(rx, dl, sw, 1, 0, s)
 		rx.Release()
 	}
-	if dw != nil {
+	if *dw != nil {
+		beta := 1.0
+		if *fresh {
+			beta = 0 // a new gradient: the first chunk writes it
+		}
 		rx := rowsOf(sx, lo, n)
 		dlt := transposeView(dl)
-		gemmInto(dw, dlt, rx, 1, beta, s)
+		gemmInto(*dw, dlt, rx, 1, beta, s)
+		*fresh = false
 		dlt.Release()
 		rx.Release()
 	}
@@ -174,6 +200,18 @@ func linearCrossEntropyChunkBackward(sx, sw, sb, st, up, dx, dw *Tensor, db **Te
 		dev.Binary(device.Add, (*db).view(), (*db).view(), part.view())
 		part.Release()
 	}
+}
+
+// castWeight returns w in dtype: a new handle on w, or a copy counted as
+// memory.Temporary and not recorded (LinearCrossEntropy's node stands for
+// it in the graph).
+func castWeight(w *Tensor, dtype DType) *Tensor {
+	if w.dtype == dtype {
+		return w.share()
+	}
+	c := mustAlloc(w.st.dev, dtype, w.shape, memory.Temporary)
+	w.st.dev.Copy(c.view(), w.view())
+	return c
 }
 
 // chunkLogits returns rows [lo, lo+n) of x·wᵀ + b as a new temporary in

@@ -130,9 +130,21 @@ func (s *Scope) Embedding(table, idx *Tensor) *Tensor {
 	s.record(out, "embedding", []*Tensor{table}, []*Tensor{ic}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dt := mustAlloc(g.st.dev, g.dtype, tshape, s.cat)
-		g.st.dev.Fill(dt.view(), 0)
+		// A parameter's rows are added into its gradient itself: a
+		// [V, D] temporary of zeros would be the largest tensor of a
+		// language model's backward.
+		var dt *Tensor
+		fresh := true
+		if ownsGrad(table) {
+			dt, fresh = gradInto(table, s)
+		} else {
+			dt = mustAlloc(g.st.dev, g.dtype, tshape, s.cat)
+		}
+		if fresh {
+			g.st.dev.Fill(dt.view(), 0)
+		}
 		g.st.dev.ScatterAdd(dt.view(), saved[0].view(), gc.view())
+		dt.st.version.Add(1)
 		return []*Tensor{dt}
 	})
 	return s.own(out)
