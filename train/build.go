@@ -29,7 +29,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		}
 		m, err = models.NewCNN(dev, models.CNNConfig{Conv1: max(cfg.Width/64, 1), Conv2: max(cfg.Width/32, 1), Hidden: max(cfg.Width/8, 1), Classes: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed})
 	case "gpt":
-		m, err = models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Width, Context: cfg.Context, Vocab: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed})
+		m, err = models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Width, Context: cfg.Context, Vocab: ds.classes, Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("-model %s: %v", cfg.Model, err)
