@@ -22,7 +22,10 @@
 //     returns [B, Widths[len-1]].
 //   - CNN.Forward takes [B, 1, 28, 28] and returns logits [B, Classes].
 //   - GPT.Forward takes integer tokens [B, T] (I32 or I64) with T <= Context
-//     and returns logits [B, T, Vocab].
+//     and returns logits [B, T, Vocab]. GPT.TokenLoss takes the same tokens
+//     and targets [B, T] and returns the cross-entropy without ever holding
+//     the logits whole (the trainer's default for token tasks; see
+//     tensor.LinearCrossEntropy).
 //
 // Forward follows the tensor ops' error policy: an input of the wrong shape
 // (for GPT, also a sequence longer than Context) panics with *tensor.Error,

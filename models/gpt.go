@@ -22,6 +22,9 @@ type GPTConfig struct {
 	Seed    uint64
 	// DType of the parameters: F32 (default) or F64 for gradient checks.
 	DType tensor.DType
+	// HeadChunkRows is how many rows (tokens) TokenLoss puts in one chunk
+	// of the head and loss; 0 chooses them from tensor.LMHeadChunkBytes.
+	HeadChunkRows int
 }
 
 // GPT is a decoder-only transformer in the GPT-2 layout: token and
@@ -73,6 +76,9 @@ func NewGPT(dev device.Device, c GPTConfig) (*GPT, error) {
 	}
 	if err := checkDType(name, c.DType); err != nil {
 		return nil, err
+	}
+	if c.HeadChunkRows < 0 {
+		return nil, fieldError(name, "HeadChunkRows", "is %d; want 0 (automatic) or more", c.HeadChunkRows)
 	}
 	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType}
 	fail := func(err error) (*GPT, error) {
@@ -132,6 +138,27 @@ func NewGPT(dev device.Device, c GPTConfig) (*GPT, error) {
 // panic with *tensor.Error, and a token outside [0, Vocab) with
 // *device.IndexError; tensor.Catch and tensor.Step return both as errors.
 func (g *GPT) Forward(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
+	n := g.hidden(r, tokens)
+	logits := r.Linear(n, g.Tokens.Weight, nil) // tied head
+	n.Release()
+	return logits
+}
+
+// TokenLoss is the cross-entropy of the logits Forward would return
+// against targets [B, T] (one per token; o as CrossEntropy takes it),
+// computed by tensor.LinearCrossEntropy from the final hidden states in
+// chunks of rows, so that neither the [B·T, Vocab] logits nor their
+// gradient ever exist whole: the largest tensors of training a GPT at a
+// realistic vocabulary. The loss and the gradients are Forward's followed
+// by CrossEntropy's within float tolerance (see LinearCrossEntropy).
+func (g *GPT) TokenLoss(r *nn.Run, tokens, targets *tensor.Tensor, o tensor.CrossEntropyOptions) *tensor.Tensor {
+	n := g.hidden(r, tokens)
+	defer n.Release()
+	return r.LinearCrossEntropy(n, g.Tokens.Weight, nil, targets, o, g.Config.HeadChunkRows) // tied head
+}
+
+// hidden maps tokens to the final LayerNorm's output [B, T, Dim].
+func (g *GPT) hidden(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
 	nn.CheckInference(r)
 	c := g.Config
 	if tokens.Dim() != 2 || tokens.Len() == 0 || (tokens.DType() != tensor.I32 && tokens.DType() != tensor.I64) {
@@ -152,9 +179,7 @@ func (g *GPT) Forward(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
 	h.Release()
 	n := g.FinalNorm.Forward(r, out)
 	out.Release()
-	logits := r.Linear(n, g.Tokens.Weight, nil) // tied head
-	n.Release()
-	return logits
+	return n
 }
 
 // Parameters lists embed.tokens.weight, embed.positions.weight, the blocks'

@@ -28,6 +28,9 @@ type Spec struct {
 	// token task.
 	InShape []int
 	Classes int
+	// HeadChunkRows overrides the rows per chunk of a token model's
+	// chunked head and loss (gpt; 0: from the head's byte budget).
+	HeadChunkRows int
 }
 
 // A Builder makes a model on dev from a Spec.
@@ -82,7 +85,7 @@ func init() {
 	// vocabulary of Classes tokens.
 	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
 		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
-			Dropout: s.Dropout, Seed: s.Seed}))
+			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows}))
 	})
 }
 

@@ -303,7 +303,9 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 					gi = c
 				}
 				if e.leaf != nil {
-					accumulateLeaf(bs, e.leaf, gi)
+					if !isOwnGrad(gi, e.leaf) {
+						accumulateLeaf(bs, e.leaf, gi)
+					}
 					if e.leaf.gradReady != nil {
 						contributed[e.leaf] = true
 					}

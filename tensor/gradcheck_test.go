@@ -283,7 +283,7 @@ func objective(s *tensor.Scope, out *tensor.Tensor, w []float64) *tensor.Tensor 
 }
 
 func TestGradients(t *testing.T) {
-	for _, c := range gradCases {
+	for _, c := range append(gradCases, lmHeadGradCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			dev := cpu.New()
 			rng := rand.New(rand.NewPCG(1, uint64(len(c.name))))

@@ -178,9 +178,21 @@ func (s *Scope) Embedding(table, idx *Tensor) *Tensor {
 	s.record(out, "embedding", []*Tensor{table}, []*Tensor{ic}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		gc := g.packed(g.dtype, s.cat)
 		defer gc.Release()
-		dt := mustAlloc(g.st.dev, g.dtype, tshape, s.cat)
-		g.st.dev.Fill(dt.view(), 0)
+		// A parameter's rows are added into its gradient itself: a
+		// [V, D] temporary of zeros would be the largest tensor of a
+		// language model's backward.
+		var dt *Tensor
+		fresh := true
+		if ownsGrad(table) {
+			dt, fresh = gradInto(table, s)
+		} else {
+			dt = mustAlloc(g.st.dev, g.dtype, tshape, s.cat)
+		}
+		if fresh {
+			g.st.dev.Fill(dt.view(), 0)
+		}
 		g.st.dev.ScatterAdd(dt.view(), saved[0].view(), gc.view())
+		dt.st.version.Add(1)
 		return []*Tensor{dt}
 	})
 	return s.own(out)
@@ -502,7 +514,6 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {
 		panic(errorf("cross_entropy", "targets %s must be integers, one per row of logits %s", targets.describe(), logits.describe()))
 	}
-	ignore := o.Ignore.Index()
 	// The kernel computes in F32 whatever the logits' dtype, so 16-bit
 	// logits are saved as they are rather than as an F32 copy.
 	in := logits
@@ -510,16 +521,7 @@ func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Te
 	defer lc.Release()
 	tc := targets.packed(targets.dtype, s.cat)
 	defer tc.Release()
-	scale := 1.0
-	if o.Reduction == MeanReduction {
-		n := 0
-		for _, t := range tc.Int64s() {
-			if t != int64(ignore) {
-				n++
-			}
-		}
-		scale = 1 / float64(max(n, 1))
-	}
+	ignore, scale := crossEntropyReduction(tc, o)
 	dt := accumDType(in.dtype)
 	perRow := mustAlloc(dev, dt, []int{rows}, memory.Temporary)
 	defer releaseOnPanic(perRow)()

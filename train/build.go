@@ -13,6 +13,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 	m, err := models.New(cfg.Model, dev, models.Spec{
 		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
 		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
+		HeadChunkRows: cfg.LMHeadChunkRows,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model, displayPath(cfg.Data), err)

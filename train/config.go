@@ -47,6 +47,7 @@ type Config struct {
 	AMP        string   `json:"amp"`         // off, fp16 or bf16
 	Accum      int      `json:"accum"`       // micro-batches per optimizer step
 	Checkpoint string   `json:"checkpoint"`  // off, every, sqrt, N (segments) or a byte budget
+	LMHead     string   `json:"lm_head"`     // token tasks: chunked (head and loss over chunks of rows) or full (whole logits)
 	Freeze     []string `json:"freeze"`      // parameter path patterns
 	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
 	Device     string   `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
@@ -70,6 +71,11 @@ type Config struct {
 	Resume    string `json:"resume"`
 	Quiet     bool   `json:"quiet"`
 
+	// LMHeadChunkRows is the rows (tokens) per chunk of the chunked
+	// head; 0 chooses them from tensor.LMHeadChunkBytes. Library only; no
+	// flag.
+	LMHeadChunkRows int `json:"lm_head_chunk_rows"`
+
 	// SkipNonFinite skips a step whose loss is NaN or infinite (counting
 	// it) instead of stopping with an error. Library only; no flag.
 	SkipNonFinite bool `json:"skip_non_finite"`
@@ -88,7 +94,7 @@ func Default() Config {
 		Model: "mlp", Layers: 3, Width: 1024, Heads: 4, Context: 64,
 		Workers: 2, Prefetch: 2, ValSplit: 0.1,
 		Epochs: 1, Batch: 256, Optim: "adam", Schedule: "const", Seed: 1,
-		AMP: "off", Accum: 1, Checkpoint: "off", Device: "cpu",
+		AMP: "off", Accum: 1, Checkpoint: "off", LMHead: "chunked", Device: "cpu",
 		Dist: "off", EvalEvery: 100,
 	}
 }
@@ -101,8 +107,12 @@ const (
 )
 
 // Resolved fills the fields whose defaults depend on the model: a zero LR
-// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt).
+// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt); an empty LMHead
+// (a Config from before it existed) is chunked.
 func (c Config) Resolved() Config {
+	if c.LMHead == "" {
+		c.LMHead = "chunked"
+	}
 	if c.LR == 0 {
 		switch c.Model {
 		case "cnn":
@@ -184,6 +194,11 @@ func (c *Config) Validate() error {
 	case "off", "bf16", "fp16":
 	default:
 		return bad("amp", c.AMP, "unknown mode (want off, fp16 or bf16)")
+	}
+	switch c.LMHead {
+	case "chunked", "full":
+	default:
+		return bad("lm-head", c.LMHead, "unknown head (want chunked or full)")
 	}
 	if !slices.Contains(device.Names(), c.Device) {
 		return bad("device", c.Device, "unknown device (want "+orList(device.Names())+"; cuda needs a program that imports device/cuda, as cmd/train does)")

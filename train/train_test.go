@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -259,9 +260,12 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} })
 	add(base, func(c *Config) { c.Freeze = []string{"embed.*"}; c.Accum = 2; c.Checkpoint = "1" })
 	add(base, func(c *Config) { c.Layers = 4; c.Checkpoint = "2"; c.AMP = "fp16" })
+	add(base, func(c *Config) { c.LMHead = "full" })
+	add(base, func(c *Config) { c.LMHeadChunkRows = 24 })
+	add(base, func(c *Config) { c.LMHeadChunkRows = 24; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 4 })
 	for _, c := range cases {
 		c.Steps = planSteps
-		name := modelKey(c) + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",")
+		name := modelKey(c) + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
 		t.Run(name, func(t *testing.T) {
 			pred, err := Plan(c)
 			if err != nil {

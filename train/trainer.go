@@ -108,6 +108,9 @@ var ErrNonFinite = errors.New("non-finite loss")
 
 // loss is the mean cross-entropy of the model on a (micro-)batch.
 func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor {
+	if m, ok := t.chunkedLoss(); ok {
+		return m.TokenLoss(r, inputs, targets, tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
+	}
 	logits := t.Model.Forward(r, inputs)
 	defer logits.Release()
 	if t.task.tokens {

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 	goldenfile.Check(t, "help.golden", out)
 	for _, f := range []string{"-model", "-layers", "-width", "-heads", "-context", "-data", "-workers", "-prefetch", "-val-split",
 		"-steps", "-epochs", "-batch", "-lr", "-optim", "-wd", "-clip", "-warmup", "-schedule", "-seed",
-		"-amp", "-accum", "-checkpoint", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
+		"-amp", "-accum", "-checkpoint", "-lm-head", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
 		"-dist", "-zero", "-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("-h does not list %s", f)

@@ -1,0 +1,269 @@
+package tensor
+
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
+)
+
+// LMHeadChunkBytes is what one chunk of LinearCrossEntropy may cost: its
+// logits and their gradient, which exist together while backward runs the
+// cross-entropy's gradient. 32 MiB is 166 rows of a 50304-token vocabulary
+// in bf16 (83 in f32): products of that height still keep the GEMM busy,
+// and the chunk is a fraction of the [rows, vocab] logits it replaces
+// (786 MiB in bf16 for GPT-2 small at batch 8).
+const LMHeadChunkBytes = 32 << 20
+
+// LinearCrossEntropyChunkRows is the number of rows LinearCrossEntropy
+// takes per chunk for vocab classes in logits of dtype when it is not
+// told: as many as keep a chunk's logits and their gradient within
+// LMHeadChunkBytes, at least 1.
+func LinearCrossEntropyChunkRows(vocab int, dtype DType) int {
+	perRow := 2 * max(vocab, 1) * dtype.Size()
+	return max(1, LMHeadChunkBytes/perRow)
+}
+
+// LinearCrossEntropy is CrossEntropy(Linear(x, w, b), targets, o) for x
+// [..., D], w [V, D], b [V] (or nil) and integer targets with one per row
+// of x, computed over chunks of chunkRows rows (0: as
+// LinearCrossEntropyChunkRows says) so that the [rows, V] logits and
+// their gradient never exist whole: a language model's head and loss in
+// the memory of one chunk. Forward keeps only the per-row losses of each
+// chunk; backward recomputes each chunk's logits, forms their gradient,
+// adds its contributions to x's and w's gradients and releases the chunk
+// before the next. Under autocast the products run in the autocast dtype
+// as Linear's do, and the chunk's logits are rounded to it, so the loss
+// and x's gradient are those of the composed ops; w's gradient is summed
+// over the chunks in F32 (a leaf's gradient directly, so no [V, D]
+// temporary exists either), where the composed path rounds it once to the
+// autocast dtype. Ignore index, label smoothing and the reduction follow
+// CrossEntropy.
+func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptions, chunkRows int) *Tensor {
+	const op = "linear_cross_entropy"
+	dev := sameDevice(op, x, w, b, targets)
+	if w.Dim() != 2 || x.Dim() < 1 || x.shape[x.Dim()-1] != w.shape[1] {
+		panic(errorf(op, "input %s does not fit weight %s", x.describe(), w.describe()))
+	}
+	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
+		panic(errorf(op, "bias %s does not fit weight %s", b.describe(), w.describe()))
+	}
+	in, vocab := w.shape[1], w.shape[0]
+	rows := x.Len() / max(in, 1)
+	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {
+		panic(errorf(op, "targets %s must be integers, one per row of input %s", targets.describe(), x.describe()))
+	}
+	if chunkRows < 0 {
+		panic(errorf(op, "%d rows per chunk", chunkRows))
+	}
+	x2 := s.Reshape(x, -1, in)
+	defer s.release(x2)
+	// x is cast as Linear casts it; w is not put in the scope's cache of
+	// autocast weights, where a tied head's [V, D] copy would stay until
+	// the scope closes (through the whole backward of the blocks): the
+	// op casts it for its forward and again for its backward.
+	target := promote(x2.dtype, w.dtype)
+	if s.autocast != device.Invalid && x2.dtype.IsFloat() && w.dtype.IsFloat() && x2.dtype != F64 && w.dtype != F64 {
+		target = s.autocast
+	}
+	cx := s.castTo(x2, target)
+	if cx != x2 {
+		defer s.release(cx)
+	}
+	cw := castWeight(w, target)
+	defer cw.Release()
+	if chunkRows == 0 {
+		chunkRows = LinearCrossEntropyChunkRows(vocab, cx.dtype)
+	}
+	tc := targets.packed(targets.dtype, s.cat)
+	defer tc.Release()
+	ignore, scale := crossEntropyReduction(tc, o)
+	smoothing := o.LabelSmoothing
+
+	perRow := mustAlloc(dev, accumDType(cx.dtype), []int{rows}, memory.Temporary)
+	defer perRow.Release()
+	for lo := 0; lo < rows; lo += chunkRows {
+		n := min(chunkRows, rows-lo)
+		func() {
+			logits := chunkLogits(cx, cw, b, lo, n, s)
+			defer logits.Release()
+			device.CrossEntropy(dev, rowRange(perRow, lo, n), logits.view(), rowRange(tc, lo, n), ignore, smoothing)
+		}()
+	}
+	out := mustAlloc(dev, perRow.dtype, []int{}, s.cat)
+	dev.Reduce(device.Sum, out.view(), perRow.view())
+	dev.Unary(device.MulScalar, out.view(), out.view(), scale)
+
+	cw.Release() // before the node saves anything: backward casts again
+	save := []*Tensor{cx, w, tc}
+	if b != nil {
+		save = append(save, b)
+	}
+	needX, needW, needB := cx.needsGrad(), w.needsGrad(), b != nil && b.needsGrad()
+	// The edge goes to w itself, not to its autocast copy: w's gradient
+	// is summed in F32 across chunks, and rounding it to 16 bits for the
+	// copy's cast node to widen again would lose what that bought.
+	s.record(out, op, []*Tensor{cx, w, b}, save, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sx, st := saved[0], saved[2]
+		var sb *Tensor
+		if len(saved) > 3 {
+			sb = saved[3]
+		}
+		dev := g.st.dev
+		sw := castWeight(saved[1], target)
+		defer sw.Release()
+		up := mustAlloc(dev, g.dtype, []int{rows}, memory.Temporary)
+		defer up.Release()
+		gv := g.view()
+		gv.Shape, gv.Strides = []int{rows}, []int{0}
+		dev.Unary(device.MulScalar, up.view(), gv, scale)
+
+		var dx, dw, db *Tensor
+		fresh := false
+		defer func() {
+			if r := recover(); r != nil {
+				for _, t := range []*Tensor{dx, dw, db} {
+					if t != nil {
+						t.Release()
+					}
+				}
+				panic(r)
+			}
+		}()
+		// dx and dw are made once the first chunk's logits are gone
+		// (grads), so that with one chunk the peak is the composed
+		// path's: logits and their gradient, then their gradient and
+		// the products'.
+		grads := func() {
+			if needX && dx == nil {
+				dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+			}
+			if needW && dw == nil {
+				dw, fresh = gradInto(w, s)
+			}
+		}
+		for lo := 0; lo < rows; lo += chunkRows {
+			n := min(chunkRows, rows-lo)
+			linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, s)
+		}
+		grads()
+		if dw != nil {
+			if fresh { // no rows, so no chunk wrote it
+				dev.Fill(dw.view(), 0)
+			}
+			dw.st.version.Add(1)
+		}
+		if !needB && db != nil {
+			db.Release()
+			db = nil
+		}
+		return []*Tensor{dx, dw, db}
+	})
+	return s.own(out)
+}
+
+// linearCrossEntropyChunkBackward adds rows [lo, lo+n)'s contributions to
+// *dx (the rows themselves), *dw (written while *fresh, which it then
+// clears, else added to) and *db (made on the first chunk when there is a
+// bias); grads makes *dx and *dw, where wanted, once the chunk's logits
+// are released.
+func linearCrossEntropyChunkBackward(sx, sw, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, s *Scope) {
+	dev := sx.st.dev
+	logits := chunkLogits(sx, sw, sb, lo, n, s)
+	defer logits.Release()
+	dl := mustAlloc(dev, logits.dtype, logits.shape, memory.Temporary)
+	defer dl.Release()
+	device.CrossEntropyBackward(dev, dl.view(), logits.view(), rowRange(st, lo, n), rowRange(up, lo, n), ignore, smoothing)
+	logits.Release() // before the products: a chunk's peak is its logits and their gradient
+	grads()
+	if *dx != nil {
+		rx := rowsOf(*dx, lo, n)
+		gemmInto(rx, dl, sw, 1, 0, s)
+		rx.Release()
+	}
+	if *dw != nil {
+		beta := 1.0
+		if *fresh {
+			beta = 0 // a new gradient: the first chunk writes it
+		}
+		rx := rowsOf(sx, lo, n)
+		dlt := transposeView(dl)
+		gemmInto(*dw, dlt, rx, 1, beta, s)
+		*fresh = false
+		dlt.Release()
+		rx.Release()
+	}
+	if sb != nil {
+		part := s.reduce(device.Sum, dl, []int{0}, false, 1, accumDType(dl.dtype))
+		if *db == nil {
+			*db = part
+			return
+		}
+		dev.Binary(device.Add, (*db).view(), (*db).view(), part.view())
+		part.Release()
+	}
+}
+
+// castWeight returns w in dtype: a new handle on w, or a copy counted as
+// memory.Temporary and not recorded (LinearCrossEntropy's node stands for
+// it in the graph).
+func castWeight(w *Tensor, dtype DType) *Tensor {
+	if w.dtype == dtype {
+		return w.share()
+	}
+	c := mustAlloc(w.st.dev, dtype, w.shape, memory.Temporary)
+	w.st.dev.Copy(c.view(), w.view())
+	return c
+}
+
+// chunkLogits returns rows [lo, lo+n) of x·wᵀ + b as a new temporary in
+// x's dtype, computed as Linear computes them (bias first, the product
+// accumulated onto it), so a chunk's logits are the composed path's rows.
+func chunkLogits(x, w, b *Tensor, lo, n int, s *Scope) *Tensor {
+	dev := x.st.dev
+	out := mustAlloc(dev, x.dtype, []int{n, w.shape[0]}, memory.Temporary)
+	defer releaseOnPanic(out)()
+	beta := 0.0
+	if b != nil {
+		dev.Copy(out.view(), b.broadcastView(out.shape))
+		beta = 1
+	}
+	rx := rowsOf(x, lo, n)
+	wt := transposeView(w)
+	gemmInto(out, rx, wt, 1, beta, s)
+	wt.Release()
+	rx.Release()
+	return out
+}
+
+// rowsOf views rows [lo, lo+n) of a 2-D tensor.
+func rowsOf(t *Tensor, lo, n int) *Tensor {
+	shape := []int{n, t.shape[1]}
+	return viewOf(t, shape, append([]int(nil), t.strides...), t.offset+lo*t.strides[0])
+}
+
+// rowRange is elements [lo, lo+n) of a contiguous 1-D tensor as a
+// device view.
+func rowRange(t *Tensor, lo, n int) device.View {
+	v := t.view()
+	v.Offset += lo
+	v.Shape, v.Strides = []int{n}, []int{1}
+	return v
+}
+
+// crossEntropyReduction returns the ignored target of o and the factor
+// the summed per-row losses are multiplied by: 1 for a sum, 1/(targets
+// not ignored) for the mean. CrossEntropy and LinearCrossEntropy both
+// use it.
+func crossEntropyReduction(tc *Tensor, o CrossEntropyOptions) (ignore int, scale float64) {
+	ignore = o.Ignore.Index()
+	scale = 1.0
+	if o.Reduction == MeanReduction {
+		n := 0
+		for _, t := range tc.Int64s() {
+			if t != int64(ignore) {
+				n++
+			}
+		}
+		scale = 1 / float64(max(n, 1))
+	}
+	return ignore, scale
+}
