@@ -89,3 +89,18 @@ func TestKernelSourceCompilesAsHostCpp(t *testing.T) {
 		t.Errorf("g++ on kernels.cu: %v\n%s", err, out)
 	}
 }
+
+// TestGlobalAccessesGoThroughGMEM keeps every global-memory access of
+// kernels.cu checkable by the CUDA emulator: a raw cast-and-index of an
+// operand's pointer would bypass the bounds check.
+func TestGlobalAccessesGoThroughGMEM(t *testing.T) {
+	raw := regexp.MustCompile(`\(\((?:const\s+)?\w+\s*\*\)\s*\w+(?:\.p)?\)\s*\[`)
+	for i, line := range strings.Split(kernelsCU, "\n") {
+		if strings.Contains(line, "#define GMEM") {
+			continue
+		}
+		if raw.MatchString(line) {
+			t.Errorf("kernels.cu:%d indexes a pointer directly; write GMEM(type, p, i):\n%s", i+1, line)
+		}
+	}
+}
