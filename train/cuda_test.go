@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package train
 
@@ -6,6 +6,9 @@ import (
 	"context"
 	"math"
 	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cuda" // registers "cuda"
 )
 
 // TestTechniquesMatchCPU is the technique half of the device conformance
@@ -14,7 +17,8 @@ import (
 // seed, and the two must agree on every loss, on the final weights, and
 // exactly on the bytes of parameters, gradients and optimizer state. The
 // kernels share one counter-based RNG, so initial weights and dropout
-// masks are the same on both devices.
+// masks are the same on both devices. The CPU runs without the fused
+// kernels the GPU lacks (device.Lacks), so that both take the same path.
 func TestTechniquesMatchCPU(t *testing.T) {
 	mlp := Default()
 	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 128, 32, true, 0, 0.05
@@ -41,9 +45,19 @@ func TestTechniquesMatchCPU(t *testing.T) {
 			cfg := tc.base
 			tc.apply(&cfg)
 			cfg.Steps = 6
+			if cuda.Emulated {
+				// The CPU emulator runs each CUDA thread as a fiber: no
+				// final evaluation over the validation split.
+				cfg.ValSplit = 0
+			}
 			run := func(dev string) (*Trainer, []float64, Summary) {
 				c := cfg
 				c.Device = dev
+				if dev == "cpu" {
+					// The same path as the GPU's: compositions where it lacks a
+					// fused kernel, so that activation bytes compare.
+					c.Without = device.Lacks("cuda")
+				}
 				tr := newTrainer(t, c) // closed again at cleanup: Close is idempotent
 				var losses []float64
 				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {

@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package cuda
 
@@ -9,10 +9,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"gorgonia.org/cu"
+	"github.com/memfit/memfit/device/cuda/internal/cu"
 
 	"github.com/memfit/memfit/device"
-	_ "github.com/memfit/memfit/device/cuda/internal/probe" // must initialise before gorgonia.org/cu
 	"github.com/memfit/memfit/memory"
 )
 
@@ -104,6 +103,9 @@ func New(ordinal int, opts ...Option) (*Device, error) {
 		if d.scratch, err = cu.MemAlloc(16); err != nil {
 			return d.wrap("cuMemAlloc", err)
 		}
+		if err = cu.Track(d.scratch, 16); err != nil {
+			return d.wrap("track scratch", err)
+		}
 		return nil
 	}, d.release)
 	if err != nil {
@@ -189,12 +191,20 @@ func (d *Device) Alloc(size int64, cat memory.Category) (device.Buffer, error) {
 	if err != nil {
 		return device.Buffer{}, err
 	}
+	// The emulator checks kernels' accesses against the live buffers.
+	if err := cu.Track(cu.DevicePtr(b.Ptr()), b.Requested()); err != nil {
+		d.mem.Free(b)
+		return device.Buffer{}, d.wrap("track allocation", err)
+	}
 	return device.Buffer{Block: b}, nil
 }
 
 // Free returns a buffer to the cache. Work already queued on the buffer
 // completes first: the stream runs in order.
-func (d *Device) Free(b device.Buffer) { d.mem.Free(b.Block) }
+func (d *Device) Free(b device.Buffer) {
+	cu.Untrack(cu.DevicePtr(b.Block.Ptr()))
+	d.mem.Free(b.Block)
+}
 
 // Write copies host bytes into dst at byte offset off. It returns when src
 // may be reused, usually before the copy has run: src goes through a ring

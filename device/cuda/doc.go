@@ -10,6 +10,18 @@
 // [New] returns an error that says how to rebuild and [Available] reports
 // false, so that programs such as cmd/train compile everywhere.
 //
+// With the build tag cudaemu instead, the same code runs on a CPU emulator
+// of CUDA (internal/cu): no toolkit, driver or GPU, only cgo and g++.
+//
+//	go test -tags cudaemu ./device/cuda/... ./train/
+//
+// kernels.cu is compiled by g++ where NVRTC would compile it, each CUDA
+// thread of a block runs as a fiber that interleaves with the others at
+// barriers and warp primitives, every global-memory access (GMEM in
+// kernels.cu) and GEMM operand is checked against the live allocations,
+// and shared memory reads as NaN until written. [Emulated] says which
+// build this is.
+//
 // # What lives where
 //
 // Files without a build tag hold the logic that needs no GPU and is unit
@@ -17,7 +29,10 @@
 // the prelude generated from Go's constants, the packing of views into the
 // kernels' argument structs (shapes and strides after merging dimensions),
 // launch geometry, and the mapping of memfit's row-major GEMM onto cuBLAS's
-// column-major one. Files tagged cuda hold the cgo and gorgonia glue:
+// column-major one. Files tagged "cuda || cudaemu" hold the device itself,
+// written against internal/cu and internal/nvrtc, which are gorgonia.org/cu
+// and this package's own cgo with the tag cuda, and the emulator with the
+// tag cudaemu:
 //
 //   - one CUDA context per Device (the device's primary context), current
 //     on one OS thread that a goroutine holds locked; every driver call runs
@@ -31,7 +46,7 @@
 //   - kernels compiled from kernels.cu by NVRTC on first use, for the GPU's
 //     compute capability, and kept for the device's lifetime;
 //   - GEMM through cuBLAS (cublasGemmEx and cublasGemmStridedBatchedEx with
-//     f32 accumulation for f16 and bf16), called through this package's own
+//     f32 accumulation for f16 and bf16), called through internal/cu's own
 //     cgo because gorgonia.org/cu/blas has neither these nor cublasSetStream.
 //
 // # Errors
@@ -45,7 +60,7 @@
 // # Without a driver
 //
 // gorgonia.org/cu calls cuInit in its package init and exits the process
-// when it fails. This package's internal/probe initialises first (Go
+// when it fails. internal/probe (imported by internal/cu) initialises first (Go
 // initialises packages in import-path order where dependencies allow) and
 // replaces that exit with one clear message: a test binary exits 0 after
 // printing that the CUDA tests were skipped; any other binary exits 1 after

@@ -54,6 +54,14 @@ struct Conv {
     i64 N, C, H, W, KH, KW, SH, SW, PH, PW, OH, OW, DH, DW;  // DH, DW >= 1 (pools: 1)
 };
 
+// GMEM(type, p, i) is element i of the global memory at p, as an lvalue of
+// type: every global-memory access of the kernels goes through it, so that
+// the CUDA emulator (device/cuda/internal/cu) can define it to check the
+// access against the live allocations. On a GPU it is the plain access.
+#ifndef GMEM
+#define GMEM(type, p, i) (((type*)(p))[i])
+#endif
+
 #define GRID_STRIDE(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 #define ROWS(r, rows) for (i64 r = blockIdx.x; r < (rows); r += gridDim.x)
@@ -139,12 +147,12 @@ template <class T>
 __device__ __forceinline__ T ld(const Op& o, i64 rel) {
     i64 i = o.off + rel;
     switch (o.dt) {
-    case DT_F32: return (T)((const float*)o.p)[i];
-    case DT_F64: return (T)((const double*)o.p)[i];
-    case DT_F16: return (T)h2f(((const u16*)o.p)[i]);
-    case DT_BF16: return (T)bf2f(((const u16*)o.p)[i]);
-    case DT_I32: return (T)((const int*)o.p)[i];
-    case DT_I64: return (T)((const i64*)o.p)[i];
+    case DT_F32: return (T)GMEM(const float, o.p, i);
+    case DT_F64: return (T)GMEM(const double, o.p, i);
+    case DT_F16: return (T)h2f(GMEM(const u16, o.p, i));
+    case DT_BF16: return (T)bf2f(GMEM(const u16, o.p, i));
+    case DT_I32: return (T)GMEM(const int, o.p, i);
+    case DT_I64: return (T)GMEM(const i64, o.p, i);
     }
     return (T)0;
 }
@@ -153,20 +161,20 @@ template <class T>
 __device__ __forceinline__ void st(const Op& o, i64 rel, T v) {
     i64 i = o.off + rel;
     switch (o.dt) {
-    case DT_F32: ((float*)o.p)[i] = (float)v; break;
-    case DT_F64: ((double*)o.p)[i] = (double)v; break;
-    case DT_F16: ((u16*)o.p)[i] = f2h(narrow16(v)); break;
-    case DT_BF16: ((u16*)o.p)[i] = f2bf(narrow16(v)); break;
-    case DT_I32: ((int*)o.p)[i] = (int)v; break;
-    case DT_I64: ((i64*)o.p)[i] = (i64)v; break;
+    case DT_F32: GMEM(float, o.p, i) = (float)v; break;
+    case DT_F64: GMEM(double, o.p, i) = (double)v; break;
+    case DT_F16: GMEM(u16, o.p, i) = f2h(narrow16(v)); break;
+    case DT_BF16: GMEM(u16, o.p, i) = f2bf(narrow16(v)); break;
+    case DT_I32: GMEM(int, o.p, i) = (int)v; break;
+    case DT_I64: GMEM(i64, o.p, i) = (i64)v; break;
     }
 }
 
 // ldi reads an index (I32 or I64).
 __device__ __forceinline__ i64 ldi(const Op& o, i64 rel) {
     i64 i = o.off + rel;
-    if (o.dt == DT_I64) return ((const i64*)o.p)[i];
-    return (i64)((const int*)o.p)[i];
+    if (o.dt == DT_I64) return GMEM(const i64, o.p, i);
+    return (i64)GMEM(const int, o.p, i);
 }
 
 __device__ __forceinline__ void ew_offsets(const Ew& g, i64 i, int nops, i64* o) {
@@ -196,16 +204,23 @@ __device__ __forceinline__ A combine(i64 op, A a, A b) {
 }
 
 // block_reduce combines one value per thread of a block of a power-of-two
-// number of threads (at most BLOCK); every thread gets the result. sh holds
-// BLOCK values.
+// number of threads, at least a warp and at most BLOCK; every thread gets
+// the result. sh holds BLOCK values. Shared memory halves the values down
+// to one warp's worth, then the first warp finishes with shuffles.
 template <class A>
 __device__ A block_reduce(A v, i64 op, A* sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    for (int s = blockDim.x / 2; s >= 32; s >>= 1) {
         if ((int)threadIdx.x < s) sh[threadIdx.x] = combine(op, sh[threadIdx.x], sh[threadIdx.x + s]);
         __syncthreads();
     }
+    if (threadIdx.x < 32) {
+        A w = sh[threadIdx.x];
+        for (int off = 16; off > 0; off >>= 1) w = combine(op, w, __shfl_down_sync(0xffffffffu, w, off));
+        if (threadIdx.x == 0) sh[0] = w;
+    }
+    __syncthreads();
     A r = sh[0];
     __syncthreads();
     return r;
@@ -255,7 +270,7 @@ TYPED(k_convert, (Ew g, Op dst, Op src), (g, dst, src))
         i64 o[2];                                                         \
         GRID_STRIDE(i, g.n) {                                             \
             ew_offsets(g, i, 2, o);                                       \
-            ((type*)dst.p)[dst.off + o[0]] = ((const type*)src.p)[src.off + o[1]]; \
+            GMEM(type, dst.p, dst.off + o[0]) = GMEM(const type, src.p, src.off + o[1]); \
         }                                                                 \
     }
 COPY_RAW(k_copy2, u16)
@@ -633,10 +648,10 @@ extern "C" __global__ void k_gather(i64 n, i64 dim, Op dst, Op table, Op idx) {
             i64 di = dst.off + e, si = table.off + t * dim + j;
             switch (dst.dt) {
             case DT_F16:
-            case DT_BF16: ((u16*)dst.p)[di] = ((const u16*)table.p)[si]; break;
+            case DT_BF16: GMEM(u16, dst.p, di) = GMEM(const u16, table.p, si); break;
             case DT_F32:
-            case DT_I32: ((unsigned*)dst.p)[di] = ((const unsigned*)table.p)[si]; break;
-            default: ((u64*)dst.p)[di] = ((const u64*)table.p)[si]; break;
+            case DT_I32: GMEM(unsigned, dst.p, di) = GMEM(const unsigned, table.p, si); break;
+            default: GMEM(u64, dst.p, di) = GMEM(const u64, table.p, si); break;
             }
         } else {
             st<double>(dst, e, ld<double>(table, t * dim + j));
@@ -646,6 +661,8 @@ extern "C" __global__ void k_gather(i64 n, i64 dim, Op dst, Op table, Op idx) {
 
 // atomic_add16 adds v to the f16 or bf16 at a by compare-and-swap on the
 // aligned 32-bit word that holds it.
+// The word may reach past a buffer's last element (never past its
+// allocation, whose size is a multiple of 4): a is checked, the word not.
 __device__ void atomic_add16(u16* a, float v, bool bf) {
     unsigned* w = (unsigned*)((u64)a & ~(u64)3);
     unsigned shift = ((u64)a & 2) ? 16 : 0;
@@ -677,10 +694,10 @@ template <class T>
 __device__ __forceinline__ void atomic_add(const Op& o, i64 rel, T v) {
     i64 i = o.off + rel;
     switch (o.dt) {
-    case DT_F32: atomicAdd(&((float*)o.p)[i], (float)v); break;
-    case DT_F64: atomic_add_f64(&((double*)o.p)[i], (double)v); break;
-    case DT_F16: atomic_add16(&((u16*)o.p)[i], (float)v, false); break;
-    case DT_BF16: atomic_add16(&((u16*)o.p)[i], (float)v, true); break;
+    case DT_F32: atomicAdd(&GMEM(float, o.p, i), (float)v); break;
+    case DT_F64: atomic_add_f64(&GMEM(double, o.p, i), (double)v); break;
+    case DT_F16: atomic_add16(&GMEM(u16, o.p, i), (float)v, false); break;
+    case DT_BF16: atomic_add16(&GMEM(u16, o.p, i), (float)v, true); break;
     }
 }
 
@@ -769,7 +786,7 @@ __device__ void k_pool(Conv g, i64 op, Op y, Op argmax, Op x) {
         }
         if (op == POOL_MAX) {
             st<T>(y, e, (T)best);
-            ((int*)argmax.p)[argmax.off + e] = (int)at;
+            GMEM(int, argmax.p, argmax.off + e) = (int)at;
         } else {
             st<T>(y, e, (T)(sum / (double)(g.KH * g.KW)));
         }
@@ -795,7 +812,7 @@ __device__ void k_pool_bwd(Conv g, i64 op, Op dx, Op argmax, Op dy) {
                 if (tw < 0 || tw % g.SW != 0 || tw / g.SW >= g.OW) continue;
                 i64 o = oh * g.OW + tw / g.SW;
                 if (op == POOL_MAX) {
-                    if (((const int*)argmax.p)[argmax.off + nc * outLen + o] == p) acc += ld<T>(dy, nc * outLen + o);
+                    if (GMEM(const int, argmax.p, argmax.off + nc * outLen + o) == p) acc += ld<T>(dy, nc * outLen + o);
                 } else {
                     acc += ld<T>(dy, nc * outLen + o) / (T)(g.KH * g.KW);
                 }

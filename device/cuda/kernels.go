@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package cuda
 
@@ -6,7 +6,7 @@ import (
 	"math"
 	"unsafe"
 
-	"gorgonia.org/cu"
+	"github.com/memfit/memfit/device/cuda/internal/cu"
 
 	"github.com/memfit/memfit/device"
 )

@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package cuda
 
@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"gorgonia.org/cu"
-	"gorgonia.org/cu/nvrtc"
+	"github.com/memfit/memfit/device/cuda/internal/cu"
+	"github.com/memfit/memfit/device/cuda/internal/nvrtc"
 )
 
 // ptxCache keeps the PTX of kernels.cu per compute capability, so that a

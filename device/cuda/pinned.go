@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package cuda
 
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"gorgonia.org/cu"
+	"github.com/memfit/memfit/device/cuda/internal/cu"
 
 	"github.com/memfit/memfit/device"
 )

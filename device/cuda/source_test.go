@@ -66,25 +66,41 @@ func TestNVRTCOptions(t *testing.T) {
 }
 
 // TestKernelSourceCompilesAsHostCpp type-checks the generated source with
-// g++ against a host shim of CUDA's device environment: no GPU or toolkit is
-// needed to catch syntax and type errors before NVRTC sees the source.
+// g++ against the CUDA emulator's device environment
+// (internal/cu/emu/kernel.h): no GPU, toolkit or cudaemu build is needed to
+// catch syntax and type errors before NVRTC sees the source.
 func TestKernelSourceCompilesAsHostCpp(t *testing.T) {
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
 		t.Skip("g++ not found: kernel source not type-checked")
 	}
 	dir := t.TempDir()
-	shim, err := filepath.Abs("testdata/hostshim.h")
+	emu, err := filepath.Abs("internal/cu/emu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := "#define MEMFIT_HOST_CHECK 1\n#include \"" + shim + "\"\n" + source()
 	path := filepath.Join(dir, "kernels.cc")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(source()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(gxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unused-function", "-Wno-unused-variable", path).CombinedOutput()
+	out, err := exec.Command(gxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unused-function", "-Wno-unused-variable",
+		"-I", emu, "-include", filepath.Join(emu, "kernel.h"), path).CombinedOutput()
 	if err != nil || len(out) > 0 {
 		t.Errorf("g++ on kernels.cu: %v\n%s", err, out)
+	}
+}
+
+// TestGlobalAccessesGoThroughGMEM keeps every global-memory access of
+// kernels.cu checkable by the CUDA emulator: a raw cast-and-index of an
+// operand's pointer would bypass the bounds check.
+func TestGlobalAccessesGoThroughGMEM(t *testing.T) {
+	raw := regexp.MustCompile(`\(\((?:const\s+)?\w+\s*\*\)\s*\w+(?:\.p)?\)\s*\[`)
+	for i, line := range strings.Split(kernelsCU, "\n") {
+		if strings.Contains(line, "#define GMEM") {
+			continue
+		}
+		if raw.MatchString(line) {
+			t.Errorf("kernels.cu:%d indexes a pointer directly; write GMEM(type, p, i):\n%s", i+1, line)
+		}
 	}
 }

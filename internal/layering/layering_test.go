@@ -48,7 +48,7 @@ func rankOf(path string) (string, int) {
 }
 
 func TestNoUpwardImports(t *testing.T) {
-	for _, tags := range []string{"", "cuda", "mpi"} {
+	for _, tags := range []string{"", "cuda", "cudaemu", "mpi"} {
 		out, err := exec.Command("go", "list", "-tags", tags, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
 		if err != nil {
 			t.Fatalf("go list (tags %q): %v", tags, err)

@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda && !cudaemu
 
 // Package probe initialises the CUDA driver before gorgonia.org/cu does, so
 // that a machine without a usable driver gets one clear message instead of

@@ -1,10 +1,10 @@
-//go:build cuda
+//go:build cuda && !cudaemu
 
-package cuda
+package cu
 
 // The CUDA and cuBLAS calls gorgonia.org/cu lacks: a kernel launch that
-// passes struct arguments by value, cuBLAS bound to this device's stream
-// with cublasGemmEx and cublasGemmStridedBatchedEx, and pinned host memory.
+// passes struct arguments by value, cuBLAS bound to a stream with
+// cublasGemmEx and cublasGemmStridedBatchedEx, and pinned host memory.
 
 // #cgo LDFLAGS: -lcublas -lcuda
 // #cgo linux LDFLAGS: -L/usr/local/cuda/lib64
@@ -73,10 +73,17 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+)
 
-	"gorgonia.org/cu"
+const (
+	R32F  DataType = C.CUDA_R_32F
+	R64F  DataType = C.CUDA_R_64F
+	R16F  DataType = C.CUDA_R_16F
+	R16BF DataType = C.CUDA_R_16BF
 
-	"github.com/memfit/memfit/device"
+	Compute32F         ComputeType = C.CUBLAS_COMPUTE_32F
+	Compute32FFastTF32 ComputeType = C.CUBLAS_COMPUTE_32F_FAST_TF32
+	Compute64F         ComputeType = C.CUBLAS_COMPUTE_64F
 )
 
 // cuErr turns a CUresult into an error (nil for CUDA_SUCCESS).
@@ -93,70 +100,49 @@ func cuErr(r C.CUresult) error {
 
 // cFunction and cStream read the driver handles out of gorgonia's types,
 // each a struct of one handle.
-func cFunction(f cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&f)) }
-func cStream(s cu.Stream) C.CUstream       { return *(*C.CUstream)(unsafe.Pointer(&s)) }
+func cFunction(f Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&f)) }
+func cStream(s Stream) C.CUstream       { return *(*C.CUstream)(unsafe.Pointer(&s)) }
 
-// launch runs on the device's thread.
-func launch(f cu.Function, grid int, s cu.Stream, a *args) error {
-	if len(a.starts) > 64 {
-		return fmt.Errorf("%d kernel arguments, at most 64", len(a.starts))
+// StreamHandle is the CUstream (a cudaStream_t) inside s.
+func StreamHandle(s Stream) unsafe.Pointer { return unsafe.Pointer(cStream(s)) }
+
+// Launch runs f over grid blocks of block threads on stream s; argument i
+// is the words from starts[i] on. It must run on a thread where the
+// context is current.
+func Launch(f Function, grid, block int, s Stream, words []uint64, starts []int32) error {
+	if len(starts) > 64 {
+		return fmt.Errorf("%d kernel arguments, at most 64", len(starts))
 	}
-	var words *C.ulonglong
-	var starts *C.int
-	if len(a.words) > 0 {
-		words = (*C.ulonglong)(unsafe.Pointer(&a.words[0]))
-		starts = (*C.int)(unsafe.Pointer(&a.starts[0]))
+	var w *C.ulonglong
+	var st *C.int
+	if len(words) > 0 {
+		w = (*C.ulonglong)(unsafe.Pointer(&words[0]))
+		st = (*C.int)(unsafe.Pointer(&starts[0]))
 	}
-	return cuErr(C.memfit_launch(cFunction(f), C.uint(grid), C.uint(block), cStream(s), words, starts, C.int(len(a.starts))))
+	return cuErr(C.memfit_launch(cFunction(f), C.uint(grid), C.uint(block), cStream(s), w, st, C.int(len(starts))))
 }
 
-// blasHandle is a cuBLAS handle bound to one stream.
-type blasHandle struct{ h C.cublasHandle_t }
+// Blas is a cuBLAS handle bound to one stream.
+type Blas struct{ h C.cublasHandle_t }
 
-func newBlas(s cu.Stream) (*blasHandle, error) {
-	b := &blasHandle{}
+// NewBlas makes a cuBLAS handle whose work goes on s. The error of a
+// failing cuBLAS call is its cublasStatus_t, as an int in BlasStatus.
+func NewBlas(s Stream) (*Blas, error) {
+	b := &Blas{}
 	if err := blasErr(int(C.memfit_blas_create(&b.h, cStream(s)))); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *blasHandle) close() error {
+// Close destroys the handle.
+func (b *Blas) Close() error {
 	if b == nil || b.h == nil {
 		return nil
 	}
 	err := blasErr(int(C.memfit_blas_destroy(b.h)))
 	b.h = nil
 	return err
-}
-
-func cudaType(d device.DType) C.int {
-	switch d {
-	case device.F32:
-		return C.CUDA_R_32F
-	case device.F64:
-		return C.CUDA_R_64F
-	case device.F16:
-		return C.CUDA_R_16F
-	case device.BF16:
-		return C.CUDA_R_16BF
-	}
-	panic("cuda: no cuBLAS type for " + d.String())
-}
-
-func computeType(k computeKind) C.int {
-	switch k {
-	case compute32FTF32:
-		return C.CUBLAS_COMPUTE_32F_FAST_TF32
-	case compute64F:
-		return C.CUBLAS_COMPUTE_64F
-	}
-	return C.CUBLAS_COMPUTE_32F
-}
-
-// addr is the device address of a view's first element.
-func addr(v device.View) C.ulonglong {
-	return C.ulonglong(uint64(v.Buf.Block.Ptr()) + uint64(v.Offset*v.DType.Size()))
 }
 
 func cbool(b bool) C.int {
@@ -166,19 +152,19 @@ func cbool(b bool) C.int {
 	return 0
 }
 
-// gemm runs on the device's thread.
-func (b *blasHandle) gemm(g blasGemm) error {
-	st := C.memfit_gemm(b.h, cbool(g.transA), cbool(g.transB), C.int(g.m), C.int(g.n), C.int(g.k),
-		C.double(g.alpha), addr(g.a), cudaType(g.a.DType), C.int(g.lda), C.longlong(g.strideA),
-		addr(g.b), cudaType(g.b.DType), C.int(g.ldb), C.longlong(g.strideB),
-		C.double(g.beta), addr(g.c), cudaType(g.c.DType), C.int(g.ldc), C.longlong(g.strideC),
-		C.int(g.batch), computeType(g.compute))
+// Gemm queues g on the handle's stream.
+func (b *Blas) Gemm(g Gemm) error {
+	st := C.memfit_gemm(b.h, cbool(g.TransA), cbool(g.TransB), C.int(g.M), C.int(g.N), C.int(g.K),
+		C.double(g.Alpha), C.ulonglong(g.A), C.int(g.AType), C.int(g.Lda), C.longlong(g.StrideA),
+		C.ulonglong(g.B), C.int(g.BType), C.int(g.Ldb), C.longlong(g.StrideB),
+		C.double(g.Beta), C.ulonglong(g.C), C.int(g.CType), C.int(g.Ldc), C.longlong(g.StrideC),
+		C.int(g.Batch), C.int(g.Compute))
 	return blasErr(int(st))
 }
 
-// hostAlloc returns n bytes of page-locked host memory (needs the context
-// current: runs on the device's thread).
-func hostAlloc(n int) (unsafe.Pointer, error) {
+// HostAlloc returns n bytes of page-locked host memory (the context must be
+// current).
+func HostAlloc(n int) (unsafe.Pointer, error) {
 	var r C.CUresult
 	p := C.memfit_host_alloc(C.size_t(n), &r)
 	if err := cuErr(r); err != nil {
@@ -187,4 +173,5 @@ func hostAlloc(n int) (unsafe.Pointer, error) {
 	return p, nil
 }
 
-func hostFree(p unsafe.Pointer) error { return cuErr(C.memfit_host_free(p)) }
+// HostFree frees what HostAlloc returned.
+func HostFree(p unsafe.Pointer) error { return cuErr(C.memfit_host_free(p)) }

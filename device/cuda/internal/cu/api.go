@@ -1,0 +1,67 @@
+//go:build cuda || cudaemu
+
+package cu
+
+// DataType is a cudaDataType: the element type of a GEMM operand.
+type DataType int
+
+// ComputeType is a cublasComputeType_t: the accumulation of a GEMM.
+type ComputeType int
+
+// Gemm is one cublasGemmEx call (Batch == 1) or one
+// cublasGemmStridedBatchedEx call, in cuBLAS's column-major terms: C =
+// Alpha·op(A)·op(B) + Beta·C, each operand at a device address with its
+// type, leading dimension and batch stride.
+type Gemm struct {
+	TransA, TransB bool
+	M, N, K        int
+	Alpha, Beta    float64
+	A, B, C        DevicePtr
+	AType, BType   DataType
+	CType          DataType
+	Lda, Ldb, Ldc  int
+	StrideA        int64
+	StrideB        int64
+	StrideC        int64
+	Batch          int
+	Compute        ComputeType
+}
+
+// BlasStatus is a cublasStatus_t other than success.
+type BlasStatus int
+
+func blasErr(status int) error {
+	if status == 0 {
+		return nil
+	}
+	return BlasStatus(status)
+}
+
+var blasStatusNames = map[BlasStatus]string{
+	1:  "CUBLAS_STATUS_NOT_INITIALIZED",
+	3:  "CUBLAS_STATUS_ALLOC_FAILED",
+	7:  "CUBLAS_STATUS_INVALID_VALUE",
+	8:  "CUBLAS_STATUS_ARCH_MISMATCH",
+	11: "CUBLAS_STATUS_MAPPING_ERROR",
+	13: "CUBLAS_STATUS_EXECUTION_FAILED",
+	14: "CUBLAS_STATUS_INTERNAL_ERROR",
+	15: "CUBLAS_STATUS_NOT_SUPPORTED",
+	16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+func (s BlasStatus) Error() string {
+	if n, ok := blasStatusNames[s]; ok {
+		return n
+	}
+	return "cublasStatus_t " + itoa(int(s))
+}
+
+func itoa(v int) string {
+	if v < 0 {
+		return "-" + itoa(-v)
+	}
+	if v < 10 {
+		return string(rune('0' + v))
+	}
+	return itoa(v/10) + string(rune('0'+v%10))
+}
