@@ -62,6 +62,18 @@ func (a *args) op(v device.View) *args {
 	return a
 }
 
+// heads appends a [B, H, T, D] view with unit last stride as two
+// arguments: its Op and a Heads struct {sb, sh, st} of its other strides.
+func (a *args) heads(v device.View) *args {
+	if len(v.Strides) != 4 || v.Strides[3] != 1 {
+		panic(fmt.Sprintf("cuda: attention operand of shape %v and strides %v: want [B, H, T, D] with unit last stride", v.Shape, v.Strides))
+	}
+	a.op(v)
+	a.begin()
+	a.words = append(a.words, uint64(int64(v.Strides[0])), uint64(int64(v.Strides[1])), uint64(int64(v.Strides[2])))
+	return a
+}
+
 // ew appends an Ew struct.
 func (a *args) ew(g *ewGeom) *args {
 	a.begin()

@@ -922,3 +922,174 @@ extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double mo
         st<double>(p, i, pi - lr * gi);
     }
 }
+
+// ---------------------------------------------------------------- fused causal attention
+//
+// device.AttentionKernels, as device/cpu computes them: one block per
+// workspace slot, each taking (batch, head) pairs in turn; query rows in
+// blocks of ATT_BLOCK whose scores against the keys up to the block's last
+// row live in the slot (T elements per row: nothing of T×T size). Forward
+// keeps the output and one log-sum-exp per row; backward recomputes the
+// probabilities from them. Scores, probabilities and accumulators are T
+// (float, or double for f64 inputs); for 16-bit inputs the probabilities
+// and their gradient are rounded to the input dtype before the products
+// that take them, as on the CPU. Dropout draws element ((b·H+h)·T+i)·T+j
+// of the seed's stream, the mask the composed path draws.
+
+// Heads are the strides of a [B, H, T, D] view whose last stride is 1.
+struct Heads {
+    i64 sb, sh, st;
+};
+
+__device__ __forceinline__ i64 head_el(const Heads& s, i64 b, i64 h, i64 t, i64 d) {
+    return b * s.sb + h * s.sh + t * s.st + d;
+}
+
+// round16 rounds v to a 16-bit dtype and back; other dtypes keep v.
+template <class T>
+__device__ __forceinline__ T round16(T v, i64 dt) {
+    if (dt == DT_BF16) return (T)bf2f(f2bf((float)v));
+    if (dt == DT_F16) return (T)h2f(f2h((float)v));
+    return v;
+}
+
+template <class T>
+__device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
+                            Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed) {
+    const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
+    const i64 wsb = ws.off + (i64)blockIdx.x * slot;  // this block's slot: P[br][Tn]
+    const T keep = (T)(1 / (1 - p));
+#define P_(r, j) GMEM(T, ws.p, wsb + (r) * Tn + (j))
+    for (i64 bh = blockIdx.x; bh < B * H; bh += gridDim.x) {
+        const i64 b = bh / H, h = bh % H;
+        for (i64 i0 = 0; i0 < Tn; i0 += br) {
+            const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
+            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
+                const i64 r = e / n, j = e % n, i = i0 + r;
+                T s = 0;
+                if (j <= i) {
+                    for (i64 c = 0; c < D; c++) s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
+                    s *= (T)scale;
+                }
+                P_(r, j) = s;
+            }
+            __syncthreads();
+            for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
+                const i64 i = i0 + r;
+                T mx = P_(r, 0);
+                for (i64 j = 1; j <= i; j++) mx = xmax(mx, P_(r, j));
+                double sum = 0;
+                for (i64 j = 0; j <= i; j++) {
+                    T x = xexp(P_(r, j) - mx);
+                    P_(r, j) = x;
+                    sum += (double)x;
+                }
+                st<T>(lse, bh * Tn + i, (T)((double)mx + log(sum)));
+                const T inv = (T)(1 / sum);
+                for (i64 j = 0; j <= i; j++) {
+                    T x = P_(r, j) * inv;
+                    if (p > 0) x = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : x * keep;
+                    P_(r, j) = round16(x, q.dt);
+                }
+            }
+            __syncthreads();
+            for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
+                const i64 r = e / D, c = e % D, i = i0 + r;
+                T s = 0;
+                for (i64 j = 0; j <= i; j++) s += P_(r, j) * ld<T>(v, head_el(sv, b, h, j, c));
+                st<T>(out, head_el(so, b, h, i, c), s);
+            }
+            __syncthreads();
+        }
+    }
+#undef P_
+}
+TYPED(k_attention,
+      (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws,
+       i64 slot, double scale, double p, u64 seed),
+      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed))
+
+// k_attention_bwd: per slot, P and dS ([br][Tn] each), the head's dk and
+// dv accumulators ([Tn][D] each) and the block's Δ (br values).
+template <class T>
+__device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv,
+                                Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
+                                Heads sv, Op ws, i64 slot, double scale, double p, u64 seed) {
+    const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
+    const i64 wsb = ws.off + (i64)blockIdx.x * slot;
+    const i64 oP = 0, oS = br * Tn, oK = 2 * br * Tn, oV = oK + Tn * D, oDelta = oV + Tn * D;
+    const T keep = (T)(1 / (1 - p));
+#define W_(i) GMEM(T, ws.p, wsb + (i))
+    for (i64 bh = blockIdx.x; bh < B * H; bh += gridDim.x) {
+        const i64 b = bh / H, h = bh % H;
+        for (i64 e = threadIdx.x; e < 2 * Tn * D; e += blockDim.x) W_(oK + e) = 0;
+        __syncthreads();
+        for (i64 i0 = 0; i0 < Tn; i0 += br) {
+            const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
+            // Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
+            for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
+                double s = 0;
+                for (i64 c = 0; c < D; c++)
+                    s += (double)ld<T>(dout, head_el(sdo, b, h, i0 + r, c)) * (double)ld<T>(out, head_el(so, b, h, i0 + r, c));
+                W_(oDelta + r) = (T)s;
+            }
+            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
+                const i64 r = e / n, j = e % n, i = i0 + r;
+                T s = 0, dp = 0;
+                if (j <= i) {
+                    for (i64 c = 0; c < D; c++) {
+                        s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
+                        dp += ld<T>(dout, head_el(sdo, b, h, i, c)) * ld<T>(v, head_el(sv, b, h, j, c));
+                    }
+                    s *= (T)scale;
+                }
+                W_(oP + r * Tn + j) = s;
+                W_(oS + r * Tn + j) = dp;
+            }
+            __syncthreads();
+            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
+                const i64 r = e / n, j = e % n, i = i0 + r;
+                if (j > i) continue;
+                const T pij = xexp(W_(oP + r * Tn + j) - ld<T>(lse, bh * Tn + i));
+                const T dl = W_(oDelta + r);
+                T z = (T)1;
+                if (p > 0) z = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : keep;
+                const T ds = p > 0 ? pij * (z * W_(oS + r * Tn + j) - dl) : pij * (W_(oS + r * Tn + j) - dl);
+                W_(oP + r * Tn + j) = round16(p > 0 ? pij * z : pij, q.dt);
+                W_(oS + r * Tn + j) = round16(ds, q.dt);
+            }
+            __syncthreads();
+            // dv += P'ᵀ·dout and dk += scale·dSᵀ·q over the block's rows.
+            for (i64 e = threadIdx.x; e < n * D; e += blockDim.x) {
+                const i64 j = e / D, c = e % D;
+                T sv_ = 0, sk_ = 0;
+                for (i64 r = (j > i0 ? j - i0 : 0); r < m; r++) {
+                    sv_ += W_(oP + r * Tn + j) * ld<T>(dout, head_el(sdo, b, h, i0 + r, c));
+                    sk_ += W_(oS + r * Tn + j) * ld<T>(q, head_el(sq, b, h, i0 + r, c));
+                }
+                W_(oV + j * D + c) += sv_;
+                W_(oK + j * D + c) += (T)scale * sk_;
+            }
+            // dq = scale·dS·k.
+            for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
+                const i64 r = e / D, c = e % D, i = i0 + r;
+                T s = 0;
+                for (i64 j = 0; j <= i; j++) s += W_(oS + r * Tn + j) * ld<T>(k, head_el(sk, b, h, j, c));
+                st<T>(dq, head_el(sdq, b, h, i, c), (T)scale * s);
+            }
+            __syncthreads();
+        }
+        for (i64 e = threadIdx.x; e < Tn * D; e += blockDim.x) {
+            const i64 j = e / D, c = e % D;
+            st<T>(dk, head_el(sdk, b, h, j, c), W_(oK + e));
+            st<T>(dv, head_el(sdv, b, h, j, c), W_(oV + e));
+        }
+        __syncthreads();
+    }
+#undef W_
+}
+TYPED(k_attention_bwd,
+      (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
+       Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
+       u64 seed),
+      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed))

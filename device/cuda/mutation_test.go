@@ -37,6 +37,12 @@ var mutants = []struct {
 		want: "--- FAIL",
 	},
 	{
+		name: "fused attention normalises rows before every score is written",
+		old:  "                P_(r, j) = s;\n            }\n            __syncthreads();\n",
+		new:  "                P_(r, j) = s;\n            }\n",
+		want: "--- FAIL",
+	},
+	{
 		name: "the grid-stride loop runs one index too far",
 		old:  "i < (n); i += (i64)blockDim.x * gridDim.x)",
 		new:  "i <= (n); i += (i64)blockDim.x * gridDim.x)",

@@ -7,9 +7,6 @@ import "github.com/memfit/memfit/device"
 // a command that imports it explains itself instead of calling the device
 // unknown.
 func init() {
-	// Fused attention has no CUDA kernel yet: the tensor package composes
-	// it, and plans made for this device must too.
-	device.Lacking("cuda", device.CapAttention)
 	device.Register("cuda", func(o device.Options) (device.Device, error) {
 		d, err := New(o.Ordinal, MemLimit(o.Capacity))
 		if err != nil {

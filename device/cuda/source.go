@@ -25,6 +25,7 @@ func prelude() string {
 	def("MAXD", maxDims)
 	def("MAXOPS", maxOps)
 	def("BLOCK", block)
+	def("ATT_BLOCK", device.AttentionBlock)
 	for _, d := range []device.DType{device.F32, device.F64, device.F16, device.BF16, device.I32, device.I64} {
 		def("DT_"+strings.ToUpper(d.String()), int(d))
 	}
@@ -73,7 +74,7 @@ var typedKernels = []string{
 	"k_causal_fill", "k_dropout", "k_reduce_block", "k_reduce_thread",
 	"k_softmax", "k_softmax_bwd", "k_layernorm", "k_layernorm_bwd_dx", "k_layernorm_bwd_param",
 	"k_scatter_add", "k_im2col", "k_col2im", "k_pool", "k_pool_bwd",
-	"k_xent", "k_xent_bwd",
+	"k_xent", "k_xent_bwd", "k_attention", "k_attention_bwd",
 }
 
 // plainKernels have a single entry point.
