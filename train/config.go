@@ -104,14 +104,22 @@ const (
 	DefaultLRMLP = 1e-3
 	DefaultLRCNN = 2e-3
 	DefaultLRGPT = 3e-4
+	// DefaultLRAdafactor is -optim adafactor's: its learning rate is the
+	// ceiling of the relative step size ρ = min(lr, 1/√t), which the
+	// paper sets to 10⁻² whatever the model (optim.Adafactor).
+	DefaultLRAdafactor = 1e-2
 )
 
 // Resolved fills the fields whose defaults depend on the model: a zero LR
-// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt); an empty LMHead
-// (a Config from before it existed) is chunked.
+// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt; 1e-2, the paper's
+// relative-step ceiling, with -optim adafactor); an empty LMHead (a
+// Config from before it existed) is chunked.
 func (c Config) Resolved() Config {
 	if c.LMHead == "" {
 		c.LMHead = "chunked"
+	}
+	if c.LR == 0 && c.Optim == "adafactor" {
+		c.LR = DefaultLRAdafactor
 	}
 	if c.LR == 0 {
 		switch c.Model {
