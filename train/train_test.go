@@ -267,7 +267,13 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
 	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.Freeze = []string{"embed.*"}; c.AMP = "fp16" })
 	add(base, func(c *Config) { c.Optim = "adafactor" })
-	add(base, func(c *Config) { c.Optim = "adafactor"; c.AMP = "bf16"; c.Checkpoint = "sqrt"; c.Accum = 4; c.Freeze = []string{"blocks.0.*"} })
+	add(base, func(c *Config) {
+		c.Optim = "adafactor"
+		c.AMP = "bf16"
+		c.Checkpoint = "sqrt"
+		c.Accum = 4
+		c.Freeze = []string{"blocks.0.*"}
+	})
 	for _, c := range cases {
 		c.Steps = planSteps
 		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
