@@ -60,18 +60,32 @@ const (
 	quantUnsignedK = 1.875 / (1 << 96)
 )
 
+// Dequantisation multiplies a code's magnitude, placed in the bits of an
+// F32 (code<<20), by these F32 factors, 1/quantSignedK and
+// 1/quantUnsignedK rounded to F32: one F32 product, which vector kernels
+// compute bit for bit.
+var (
+	quantSignedDeq   = float32(1 / quantSignedK)
+	quantUnsignedDeq = float32(1 / quantUnsignedK)
+)
+
+// Quant8DequantFactors returns the F32 factors dequantisation multiplies a
+// first-moment (signed) and second-moment magnitude by, once the code's
+// magnitude bits are placed at bit 20 of an F32: Q(c) = bits(c<<20)·factor,
+// for vector kernels to compute the tables' values.
+func Quant8DequantFactors() (signed, unsigned float32) { return quantSignedDeq, quantUnsignedDeq }
+
 // The code tables: value of each code as a fraction of the block's absmax.
 var quantSignedTable, quantUnsignedTable [256]float32
 
 func init() {
 	for c := range 256 {
-		mag := math.Float32frombits(uint32(c&0x7f) << 20)
-		v := float32(float64(mag) / quantSignedK)
+		v := math.Float32frombits(uint32(c&0x7f)<<20) * quantSignedDeq
 		if c&0x80 != 0 {
 			v = -v
 		}
 		quantSignedTable[c] = v
-		quantUnsignedTable[c] = float32(float64(math.Float32frombits(uint32(c)<<20)) / quantUnsignedK)
+		quantUnsignedTable[c] = math.Float32frombits(uint32(c)<<20) * quantUnsignedDeq
 	}
 }
 
@@ -121,60 +135,82 @@ func Adam8bitBlock(p, g []float32, m, v []uint8, mScale, vScale *float32, h Adam
 	n := len(p)
 	g, m, v = g[:n], m[:n], v[:n]
 	mw, vw := work[:n], work[n:2*n]
-	c := newAdam8Consts(h)
+	c := NewAdam8bitConsts(h)
 	sm, sv := *mScale, *vScale
 	var am, av float32
+	// Every product and sum is rounded to F32 on its own (the explicit
+	// conversions forbid fused multiply-adds), in the order the vector
+	// kernels compute them, so that they give these bits exactly.
 	for i := range p {
-		gi := g[i] * c.gradScale
 		pi := p[i]
-		gi += c.wd * pi
-		mi := c.beta1*(quantSignedTable[m[i]]*sm) + c.oneMinusBeta1*gi
-		vi := c.beta2*(quantUnsignedTable[v[i]]*sv) + c.oneMinusBeta2*gi*gi
-		den := float32(math.Sqrt(float64(vi)))*c.invSqrtBC2 + c.eps
-		p[i] = pi*c.decay - c.stepSize*mi/den
+		gi := float32(g[i] * c.GradScale)
+		gi = float32(gi + float32(c.WD*pi))
+		mo := float32(quantSignedTable[m[i]] * sm)
+		mi := float32(float32(c.Beta1*mo) + float32(c.OneMinusBeta1*gi))
+		vo := float32(quantUnsignedTable[v[i]] * sv)
+		vi := float32(float32(c.Beta2*vo) + float32(float32(c.OneMinusBeta2*gi)*gi))
+		den := float32(float32(float32(math.Sqrt(float64(vi)))*c.InvSqrtBC2) + c.Eps)
+		step := float32(float32(c.StepSize*mi) / den)
+		p[i] = float32(float32(pi*c.Decay) - step)
 		mw[i], vw[i] = mi, vi
 		am = max(am, float32(math.Abs(float64(mi))))
 		av = max(av, vi)
 	}
 	*mScale, *vScale = am, av
-	var km, kv float32
+	km, kv := Quant8Factors(am, av)
+	Quant8Store(m, v, mw, vw, km, kv)
+}
+
+// Quant8Store writes the codes of moments mw and vw, given the factors
+// km = 1.875·2⁻¹¹²/absmax and kv = 1.875·2⁻⁹⁶/absmax (0 for an all-zero
+// block): the second pass of Adam8bitBlock.
+func Quant8Store(m, v []uint8, mw, vw []float32, km, kv float32) {
+	for i := range m {
+		m[i] = quantSigned(float32(mw[i] * km))
+		v[i] = quantUnsigned(float32(vw[i] * kv))
+	}
+}
+
+// Quant8Factors returns the factors Quant8Store takes for blocks whose
+// moments have absmax am and av.
+func Quant8Factors(am, av float32) (km, kv float32) {
 	if am > 0 {
 		km = quantSignedK / am
 	}
 	if av > 0 {
 		kv = quantUnsignedK / av
 	}
-	for i := range p {
-		m[i] = quantSigned(mw[i] * km)
-		v[i] = quantUnsigned(vw[i] * kv)
-	}
+	return km, kv
 }
 
-// adam8Consts are AdamHyper as the F32 arithmetic of the 8-bit step uses
-// them.
-type adam8Consts struct {
-	gradScale, wd, decay                       float32
-	beta1, oneMinusBeta1, beta2, oneMinusBeta2 float32
-	stepSize, invSqrtBC2, eps                  float32
+// Adam8bitConsts are an AdamHyper as the F32 arithmetic of the 8-bit
+// step uses them. The field order is a layout: vector kernels read the
+// struct as ten consecutive float32s.
+type Adam8bitConsts struct {
+	GradScale, WD, Decay                       float32
+	Beta1, OneMinusBeta1, Beta2, OneMinusBeta2 float32
+	StepSize, InvSqrtBC2, Eps                  float32
 }
 
-func newAdam8Consts(h AdamHyper) adam8Consts {
+// NewAdam8bitConsts converts h (GradScale 0 read as 1; WD is Adam's L2
+// term, Decay AdamW's 1 - lr·wd).
+func NewAdam8bitConsts(h AdamHyper) Adam8bitConsts {
 	scale := h.GradScale
 	if scale == 0 {
 		scale = 1
 	}
-	c := adam8Consts{
-		gradScale: float32(scale), decay: 1,
-		beta1: float32(h.Beta1), oneMinusBeta1: float32(1 - h.Beta1),
-		beta2: float32(h.Beta2), oneMinusBeta2: float32(1 - h.Beta2),
-		stepSize: float32(h.LR / h.BiasCorrection1), invSqrtBC2: float32(1 / math.Sqrt(h.BiasCorrection2)),
-		eps: float32(h.Eps),
+	c := Adam8bitConsts{
+		GradScale: float32(scale), Decay: 1,
+		Beta1: float32(h.Beta1), OneMinusBeta1: float32(1 - h.Beta1),
+		Beta2: float32(h.Beta2), OneMinusBeta2: float32(1 - h.Beta2),
+		StepSize: float32(h.LR / h.BiasCorrection1), InvSqrtBC2: float32(1 / math.Sqrt(h.BiasCorrection2)),
+		Eps: float32(h.Eps),
 	}
 	if h.WeightDecay != 0 {
 		if h.Decoupled {
-			c.decay = float32(1 - h.LR*h.WeightDecay)
+			c.Decay = float32(1 - h.LR*h.WeightDecay)
 		} else {
-			c.wd = float32(h.WeightDecay)
+			c.WD = float32(h.WeightDecay)
 		}
 	}
 	return c

@@ -22,9 +22,12 @@ func (d *Device) Adam8bitStep(param, grad, m, v, mScale, vScale device.View, h d
 		sc := getScratch[float32]()
 		defer putScratch(sc)
 		work := sc.row(0, 2*device.Quant8Block)
+		c := device.NewAdam8bitConsts(h)
 		for b := b0; b < b1; b++ {
 			lo, hi := b*device.Quant8Block, min((b+1)*device.Quant8Block, n)
-			device.Adam8bitBlock(p[lo:hi], g[lo:hi], mq[lo:hi], vq[lo:hi], &ms[b], &vs[b], h, work)
+			if !adam8Vector(p[lo:hi], g[lo:hi], mq[lo:hi], vq[lo:hi], &ms[b], &vs[b], &c, work) {
+				device.Adam8bitBlock(p[lo:hi], g[lo:hi], mq[lo:hi], vq[lo:hi], &ms[b], &vs[b], h, work)
+			}
 		}
 	})
 }
