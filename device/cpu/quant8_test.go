@@ -53,10 +53,12 @@ func TestAdam8bitVectorIsBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	const n = device.Quant8Block
 	cases := map[string]func(i int) float32{
-		"normal":  func(int) float32 { return float32(rng.NormFloat64() * 1e-2) },
-		"zero":    func(int) float32 { return 0 },
-		"outlier": func(i int) float32 { return float32(map[bool]float64{true: 1e3, false: 1e-6}[i == 7] * rng.NormFloat64()) },
-		"spread":  func(int) float32 { return float32(rng.NormFloat64() * math.Exp(4*rng.NormFloat64())) },
+		"normal": func(int) float32 { return float32(rng.NormFloat64() * 1e-2) },
+		"zero":   func(int) float32 { return 0 },
+		"outlier": func(i int) float32 {
+			return float32(map[bool]float64{true: 1e3, false: 1e-6}[i == 7] * rng.NormFloat64())
+		},
+		"spread": func(int) float32 { return float32(rng.NormFloat64() * math.Exp(4*rng.NormFloat64())) },
 	}
 	for name, grad := range cases {
 		for _, dec := range []bool{false, true} {
