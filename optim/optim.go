@@ -103,7 +103,8 @@ func newOptimizer(r rule, cfgName string, params []*tensor.Tensor, lr, wd float6
 	return o, nil
 }
 
-// Name is the algorithm: "sgd", "adam" or "adamw".
+// Name is the algorithm as registered: "sgd", "adam", "adamw", "adam8bit",
+// "adamw8bit" or "adafactor".
 func (o *Optimizer) Name() string { return o.rule.name() }
 
 // Params lists the parameters of every group, group by group. A loss

@@ -17,7 +17,8 @@ import (
 // paths (tensor Name), so a state applies to any optimizer over a model
 // with the same parameter paths and shapes.
 type State struct {
-	// Algorithm is "sgd", "adam" or "adamw".
+	// Algorithm is the registered name: "sgd", "adam", "adamw", "adam8bit",
+	// "adamw8bit" or "adafactor".
 	Algorithm string `json:"algorithm"`
 	// Step is the number of steps taken (where the schedule stands).
 	Step int `json:"step"`

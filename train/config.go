@@ -36,7 +36,7 @@ type Config struct {
 	Epochs   int     `json:"epochs"` // used when Steps is 0
 	Batch    int     `json:"batch"`
 	LR       float64 `json:"lr"`    // 0: the model's default (see Resolved)
-	Optim    string  `json:"optim"` // a registered optimizer: sgd, adam or adamw
+	Optim    string  `json:"optim"` // a registered optimizer: sgd, adam, adamw, adam8bit, adamw8bit, adafactor
 	WD       float64 `json:"wd"`
 	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
 	Warmup   int     `json:"warmup"`   // linear warm-up steps
