@@ -226,6 +226,8 @@ func (c *Config) Validate() error {
 		return bad("zero", c.Zero, "want 0, 1 (optimizer state sharded) or 2 (gradients too)")
 	case c.Zero > 0 && c.UnfreezeAt > 0:
 		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
+	case c.Zero > 0 && c.Optim == "adafactor":
+		return bad("zero", c.Zero, "cannot shard -optim adafactor (its row and column statistics span whole matrices; its state is already under 0.1 bytes per parameter): use -zero 0")
 	}
 	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
 		return err

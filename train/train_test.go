@@ -74,6 +74,11 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.AMP = 32, 2, 16, true, 0, "fp16"
 		}},
 		{"gpt-unfreeze", func(c *Config) { c.Freeze, c.UnfreezeAt, c.Optim = []string{"embed.*"}, 6, "adamw" }},
+		{"gpt-adamw8bit-unfreeze-bf16", func(c *Config) {
+			c.Freeze, c.UnfreezeAt, c.Optim, c.AMP, c.Checkpoint = []string{"embed.*"}, 6, "adamw8bit", "bf16", "every"
+		}},
+		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim, c.AMP, c.Accum = "adam8bit", "fp16", 2 }},
+		{"gpt-adafactor-accum", func(c *Config) { c.Optim, c.Accum, c.Checkpoint = "adafactor", 2, "sqrt" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := tinyGPT()
