@@ -61,6 +61,16 @@ type AdamStepper interface {
 	AdamStep(param, grad, m, v View, h AdamHyper)
 }
 
+// Adam8bitStepper updates a parameter and its 8-bit Adam state (quant8.go)
+// in one pass.
+type Adam8bitStepper interface {
+	// Adam8bitStep updates param (F32) in place from grad (F32) and the
+	// moments held as codes m and v (U8, one per element) with scales
+	// mScale and vScale (F32, one per Quant8Block elements), as
+	// Adam8bitBlock does block by block; all contiguous.
+	Adam8bitStep(param, grad, m, v, mScale, vScale View, h AdamHyper)
+}
+
 // SGDStepper updates a parameter and its momentum buffer in one pass.
 type SGDStepper interface {
 	// SGDStep updates param (and the momentum buffer, when h.Momentum is
@@ -76,10 +86,11 @@ const (
 	CapCausalFill   = "causal_fill"
 	CapAdamStep     = "adam_step"
 	CapSGDStep      = "sgd_step"
+	CapAdam8bitStep = "adam8bit_step"
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep}
 
 // AttentionOf returns d's fused attention kernels, or nil when d lacks
 // them (or hides them): the tensor package then composes attention from
@@ -107,6 +118,8 @@ func Has(d Device, name string) bool {
 		_, ok = c.(AdamStepper)
 	case CapSGDStep:
 		_, ok = c.(SGDStepper)
+	case CapAdam8bitStep:
+		_, ok = c.(Adam8bitStepper)
 	case CapAttention:
 		_, ok = c.(AttentionKernels)
 	}
@@ -248,4 +261,14 @@ func SGDStep(d Device, param, grad, momentum View, h SGDHyper) {
 		return
 	}
 	composedSGDStep(d, param, grad, momentum, h)
+}
+
+// Adam8bitStep runs d's fused 8-bit Adam update, or the host composition
+// of Adam8bitBlock (the same bits; no device temporaries).
+func Adam8bitStep(d Device, param, grad, m, v, mScale, vScale View, h AdamHyper) {
+	if k, ok := capable(d, CapAdam8bitStep).(Adam8bitStepper); ok {
+		k.Adam8bitStep(param, grad, m, v, mScale, vScale, h)
+		return
+	}
+	composedAdam8bitStep(d, param, grad, m, v, mScale, vScale, h)
 }

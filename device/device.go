@@ -19,6 +19,11 @@ const (
 	BF16
 	I32
 	I64
+	// U8 holds bytes that are not numbers by themselves: the codes of
+	// quantized optimizer state (quant8.go). Kernels other than Fill,
+	// Copy between U8 views and the quantized optimizer steps need not
+	// accept it; host copies (Read, Write) always do.
+	U8
 )
 
 // Size is the number of bytes of one element.
@@ -30,6 +35,8 @@ func (d DType) Size() int {
 		return 8
 	case F16, BF16:
 		return 2
+	case U8:
+		return 1
 	}
 	return 0
 }
@@ -54,6 +61,8 @@ func (d DType) String() string {
 		return "i32"
 	case I64:
 		return "i64"
+	case U8:
+		return "u8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }

@@ -23,20 +23,30 @@ type flat struct {
 	total  int
 }
 
-func newFlat(params []*tensor.Tensor) *flat {
+func newFlat(params []*tensor.Tensor) *flat { return newFlatAligned(params, 1) }
+
+// newFlatAligned starts every tensor at a multiple of align, leaving gaps
+// (padding, read as zeros) between them: ZeRO's layout for optimizer
+// state kept in blocks, so that rank boundaries, multiples of align too,
+// fall on the tensors' own block boundaries.
+func newFlatAligned(params []*tensor.Tensor, align int) *flat {
 	f := &flat{params: params, off: make([]int, len(params))}
 	for i, p := range params {
+		f.total = roundUp(f.total, align)
 		f.off[i] = f.total
 		f.total += p.Len()
 	}
 	return f
 }
 
+// roundUp is the least multiple of m not below n.
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
 // segment is elements [a, a+n) of params[i], at flat position pos.
 type segment struct{ i, a, n, pos int }
 
 // segments lists the pieces of the flat range [lo, hi) (clipped to the
-// vector).
+// vector), skipping the gaps of an aligned layout.
 func (f *flat) segments(lo, hi int) []segment {
 	lo, hi = max(lo, 0), min(hi, f.total)
 	if lo >= hi {
@@ -44,15 +54,17 @@ func (f *flat) segments(lo, hi int) []segment {
 	}
 	i := sort.Search(len(f.off), func(i int) bool { return f.off[i]+f.params[i].Len() > lo })
 	var out []segment
-	for pos := lo; pos < hi && i < len(f.params); i++ {
+	for ; i < len(f.params); i++ {
 		n := f.params[i].Len()
 		if n == 0 {
 			continue
 		}
-		a := pos - f.off[i]
-		k := min(n-a, hi-pos)
-		out = append(out, segment{i: i, a: a, n: k, pos: pos})
-		pos += k
+		pos := max(lo, f.off[i])
+		if pos >= hi {
+			break
+		}
+		k := min(f.off[i]+n, hi) - pos
+		out = append(out, segment{i: i, a: pos - f.off[i], n: k, pos: pos})
 	}
 	return out
 }
@@ -78,8 +90,17 @@ func (f *flat) gather(s *tensor.Scope, dst *tensor.Tensor, lo, hi int, get func(
 	if hi-lo != dst.Len() {
 		panic(fmt.Sprintf("dist: gather of %d elements into %d", hi-lo, dst.Len()))
 	}
-	covered := 0
+	zero := func(a, b int) { // dst's part for flat [a, b): padding
+		if a < b {
+			d := s.Narrow(dst, 0, a-lo, b-a)
+			d.Fill(0)
+			d.Release()
+		}
+	}
+	at := lo
 	for _, sg := range f.segments(lo, hi) {
+		zero(at, sg.pos)
+		at = sg.pos + sg.n
 		d := s.Narrow(dst, 0, sg.pos-lo, sg.n)
 		if src := get(sg.i); src != nil {
 			v := slice(s, src, sg.a, sg.n)
@@ -89,13 +110,8 @@ func (f *flat) gather(s *tensor.Scope, dst *tensor.Tensor, lo, hi int, get func(
 			d.Fill(0)
 		}
 		d.Release()
-		covered += sg.n
 	}
-	if covered < dst.Len() {
-		d := s.Narrow(dst, 0, covered, dst.Len()-covered)
-		d.Fill(0)
-		d.Release()
-	}
+	zero(at, hi)
 }
 
 // scatter copies src (1-D, hi-lo elements) into the flat range [lo, hi)

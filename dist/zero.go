@@ -25,7 +25,13 @@ type ZeROConfig struct {
 //
 // The parameters, in list order, are numbered as one flat vector of P
 // elements, padded to Size·S with S = ⌈P/Size⌉; rank r owns the range
-// [r·S, (r+1)·S) ∩ [0, P). Its optimizer is built (by the newOptimizer
+// [r·S, (r+1)·S) ∩ [0, P). When the optimizer keeps its state in blocks
+// (8-bit Adam: one scale per device.Quant8Block elements; see
+// optim.Optimizer.ElementsPer) every parameter starts at a multiple of the
+// block size in the flat vector and S is rounded up to one, so shards
+// begin on the parameters' own block boundaries and a checkpoint's blocks
+// are the same whatever the number of ranks; Adafactor's factored state
+// cannot be cut by ranges and is refused. Its optimizer is built (by the newOptimizer
 // function given to NewZeRO) over 1-D views of the owned pieces of the
 // parameters, named "<path>[a:b]", so optimizer state exists only for the
 // owned elements: 8 bytes per owned element for Adam, 8·P/Size ± 8·(Size-1)
@@ -84,9 +90,13 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 	if err != nil {
 		return nil, err
 	}
+	align, err := stateAlignment(newOptimizer)
+	if err != nil {
+		return nil, err
+	}
 	n := c.Size()
-	f := newFlat(append([]*tensor.Tensor(nil), params...))
-	S := (f.total + n - 1) / n
+	f := newFlatAligned(append([]*tensor.Tensor(nil), params...), align)
+	S := roundUp((f.total+n-1)/n, align)
 	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S, bucketBytes: cfg.BucketBytes}
 	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
 	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
@@ -120,6 +130,31 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		return nil, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
 	}
 	return z, nil
+}
+
+// stateAlignment asks an optimizer over no parameters how its state lies
+// along the elements: the multiple of elements shard boundaries must
+// respect (1 for Adam; device.Quant8Block for 8-bit Adam, whose blocks of
+// codes share a scale). A state that does not lie along the elements
+// (Adafactor's row and column statistics) cannot be sharded by ranges.
+func stateAlignment(newOptimizer func([]*tensor.Tensor) (*optim.Optimizer, error)) (int, error) {
+	probe, err := newOptimizer(nil)
+	if err != nil {
+		return 0, fmt.Errorf("dist: zero: building the shard optimizer: %w", err)
+	}
+	if probe == nil {
+		return 0, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
+	}
+	defer probe.Release()
+	align := 1
+	for _, b := range probe.Buffers() {
+		k := probe.ElementsPer(b)
+		if k == 0 {
+			return 0, fmt.Errorf("dist: zero: %s's %s is not laid out along the parameters' elements, so its state cannot be sharded by element ranges; use data parallelism without ZeRO (-zero 0)", probe.Name(), b)
+		}
+		align = max(align, k)
+	}
+	return align, nil
 }
 
 // Optimizer is this rank's shard optimizer (its parameters are Shard()).
@@ -200,8 +235,13 @@ func (z *ZeRO) ReduceGradients() error {
 	}
 	defer out.Release()
 	grad := func(i int) *tensor.Tensor { return z.f.params[i].Grad() }
-	// the shard views cover [z.lo, z.hi) in order: a flat vector of their own
-	sf := newFlat(z.views)
+	// the shard views cover [z.lo, z.hi) in order (with the gaps of an
+	// aligned layout): a flat vector of their own
+	sf := &flat{params: z.views, off: make([]int, len(z.views))}
+	for j, sg := range z.viewOf {
+		sf.off[j] = sg.pos - z.lo
+		sf.total = sf.off[j] + sg.n
+	}
 	shardGrad := func(j int) *tensor.Tensor { return z.views[j].Grad() }
 	for b := 0; b*k < S; b++ {
 		kb := min(k, S-b*k)

@@ -62,10 +62,14 @@ func (z *ZeRO) ExportFull() (optim.State, error) {
 		full.Groups = []optim.GroupState{g}
 	}
 	for _, b := range z.opt.Buffers() {
-		local := make([]float32, z.shard)
+		// A buffer with one element per k parameter elements (8-bit
+		// scales) is gathered in units of k: shards and parameters start
+		// on multiples of k (see ZeRO).
+		k := z.opt.ElementsPer(b)
+		local := make([]float32, z.shard/k)
 		for j, v := range z.views {
 			if t, ok := shard.Tensors[v.Name()+"."+b]; ok {
-				copy(local[z.viewOf[j].pos-z.lo:], t.Data)
+				copy(local[(z.viewOf[j].pos-z.lo)/k:], t.Data)
 			}
 		}
 		all, err := z.allGatherHost(local)
@@ -76,7 +80,12 @@ func (z *ZeRO) ExportFull() (optim.State, error) {
 			if meta[i] == 0 {
 				continue
 			}
-			full.Tensors[nameOf(p)+"."+b] = optim.StateTensor{Shape: slices.Clone(p.Shape()), Data: all[z.f.off[i] : z.f.off[i]+p.Len()]}
+			shape, n := slices.Clone(p.Shape()), p.Len()
+			if k > 1 {
+				n = (n + k - 1) / k
+				shape = []int{n}
+			}
+			full.Tensors[nameOf(p)+"."+b] = optim.StateTensor{Shape: shape, Data: all[z.f.off[i]/k : z.f.off[i]/k+n]}
 		}
 	}
 	for i, p := range z.f.params {
@@ -118,8 +127,8 @@ func (z *ZeRO) ImportFull(full optim.State) error {
 		if !ok {
 			return bad("state for %s: no such parameter in this model", key[:k])
 		}
-		if len(t.Data) != z.f.params[i].Len() {
-			return bad("state tensor %s holds %d values; the parameter has %d", key, len(t.Data), z.f.params[i].Len())
+		if k := z.opt.ElementsPer(key[k+1:]); len(t.Data) != (z.f.params[i].Len()+k-1)/k {
+			return bad("state tensor %s holds %d values; the parameter has %d elements (one value per %d)", key, len(t.Data), z.f.params[i].Len(), k)
 		}
 	}
 	shard := optim.State{Algorithm: full.Algorithm, Step: full.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
@@ -143,7 +152,9 @@ func (z *ZeRO) ImportFull(full optim.State) error {
 			if !ok {
 				return bad("state for %s has no %s", name, b)
 			}
-			shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: []int{sg.n}, Data: slices.Clone(t.Data[sg.a : sg.a+sg.n])}
+			k := z.opt.ElementsPer(b) // sg.a is a multiple of k (see ZeRO)
+			lo, hi := sg.a/k, (sg.a+sg.n+k-1)/k
+			shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: []int{hi - lo}, Data: slices.Clone(t.Data[lo:hi])}
 		}
 	}
 	if err := z.opt.Import(shard); err != nil {
@@ -166,11 +177,11 @@ func (z *ZeRO) allReduceHost(v []float32, op Op) ([]float32, error) {
 	return t.Float32s(), nil
 }
 
-// allGatherHost concatenates every rank's local (z.shard elements, this
-// rank's flat range) into the flat vector of Size·z.shard elements, bucket
-// by bucket.
+// allGatherHost concatenates every rank's local (this rank's part of a
+// flat vector: z.shard elements, or fewer for a buffer kept per block)
+// into the vector of Size·len(local) elements, bucket by bucket.
 func (z *ZeRO) allGatherHost(local []float32) ([]float32, error) {
-	n, r, S, k := z.comm.Size(), z.comm.Rank(), z.shard, z.chunk
+	n, r, S, k := z.comm.Size(), z.comm.Rank(), len(local), min(z.chunk, max(len(local), 1))
 	all := make([]float32, n*S)
 	copy(all[r*S:], local)
 	if n == 1 {

@@ -1,6 +1,7 @@
 // Package optim owns the optimizers — SGD (momentum, Nesterov, dampening,
-// weight decay), Adam and AdamW — their state, parameter groups, learning-rate
-// schedules and gradient clipping.
+// weight decay), Adam and AdamW, 8-bit Adam and AdamW (block-wise
+// quantized moments) and Adafactor (factored second moment) — their state,
+// parameter groups, learning-rate schedules and gradient clipping.
 //
 // An Optimizer holds parameters (leaf tensors whose Name is their dotted
 // path) in groups, each with its own learning rate and weight decay:
@@ -18,7 +19,10 @@
 // created at the first Step that finds a gradient on a parameter, so frozen
 // parameters (no gradient) never get any; it is counted as
 // memory.OptimizerState: Adam and AdamW keep two F32 buffers per parameter
-// (8 bytes per element), SGD with momentum one (4 bytes), plain SGD none.
+// (8 bytes per element), Adam8bit and AdamW8bit two U8 code buffers and two
+// F32 scales per 2048 elements (2 + 8/2048 bytes per element), Adafactor
+// R + C floats per R×C matrix and n per vector (plus n with a first
+// moment), SGD with momentum one (4 bytes), plain SGD none.
 // DropState frees the state of given parameters (freezing), AddParams and
 // AddGroup add parameters later (gradual unfreezing) with their own learning
 // rate. Every temporary a Step or a clip makes is released before it
@@ -34,9 +38,11 @@
 //
 // Checkpoints. Export returns the state as a plain Go value (State:
 // hyper-parameters of each group, step counts and every buffer keyed by
-// "<parameter path>.<buffer>") and Import restores it, exactly, checking
-// that every buffer belongs to a parameter of the optimizer with the same
-// shape.
+// "<parameter path>.<buffer>"; 8-bit codes as the float32 numbers 0…255)
+// and Import restores it, exactly, checking that every buffer belongs to a
+// parameter of the optimizer with the shape and values the algorithm
+// keeps for it. ElementsPer says how a buffer lies along its parameter's
+// elements, which is what lets ZeRO shard it (dist).
 //
 // Errors. Bad hyper-parameters, schedules and checkpoint states are returned
 // as errors that name the field or parameter; tensor-level failures during

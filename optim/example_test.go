@@ -141,3 +141,53 @@ func ExampleOptimizer_Export() {
 	// layer.weight.exp_avg_sq [2]
 	// resumed at step 1
 }
+
+// 8-bit Adam keeps 2 bytes per element plus two F32 scales per block of
+// 2048 elements: 2·4096 + 8·2 bytes for a 64×64 weight, against Adam's
+// 8·4096.
+func ExampleNewAdam8bit() {
+	dev := cpu.New()
+	w, _ := tensor.Full(dev, tensor.F32, []int{64, 64}, 0.5, memory.Parameter)
+	w.SetRequiresGrad(true).SetName("w")
+	opt, err := optim.NewAdam8bit([]*tensor.Tensor{w}, optim.Adam8bit{LR: 1e-3})
+	if err != nil {
+		panic(err)
+	}
+	err = tensor.Step(func(s *tensor.Scope) error {
+		s.Sum(s.Square(w), false).Backward()
+		return opt.Step()
+	})
+	if err != nil {
+		panic(err)
+	}
+	opt.ZeroGrad()
+	fmt.Println("optimizer state:", opt.StateBytes(), "bytes;", opt.Buffers())
+	// Output:
+	// optimizer state: 8208 bytes; [exp_avg_codes exp_avg_sq_codes exp_avg_scale exp_avg_sq_scale]
+}
+
+// Adafactor keeps a row and a column of second-moment statistics per
+// matrix: (64 + 32)·4 bytes for a 64×32 weight, and the whole second
+// moment of a vector.
+func ExampleNewAdafactor() {
+	dev := cpu.New()
+	w, _ := tensor.Full(dev, tensor.F32, []int{64, 32}, 0.5, memory.Parameter)
+	b, _ := tensor.Full(dev, tensor.F32, []int{32}, 0, memory.Parameter)
+	w.SetRequiresGrad(true).SetName("w")
+	b.SetRequiresGrad(true).SetName("b")
+	opt, err := optim.NewAdafactor([]*tensor.Tensor{w, b}, optim.Adafactor{LR: 1e-2}) // the paper's relative step
+	if err != nil {
+		panic(err)
+	}
+	err = tensor.Step(func(s *tensor.Scope) error {
+		s.Add(s.Sum(s.Square(w), false), s.Sum(s.Square(b), false)).Backward()
+		return opt.Step()
+	})
+	if err != nil {
+		panic(err)
+	}
+	opt.ZeroGrad()
+	fmt.Println("optimizer state:", opt.StateBytes(), "bytes")
+	// Output:
+	// optimizer state: 512 bytes
+}

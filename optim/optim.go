@@ -18,12 +18,33 @@ type Group struct {
 	WeightDecay float64
 }
 
-// rule is one update algorithm: the names of the buffers it keeps per
-// parameter (in order) and the update of one parameter.
+// rule is one update algorithm: the names of every buffer it may keep, the
+// buffers it keeps for one parameter (in order) and the update of one
+// parameter.
 type rule interface {
 	name() string
 	buffers() []string
+	specs(p *tensor.Tensor) []bufSpec
 	update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs)
+}
+
+// bufSpec is one state buffer of one parameter: its name (one of the
+// rule's buffers), element type and shape. A rule whose buffers are not
+// all one element per parameter element says how they lie through an
+// elementsPer(buffer) int method (see Optimizer.ElementsPer).
+type bufSpec struct {
+	name  string
+	dtype tensor.DType
+	shape []int
+}
+
+// elementSpecs are F32 buffers shaped like p, one per name.
+func elementSpecs(p *tensor.Tensor, names []string) []bufSpec {
+	out := make([]bufSpec, len(names))
+	for i, n := range names {
+		out[i] = bufSpec{name: n, dtype: tensor.F32, shape: p.Shape()}
+	}
+	return out
 }
 
 // stepArgs are what one parameter's update needs beyond its tensors.
@@ -82,7 +103,8 @@ func newOptimizer(r rule, cfgName string, params []*tensor.Tensor, lr, wd float6
 	return o, nil
 }
 
-// Name is the algorithm: "sgd", "adam" or "adamw".
+// Name is the algorithm as registered: "sgd", "adam", "adamw", "adam8bit",
+// "adamw8bit" or "adafactor".
 func (o *Optimizer) Name() string { return o.rule.name() }
 
 // Params lists the parameters of every group, group by group. A loss
@@ -253,10 +275,27 @@ func (o *Optimizer) ZeroGrad() {
 	}
 }
 
-// Buffers names the state buffers the algorithm keeps per parameter, as
+// Buffers names the state buffers the algorithm may keep per parameter, as
 // they appear in State.Tensors keys: exp_avg and exp_avg_sq (Adam, AdamW),
-// momentum_buffer (SGD with momentum) or none.
+// momentum_buffer (SGD with momentum), the codes and scales of 8-bit Adam
+// (see Adam8bit), Adafactor's statistics (see Adafactor), or none.
 func (o *Optimizer) Buffers() []string { return slices.Clone(o.rule.buffers()) }
+
+// ElementsPer says how buffer lies along its parameter's elements: each of
+// its elements covers that many consecutive parameter elements (1 for
+// Adam's moments, device.Quant8Block for 8-bit Adam's scales), so a
+// parameter's state can be cut at element ranges that are multiples of
+// it. 0 means it cannot (Adafactor's factored statistics), or that the
+// optimizer keeps no such buffer.
+func (o *Optimizer) ElementsPer(buffer string) int {
+	if !slices.Contains(o.rule.buffers(), buffer) {
+		return 0
+	}
+	if l, ok := o.rule.(interface{ elementsPer(string) int }); ok {
+		return l.elementsPer(buffer)
+	}
+	return 1
+}
 
 // ZeroGradInPlace sets every existing gradient to zero, keeping its buffer
 // (for code that holds on to gradient tensors). A gradient holding inf or
@@ -379,8 +418,8 @@ func (o *Optimizer) updateOne(p, g *tensor.Tensor, bufs []*tensor.Tensor, h step
 // newState allocates the rule's zeroed buffers for p.
 func (o *Optimizer) newState(p *tensor.Tensor) (*paramState, error) {
 	st := &paramState{}
-	for range o.rule.buffers() {
-		b, err := tensor.New(p.Device(), tensor.F32, p.Shape(), memory.OptimizerState)
+	for _, sp := range o.rule.specs(p) {
+		b, err := tensor.New(p.Device(), sp.dtype, sp.shape, memory.OptimizerState)
 		if err != nil {
 			release(st.bufs...)
 			return nil, err

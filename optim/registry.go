@@ -40,7 +40,9 @@ func New(name string, params []*tensor.Tensor, s Settings) (*Optimizer, error) {
 func Names() []string { return constructors.Names() }
 
 // The optimizers of this package, as the train command names them. SGD
-// takes momentum 0.9, the usual choice for training from scratch.
+// takes momentum 0.9, the usual choice for training from scratch;
+// adafactor takes the paper's relative step with Settings.LR as the
+// ceiling of ρ (see Adafactor).
 func init() {
 	Register("sgd", func(ps []*tensor.Tensor, s Settings) (*Optimizer, error) {
 		return NewSGD(ps, SGD{LR: s.LR, Momentum: 0.9, WeightDecay: s.WeightDecay})
@@ -50,5 +52,14 @@ func init() {
 	})
 	Register("adamw", func(ps []*tensor.Tensor, s Settings) (*Optimizer, error) {
 		return NewAdamW(ps, AdamW{LR: s.LR, WeightDecay: s.WeightDecay})
+	})
+	Register("adam8bit", func(ps []*tensor.Tensor, s Settings) (*Optimizer, error) {
+		return NewAdam8bit(ps, Adam8bit{LR: s.LR, WeightDecay: s.WeightDecay})
+	})
+	Register("adamw8bit", func(ps []*tensor.Tensor, s Settings) (*Optimizer, error) {
+		return NewAdamW8bit(ps, AdamW8bit{LR: s.LR, WeightDecay: s.WeightDecay})
+	})
+	Register("adafactor", func(ps []*tensor.Tensor, s Settings) (*Optimizer, error) {
+		return NewAdafactor(ps, Adafactor{LR: s.LR, WeightDecay: s.WeightDecay})
 	})
 }

@@ -21,5 +21,5 @@ func ExampleNew() {
 	}
 	defer o.Release()
 	fmt.Println(o.Name(), optim.Names())
-	// Output: adamw [adam adamw sgd]
+	// Output: adamw [adafactor adam adam8bit adamw adamw8bit sgd]
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	if got := strings.Join(optim.Names(), ","); got != "adam,adamw,sgd" {
+	if got := strings.Join(optim.Names(), ","); got != "adafactor,adam,adam8bit,adamw,adamw8bit,sgd" {
 		t.Errorf("Names() = %s", got)
 	}
 	dev := cpu.New()
@@ -42,7 +42,7 @@ func TestRegistry(t *testing.T) {
 			}
 		})
 	}
-	if _, err := optim.New("lion", nil, optim.Settings{LR: 1}); err == nil || !strings.Contains(err.Error(), "adam, adamw, sgd") {
+	if _, err := optim.New("lion", nil, optim.Settings{LR: 1}); err == nil || !strings.Contains(err.Error(), "adam, adam8bit, adamw, adamw8bit, sgd") {
 		t.Errorf("unknown optimizer: %v", err)
 	}
 }

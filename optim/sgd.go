@@ -60,6 +60,8 @@ func (r sgdRule) buffers() []string {
 	return []string{"momentum_buffer"}
 }
 
+func (r sgdRule) specs(p *tensor.Tensor) []bufSpec { return elementSpecs(p, r.buffers()) }
+
 func (r sgdRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
 	var buf *tensor.Tensor
 	if r.momentum != 0 {

@@ -2,6 +2,8 @@ package optim
 
 import (
 	"fmt"
+
+	"github.com/memfit/memfit/device"
 	"maps"
 	"slices"
 	"strings"
@@ -15,7 +17,8 @@ import (
 // paths (tensor Name), so a state applies to any optimizer over a model
 // with the same parameter paths and shapes.
 type State struct {
-	// Algorithm is "sgd", "adam" or "adamw".
+	// Algorithm is the registered name: "sgd", "adam", "adamw", "adam8bit",
+	// "adamw8bit" or "adafactor".
 	Algorithm string `json:"algorithm"`
 	// Step is the number of steps taken (where the schedule stands).
 	Step int `json:"step"`
@@ -75,8 +78,8 @@ func (o *Optimizer) Export() (State, error) {
 				continue
 			}
 			st.ParamSteps[p.Name()] = ps.steps
-			for i, b := range o.rule.buffers() {
-				st.Tensors[p.Name()+"."+b] = StateTensor{Shape: slices.Clone(p.Shape()), Data: ps.bufs[i].Float32s()}
+			for i, sp := range o.rule.specs(p) {
+				st.Tensors[p.Name()+"."+sp.name] = StateTensor{Shape: slices.Clone(sp.shape), Data: hostValues(ps.bufs[i])}
 			}
 		}
 		return nil
@@ -177,8 +180,7 @@ func (o *Optimizer) Import(st State) error {
 			return errorf("state tensor %q is not named <parameter>.<buffer>", key)
 		}
 		name, buf := key[:i], key[i+1:]
-		bi := slices.Index(bufs, buf)
-		if bi < 0 {
+		if !slices.Contains(bufs, buf) {
 			keeps := "no buffers"
 			if len(bufs) > 0 {
 				keeps = strings.Join(bufs, " and ")
@@ -189,14 +191,30 @@ func (o *Optimizer) Import(st State) error {
 		if err != nil {
 			return err
 		}
-		if !slices.Equal(t.Shape, p.Shape()) {
-			return errorf("state for %s has shape %v but the parameter is %v", name, t.Shape, p.Shape())
+		specs := o.rule.specs(p)
+		bi := slices.IndexFunc(specs, func(sp bufSpec) bool { return sp.name == buf })
+		if bi < 0 {
+			return errorf("state tensor %s: %s keeps no %s for a parameter of shape %v", key, o.describe(), buf, p.Shape())
 		}
-		if len(t.Data) != p.Len() {
-			return errorf("state tensor %s holds %d values for shape %v (%d elements)", key, len(t.Data), t.Shape, p.Len())
+		sp := specs[bi]
+		if !slices.Equal(t.Shape, sp.shape) {
+			if slices.Equal(sp.shape, p.Shape()) {
+				return errorf("state for %s has shape %v but the parameter is %v", name, t.Shape, p.Shape())
+			}
+			return errorf("state tensor %s has shape %v; %s keeps %v for parameter shape %v", key, t.Shape, o.describe(), sp.shape, p.Shape())
+		}
+		if n := numel(sp.shape); len(t.Data) != n {
+			return errorf("state tensor %s holds %d values for shape %v (%d elements)", key, len(t.Data), t.Shape, n)
+		}
+		if sp.dtype == tensor.U8 {
+			for j, v := range t.Data {
+				if !(v >= 0 && v <= 255 && v == float32(int(v))) {
+					return errorf("state tensor %s: value %v at %d is not a code (an integer in [0, 255])", key, v, j)
+				}
+			}
 		}
 		if data[p] == nil {
-			data[p] = make([][]float32, len(bufs))
+			data[p] = make([][]float32, len(specs))
 		}
 		data[p][bi] = t.Data
 	}
@@ -212,20 +230,18 @@ func (o *Optimizer) Import(st State) error {
 		steps[p] = st.ParamSteps[name]
 	}
 	for p, d := range data {
-		for i, b := range bufs {
+		for i, sp := range o.rule.specs(p) {
 			if d[i] == nil {
-				return errorf("state for %s lacks its %s", p.Name(), b)
+				return errorf("state for %s lacks its %s", p.Name(), sp.name)
 			}
 		}
 		if steps[p] < 1 {
 			return errorf("state for %s has buffers but step count %d; want >= 1", p.Name(), steps[p])
 		}
 	}
-	if len(bufs) > 0 {
-		for p, n := range steps {
-			if n > 0 && data[p] == nil {
-				return errorf("state for %s has step count %d but lacks its %s", p.Name(), n, bufs[0])
-			}
+	for p, n := range steps {
+		if specs := o.rule.specs(p); n > 0 && len(specs) > 0 && data[p] == nil {
+			return errorf("state for %s has step count %d but lacks its %s", p.Name(), n, specs[0].name)
 		}
 	}
 
@@ -240,8 +256,11 @@ func (o *Optimizer) Import(st State) error {
 			continue
 		}
 		ps := &paramState{steps: n}
-		for _, d := range data[p] {
-			b, err := tensor.FromFloat32(p.Device(), d, p.Shape(), memory.OptimizerState)
+		for i, sp := range o.rule.specs(p) {
+			if data[p] == nil {
+				break
+			}
+			b, err := fromValues(p.Device(), sp, data[p][i])
 			if err != nil {
 				release(ps.bufs...)
 				o.Release()
@@ -260,4 +279,39 @@ func (o *Optimizer) describe() string {
 		return "sgd without momentum"
 	}
 	return o.rule.name()
+}
+
+// hostValues copies a state buffer to the host as float32s: F32 as it is,
+// U8 codes as the numbers 0…255 (exact in float32), so that a checkpoint
+// stays a file of F32 tensors.
+func hostValues(t *tensor.Tensor) []float32 {
+	if t.DType() != tensor.U8 {
+		return t.Float32s()
+	}
+	b := t.Uint8s()
+	out := make([]float32, len(b))
+	for i, c := range b {
+		out[i] = float32(c)
+	}
+	return out
+}
+
+// fromValues makes the buffer sp from values hostValues returned.
+func fromValues(dev device.Device, sp bufSpec, d []float32) (*tensor.Tensor, error) {
+	if sp.dtype != tensor.U8 {
+		return tensor.FromFloat32(dev, d, sp.shape, memory.OptimizerState)
+	}
+	b := make([]uint8, len(d))
+	for i, v := range d {
+		b[i] = uint8(v)
+	}
+	return tensor.FromUint8(dev, b, sp.shape, memory.OptimizerState)
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }

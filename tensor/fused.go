@@ -47,3 +47,32 @@ func SGDStep(p, g, buf *Tensor, h device.SGDHyper) {
 	device.SGDStep(p.st.dev, p.view(), g.view(), bv, h)
 	p.st.version.Add(1)
 }
+
+// Adam8bitStep applies one 8-bit Adam/AdamW update (device.Adam8bitBlock)
+// to p (F32) from gradient g (F32) with moments held as codes m and v (U8,
+// shaped like p) and scales mScale and vScale (F32, one per
+// device.Quant8Block elements of p, 1-D).
+func Adam8bitStep(p, g, m, v, mScale, vScale *Tensor, h device.AdamHyper) {
+	checkFused("adam8bit_step", p, g, m, v)
+	sameDevice("adam8bit_step", p, mScale, vScale)
+	for _, t := range []*Tensor{p, g} {
+		if t.dtype != F32 {
+			panic(errorf("adam8bit_step", "%s: the 8-bit step updates f32 parameters from f32 gradients", t.describe()))
+		}
+	}
+	for _, t := range []*Tensor{m, v} {
+		if t.dtype != U8 {
+			panic(errorf("adam8bit_step", "%s: want u8 codes", t.describe()))
+		}
+	}
+	nb := device.Quant8Blocks(p.Len())
+	for _, t := range []*Tensor{mScale, vScale} {
+		if t.dtype != F32 || t.Len() != nb || !t.IsContiguous() {
+			panic(errorf("adam8bit_step", "%s: want %d contiguous f32 scales for %s", t.describe(), nb, p.describe()))
+		}
+	}
+	device.Adam8bitStep(p.st.dev, p.view(), g.view(), m.view(), v.view(), mScale.view(), vScale.view(), h)
+	for _, t := range []*Tensor{p, m, v, mScale, vScale} {
+		t.st.version.Add(1)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	BF16 = device.BF16
 	I32  = device.I32
 	I64  = device.I64
+	U8   = device.U8
 )
 
 // storage is reference-counted device memory. Every Tensor handle holds one
@@ -272,8 +273,47 @@ func New(dev device.Device, dtype DType, shape []int, cat memory.Category) (*Ten
 	if err != nil {
 		return nil, err
 	}
+	if dtype == U8 {
+		// Codes are bytes, not numbers: zeroed by host copies, which every
+		// device has, rather than by a fill kernel.
+		n := t.Len()
+		for off := 0; off < n; off += len(zeroBytes) {
+			dev.Write(t.st.buf, int64(off), zeroBytes[:min(len(zeroBytes), n-off)])
+		}
+		return t, nil
+	}
 	dev.Fill(t.view(), 0)
 	return t, nil
+}
+
+var zeroBytes [64 << 10]byte
+
+// FromUint8 copies data into a new U8 tensor (quantized codes).
+func FromUint8(dev device.Device, data []uint8, shape []int, cat memory.Category) (*Tensor, error) {
+	if err := checkLen(len(data), shape); err != nil {
+		return nil, err
+	}
+	t, err := alloc(dev, U8, shape, cat)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > 0 {
+		dev.Write(t.st.buf, 0, data)
+	}
+	return t, nil
+}
+
+// Uint8s copies a contiguous U8 tensor's bytes to the host.
+func (t *Tensor) Uint8s() []uint8 {
+	t.mustLive("Uint8s")
+	if t.dtype != U8 || !t.IsContiguous() {
+		panic(errorf("Uint8s", "%s is not a contiguous u8 tensor", t.describe()))
+	}
+	out := make([]uint8, t.Len())
+	if len(out) > 0 {
+		t.st.dev.Read(out, t.st.buf, int64(t.offset))
+	}
+	return out
 }
 
 // Full returns a tensor filled with v.

@@ -36,7 +36,7 @@ type Config struct {
 	Epochs   int     `json:"epochs"` // used when Steps is 0
 	Batch    int     `json:"batch"`
 	LR       float64 `json:"lr"`    // 0: the model's default (see Resolved)
-	Optim    string  `json:"optim"` // a registered optimizer: sgd, adam or adamw
+	Optim    string  `json:"optim"` // a registered optimizer: sgd, adam, adamw, adam8bit, adamw8bit, adafactor
 	WD       float64 `json:"wd"`
 	Clip     float64 `json:"clip"`     // max global gradient norm; 0: off
 	Warmup   int     `json:"warmup"`   // linear warm-up steps
@@ -104,14 +104,22 @@ const (
 	DefaultLRMLP = 1e-3
 	DefaultLRCNN = 2e-3
 	DefaultLRGPT = 3e-4
+	// DefaultLRAdafactor is -optim adafactor's: its learning rate is the
+	// ceiling of the relative step size ρ = min(lr, 1/√t), which the
+	// paper sets to 10⁻² whatever the model (optim.Adafactor).
+	DefaultLRAdafactor = 1e-2
 )
 
 // Resolved fills the fields whose defaults depend on the model: a zero LR
-// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt); an empty LMHead
-// (a Config from before it existed) is chunked.
+// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt; 1e-2, the paper's
+// relative-step ceiling, with -optim adafactor); an empty LMHead (a
+// Config from before it existed) is chunked.
 func (c Config) Resolved() Config {
 	if c.LMHead == "" {
 		c.LMHead = "chunked"
+	}
+	if c.LR == 0 && c.Optim == "adafactor" {
+		c.LR = DefaultLRAdafactor
 	}
 	if c.LR == 0 {
 		switch c.Model {
@@ -218,6 +226,8 @@ func (c *Config) Validate() error {
 		return bad("zero", c.Zero, "want 0, 1 (optimizer state sharded) or 2 (gradients too)")
 	case c.Zero > 0 && c.UnfreezeAt > 0:
 		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
+	case c.Zero > 0 && c.Optim == "adafactor":
+		return bad("zero", c.Zero, "cannot shard -optim adafactor (its row and column statistics span whole matrices; its state is already under 0.1 bytes per parameter): use -zero 0")
 	}
 	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
 		return err

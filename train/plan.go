@@ -134,8 +134,14 @@ type Choice struct {
 // Fit chooses the cheapest change to cfg whose predicted peak fits budget
 // bytes: more micro-batches (about 5% per doubling), bf16 autocast (10%:
 // it changes the numerics), activation checkpointing (recompute, about a
-// third more compute), and their combinations. It says why when nothing
-// fits.
+// third more compute), and their combinations, with the optimizer as
+// given. Only when none of those fits does it change the optimizer's
+// state format, the approximate methods, in this order: 8-bit moments
+// (adam → adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the
+// GPT reference, BENCHMARKS.md) and then adafactor (factored second
+// moment, no first moment; within 3%), each again over the same
+// accumulation, autocast and checkpointing candidates. SGD is never
+// swapped for another algorithm. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
@@ -145,6 +151,43 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 	if err != nil {
 		return Choice{}, err
 	}
+	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
+	for _, opt := range fitOptimizers(cfg) {
+		c := cfg
+		if opt != cfg.Optim {
+			c.Optim = opt
+			if opt == "adafactor" {
+				c.LR = DefaultLRAdafactor
+			}
+		}
+		found, ok, err := fitWith(c, cfg, ds, budget, &best)
+		if err != nil || ok {
+			return found, err
+		}
+	}
+	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-optim %s -accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",
+		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Config.Optim, best.Config.Accum, best.Config.Checkpoint, best.Config.AMP,
+		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState))
+}
+
+// fitOptimizers lists the optimizers Fit tries, in order: the one asked
+// for, then the approximate state formats of the same algorithm family.
+func fitOptimizers(cfg Config) []string {
+	switch cfg.Optim {
+	case "adam":
+		return []string{"adam", "adam8bit", "adafactor"}
+	case "adamw":
+		return []string{"adamw", "adamw8bit", "adafactor"}
+	case "adam8bit", "adamw8bit":
+		return []string{cfg.Optim, "adafactor"}
+	}
+	return []string{cfg.Optim}
+}
+
+// fitWith tries the accumulation × checkpointing × autocast candidates of
+// cfg in order of estimated cost (relative to orig), returning the first
+// that fits and keeping the smallest in best.
+func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
 	var cands []Choice
 	amps := []string{cfg.AMP}
 	if cfg.AMP == "off" {
@@ -159,11 +202,11 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 			for _, a := range amps {
 				c := cfg
 				c.Accum, c.Checkpoint, c.AMP = accum, ck, a
-				cost := 1 + 0.05*math.Log2(float64(accum)/float64(cfg.Accum))
-				if ck != cfg.Checkpoint {
+				cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
+				if ck != orig.Checkpoint {
 					cost *= 1.33
 				}
-				if a != cfg.AMP {
+				if a != orig.AMP {
 					// Changes the numerics, and on the CPU backend bf16
 					// steps are not yet faster than f32 (BENCHMARKS.md).
 					cost *= 1.10
@@ -173,21 +216,18 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Cost < cands[j].Cost })
-	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
 	for _, c := range cands {
 		p, err := planWith(c.Config, ds)
 		if err != nil {
-			return Choice{}, err
+			return Choice{}, false, err
 		}
 		c.Peak = p
 		if p.Total <= budget {
-			return c, nil
+			return c, true, nil
 		}
 		if p.Total < best.Peak.Total {
-			best = c
+			*best = c
 		}
 	}
-	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",
-		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Config.Accum, best.Config.Checkpoint, best.Config.AMP,
-		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState))
+	return Choice{}, false, nil
 }

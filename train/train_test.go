@@ -74,6 +74,11 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.AMP = 32, 2, 16, true, 0, "fp16"
 		}},
 		{"gpt-unfreeze", func(c *Config) { c.Freeze, c.UnfreezeAt, c.Optim = []string{"embed.*"}, 6, "adamw" }},
+		{"gpt-adamw8bit-unfreeze-bf16", func(c *Config) {
+			c.Freeze, c.UnfreezeAt, c.Optim, c.AMP, c.Checkpoint = []string{"embed.*"}, 6, "adamw8bit", "bf16", "every"
+		}},
+		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim, c.AMP, c.Accum = "adam8bit", "fp16", 2 }},
+		{"gpt-adafactor-accum", func(c *Config) { c.Optim, c.Accum, c.Checkpoint = "adafactor", 2, "sqrt" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := tinyGPT()
@@ -263,9 +268,20 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.LMHead = "full" })
 	add(base, func(c *Config) { c.LMHeadChunkRows = 24 })
 	add(base, func(c *Config) { c.LMHeadChunkRows = 24; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 4 })
+	add(base, func(c *Config) { c.Optim = "adam8bit" })
+	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
+	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.Freeze = []string{"embed.*"}; c.AMP = "fp16" })
+	add(base, func(c *Config) { c.Optim = "adafactor" })
+	add(base, func(c *Config) {
+		c.Optim = "adafactor"
+		c.AMP = "bf16"
+		c.Checkpoint = "sqrt"
+		c.Accum = 4
+		c.Freeze = []string{"blocks.0.*"}
+	})
 	for _, c := range cases {
 		c.Steps = planSteps
-		name := modelKey(c) + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
+		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
 		t.Run(name, func(t *testing.T) {
 			pred, err := Plan(c)
 			if err != nil {
@@ -278,6 +294,9 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 			got := tr.Peaks()
 			if d := math.Abs(float64(pred.Total - got.Total)); d > 0.05*float64(got.Total) {
 				t.Errorf("predicted peak %d, measured %d (%.1f%% off)", pred.Total, got.Total, 100*d/float64(got.Total))
+			}
+			if pred.OptimizerState != got.OptimizerState || pred.Parameter != got.Parameter || pred.Gradient != got.Gradient {
+				t.Errorf("predicted P/G/S %d/%d/%d bytes, measured %d/%d/%d", pred.Parameter, pred.Gradient, pred.OptimizerState, got.Parameter, got.Gradient, got.OptimizerState)
 			}
 		})
 	}
@@ -341,6 +360,37 @@ func TestFitChoosesWhatFits(t *testing.T) {
 		t.Errorf("measured peak %d exceeds the budget %d", got, budget)
 	}
 	t.Logf("budget %d: -accum %d -checkpoint %s -amp %s, peak %d", budget, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, c.Peak.Total)
+}
+
+// TestFitSwitchesOptimizerLast: a budget below every f32-Adam candidate
+// but above an 8-bit one gets adam8bit; a budget every Adam fits keeps
+// Adam.
+func TestFitSwitchesOptimizerLast(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Layers = 64, 16, 4, 0, 4
+	smallest := func(optim string) int64 {
+		c := cfg
+		c.Optim, c.Accum, c.Checkpoint, c.AMP = optim, cfg.Batch, "every", "bf16"
+		p, err := Plan(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Total
+	}
+	adam, adam8 := smallest("adam"), smallest("adam8bit")
+	if adam8 >= adam {
+		t.Fatalf("adam8bit's smallest plan %d is not below adam's %d", adam8, adam)
+	}
+	c, err := Fit(cfg, adam8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Config.Optim != "adam8bit" || c.Peak.Total > adam8 {
+		t.Errorf("Fit(%d) chose -optim %s with peak %d", adam8, c.Config.Optim, c.Peak.Total)
+	}
+	if c, err = Fit(cfg, adam); err != nil || c.Config.Optim != "adam" {
+		t.Errorf("Fit(%d) chose -optim %s (%v); Adam fits", adam, c.Config.Optim, err)
+	}
 }
 
 func TestScalerUpdatesOncePerWindow(t *testing.T) {

@@ -52,6 +52,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.CheckPaths(); err != nil {
 		return fail(2, err)
 	}
+	if cfg.Fit > 0 {
+		c, err := train.Fit(cfg, cfg.Fit)
+		if err != nil {
+			return fail(2, err)
+		}
+		optFlag := ""
+		if c.Config.Optim != cfg.Optim {
+			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim, c.Config.LR)
+		}
+		fmt.Fprintf(stdout, "fit %s: %s-accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
+			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
+		if cfg.Plan {
+			// -fit SIZE -plan: the chosen flags and their plan, no training.
+			train.WritePlan(stdout, c.Config, c.Peak)
+			return 0
+		}
+		cfg = c.Config
+	}
 	if cfg.Plan {
 		p, err := train.Plan(cfg)
 		if err != nil {
@@ -59,15 +77,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		train.WritePlan(stdout, cfg, p)
 		return 0
-	}
-	if cfg.Fit > 0 {
-		c, err := train.Fit(cfg, cfg.Fit)
-		if err != nil {
-			return fail(2, err)
-		}
-		fmt.Fprintf(stdout, "fit %s: -accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
-			memory.FormatBytes(cfg.Fit), c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
-		cfg = c.Config
 	}
 	var comm dist.Comm
 	if cfg.Dist == "mpi" {

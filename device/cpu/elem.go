@@ -332,6 +332,11 @@ func load[T float](v device.View, off, m, str int, scratch []T) []T {
 		for i := range out {
 			out[i] = T(s[off+i*str])
 		}
+	case device.U8:
+		s := u8s(v)
+		for i := range out {
+			out[i] = T(s[off+i*str])
+		}
 	default:
 		panic(fmt.Sprintf("cpu: cannot load dtype %v", v.DType))
 	}
@@ -412,6 +417,11 @@ func store[T float](v device.View, off, str int, vals []T) {
 		s := i64s(v)
 		for i, x := range vals {
 			s[off+i*str] = int64(x)
+		}
+	case device.U8:
+		s := u8s(v)
+		for i, x := range vals {
+			s[off+i*str] = uint8(x)
 		}
 	default:
 		panic(fmt.Sprintf("cpu: cannot store dtype %v", v.DType))

@@ -25,13 +25,15 @@ func (d *Device) Fill(dst device.View, v float64) {
 		runRows(d.threads, &l, fillK[int64]{i64s(dst), int64(math.Float64bits(v))})
 	case device.I64:
 		runRows(d.threads, &l, fillK[int64]{i64s(dst), int64(v)})
+	case device.U8:
+		runRows(d.threads, &l, fillK[uint8]{u8s(dst), uint8(v)})
 	default:
 		panic(fmt.Sprintf("cpu: cannot fill dtype %v", dst.DType))
 	}
 }
 
 // fillK writes the bits v into every element of a row.
-type fillK[E uint16 | int32 | int64] struct {
+type fillK[E uint8 | uint16 | int32 | int64] struct {
 	y []E
 	v E
 }
@@ -48,7 +50,7 @@ func (k fillK[E]) row(_ int, offs, istr [maxOps]int, m int) {
 
 // fillBits sets every element of y to v at memory-copy speed: zero through
 // the runtime's clear, anything else by doubling copies.
-func fillBits[E uint16 | int32 | int64](y []E, v E) {
+func fillBits[E uint8 | uint16 | int32 | int64](y []E, v E) {
 	if len(y) == 0 {
 		return
 	}
@@ -98,6 +100,8 @@ func (k copyK[T]) row(_ int, offs, istr [maxOps]int, m int) {
 
 func copySame(d *Device, dst, src device.View) {
 	switch dst.DType.Size() {
+	case 1:
+		copyElems(d, u8s(dst), u8s(src), dst, src)
 	case 2:
 		copyElems(d, u16s(dst), u16s(src), dst, src)
 	case 4:
@@ -108,12 +112,12 @@ func copySame(d *Device, dst, src device.View) {
 }
 
 // copyElems copies strided elements of one width, as raw bits.
-func copyElems[E uint16 | int32 | int64](d *Device, y, x []E, dst, src device.View) {
+func copyElems[E uint8 | uint16 | int32 | int64](d *Device, y, x []E, dst, src device.View) {
 	l := newLoop(dst.Shape, dst, src)
 	runRows(d.threads, &l, copyElemsK[E]{y, x})
 }
 
-type copyElemsK[E uint16 | int32 | int64] struct{ y, x []E }
+type copyElemsK[E uint8 | uint16 | int32 | int64] struct{ y, x []E }
 
 func (k copyElemsK[E]) row(_ int, offs, istr [maxOps]int, m int) {
 	sd, ss := istr[0], istr[1]

@@ -153,6 +153,7 @@ __device__ __forceinline__ T ld(const Op& o, i64 rel) {
     case DT_BF16: return (T)bf2f(GMEM(const u16, o.p, i));
     case DT_I32: return (T)GMEM(const int, o.p, i);
     case DT_I64: return (T)GMEM(const i64, o.p, i);
+    case DT_U8: return (T)GMEM(const unsigned char, o.p, i);
     }
     return (T)0;
 }
@@ -167,6 +168,7 @@ __device__ __forceinline__ void st(const Op& o, i64 rel, T v) {
     case DT_BF16: GMEM(u16, o.p, i) = f2bf(narrow16(v)); break;
     case DT_I32: GMEM(int, o.p, i) = (int)v; break;
     case DT_I64: GMEM(i64, o.p, i) = (i64)v; break;
+    case DT_U8: GMEM(unsigned char, o.p, i) = (unsigned char)v; break;
     }
 }
 
@@ -273,6 +275,7 @@ TYPED(k_convert, (Ew g, Op dst, Op src), (g, dst, src))
             GMEM(type, dst.p, dst.off + o[0]) = GMEM(const type, src.p, src.off + o[1]); \
         }                                                                 \
     }
+COPY_RAW(k_copy1, unsigned char)
 COPY_RAW(k_copy2, u16)
 COPY_RAW(k_copy4, unsigned)
 COPY_RAW(k_copy8, u64)
@@ -1093,3 +1096,88 @@ TYPED(k_attention_bwd,
        Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
        u64 seed),
       (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed))
+
+// ---------------------------------------------------------------- 8-bit Adam
+//
+// device.Adam8bitBlock, bit for bit: one block of threads per block of
+// Q8_BLOCK elements; each thread keeps its elements' new moments, the block
+// reduces their absmax, and the moments are stored again as codes relative
+// to it. Every operation is rounded on its own (the _rn intrinsics: no
+// fused multiply-adds), in the CPU's order.
+
+#define Q8_PER_THREAD (Q8_BLOCK / BLOCK)
+
+// q8_signed and q8_unsigned round y (a moment times its factor) to a code:
+// the F32 bits of |y| rounded to 3 mantissa bits, ties to even.
+__device__ __forceinline__ unsigned char q8_signed(float y) {
+    unsigned b = __float_as_uint(y), s = b >> 31;
+    b &= 0x7fffffffu;
+    unsigned r = (b + 0x7ffffu + ((b >> 20) & 1u)) >> 20;
+    if (r > 0x7fu) r = 0x7fu;
+    if (r == 0) return 0;
+    return (unsigned char)(r | (s << 7));
+}
+__device__ __forceinline__ unsigned char q8_unsigned(float y) {
+    unsigned b = __float_as_uint(y) & 0x7fffffffu;
+    unsigned r = (b + 0x7ffffu + ((b >> 20) & 1u)) >> 20;
+    return (unsigned char)(r > 0xffu ? 0xffu : r);
+}
+
+// Adam8 are device.Adam8bitConsts, then the dequantisation factors.
+struct Adam8 {
+    double grad_scale, wd, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps;
+    double deq_signed, deq_unsigned, k_signed, k_unsigned;
+};
+
+extern "C" __global__ void k_adam8bit(i64 n, Op p, Op g, Op m, Op v, Op ms, Op vs, Adam8 c) {
+    __shared__ float sh[BLOCK];
+    const float gs = (float)c.grad_scale, wd = (float)c.wd, decay = (float)c.decay;
+    const float b1 = (float)c.beta1, omb1 = (float)c.one_minus_beta1, b2 = (float)c.beta2, omb2 = (float)c.one_minus_beta2;
+    const float step_size = (float)c.step_size, isb = (float)c.inv_sqrt_bc2, eps = (float)c.eps;
+    const float dqs = (float)c.deq_signed, dqu = (float)c.deq_unsigned, ks = (float)c.k_signed, ku = (float)c.k_unsigned;
+    const i64 nblocks = (n + Q8_BLOCK - 1) / Q8_BLOCK;
+    for (i64 blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+        const i64 base = blk * Q8_BLOCK;
+        const float sm = GMEM(const float, ms.p, ms.off + blk), sv = GMEM(const float, vs.p, vs.off + blk);
+        float mw[Q8_PER_THREAD], vw[Q8_PER_THREAD];
+        float am = 0, av = 0;
+        for (int k = 0; k < Q8_PER_THREAD; k++) {
+            const i64 i = base + threadIdx.x + (i64)k * blockDim.x;
+            mw[k] = vw[k] = 0;
+            if (i >= n) continue;
+            const float pi = GMEM(const float, p.p, p.off + i);
+            float gi = __fmul_rn(GMEM(const float, g.p, g.off + i), gs);
+            gi = __fadd_rn(gi, __fmul_rn(wd, pi));
+            const unsigned cm = GMEM(const unsigned char, m.p, m.off + i), cv = GMEM(const unsigned char, v.p, v.off + i);
+            float qm = __fmul_rn(__uint_as_float((cm & 0x7fu) << 20), dqs);
+            if (cm & 0x80u) qm = -qm;
+            const float qv = __fmul_rn(__uint_as_float(cv << 20), dqu);
+            const float mo = __fmul_rn(qm, sm);
+            const float mi = __fadd_rn(__fmul_rn(b1, mo), __fmul_rn(omb1, gi));
+            const float vo = __fmul_rn(qv, sv);
+            const float vi = __fadd_rn(__fmul_rn(b2, vo), __fmul_rn(__fmul_rn(omb2, gi), gi));
+            const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), isb), eps);
+            const float st = __fdiv_rn(__fmul_rn(step_size, mi), den);
+            GMEM(float, p.p, p.off + i) = __fsub_rn(__fmul_rn(pi, decay), st);
+            mw[k] = mi;
+            vw[k] = vi;
+            am = xmax(am, fabsf(mi));
+            av = xmax(av, vi);
+        }
+        am = block_reduce(am, RED_MAX, sh);
+        av = block_reduce(av, RED_MAX, sh);
+        const float km = am > 0 ? __fdiv_rn(ks, am) : 0.0f;
+        const float kv = av > 0 ? __fdiv_rn(ku, av) : 0.0f;
+        for (int k = 0; k < Q8_PER_THREAD; k++) {
+            const i64 i = base + threadIdx.x + (i64)k * blockDim.x;
+            if (i >= n) continue;
+            GMEM(unsigned char, m.p, m.off + i) = q8_signed(__fmul_rn(mw[k], km));
+            GMEM(unsigned char, v.p, v.off + i) = q8_unsigned(__fmul_rn(vw[k], kv));
+        }
+        if (threadIdx.x == 0) {
+            GMEM(float, ms.p, ms.off + blk) = am;
+            GMEM(float, vs.p, vs.off + blk) = av;
+        }
+        __syncthreads();
+    }
+}

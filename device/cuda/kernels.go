@@ -36,6 +36,8 @@ func (d *Device) Copy(dst, src device.View) {
 	a := new(args).ew(g).op(dst).op(src)
 	if dst.DType == src.DType {
 		switch dst.DType.Size() {
+		case 1:
+			d.launch("k_copy1", gridFor(g.n), a)
 		case 2:
 			d.launch("k_copy2", gridFor(g.n), a)
 		case 4:
@@ -314,6 +316,25 @@ func (d *Device) AdamStep(param, grad, m, v device.View, h device.AdamHyper) {
 		f64(h.LR / h.BiasCorrection1).f64(math.Sqrt(h.BiasCorrection2)).f64(gradScale(h.GradScale))
 	d.launch("k_adam", gridFor(n), a)
 }
+
+// Adam8bitStep applies one 8-bit Adam update (device.Adam8bitStepper):
+// kernels.cu's k_adam8bit, one thread block per block of quantized state,
+// bit for bit device.Adam8bitBlock.
+func (d *Device) Adam8bitStep(param, grad, m, v, mScale, vScale device.View, h device.AdamHyper) {
+	n := int64(param.Len())
+	c := device.NewAdam8bitConsts(h)
+	deqS, deqU := device.Quant8DequantFactors()
+	kS, kU := device.Quant8Factors(1, 1)
+	a := new(args).i64(n).op(param).op(grad).op(m).op(v).op(mScale).op(vScale)
+	a.begin() // struct Adam8: every field a double holding an F32 exactly
+	for _, f := range []float32{c.GradScale, c.WD, c.Decay, c.Beta1, c.OneMinusBeta1, c.Beta2, c.OneMinusBeta2,
+		c.StepSize, c.InvSqrtBC2, c.Eps, deqS, deqU, kS, kU} {
+		a.words = append(a.words, math.Float64bits(float64(f)))
+	}
+	d.launch("k_adam8bit", int(min(int64(device.Quant8Blocks(int(n))), maxGrid)), a)
+}
+
+var _ device.Adam8bitStepper = (*Device)(nil)
 
 // SGDStep applies one SGD update in place.
 func (d *Device) SGDStep(param, grad, momentum device.View, h device.SGDHyper) {

@@ -43,6 +43,12 @@ var mutants = []struct {
 		want: "--- FAIL",
 	},
 	{
+		name: "8-bit Adam quantizes the second moment with the first moment's factor",
+		old:  "q8_unsigned(__fmul_rn(vw[k], kv))",
+		new:  "q8_unsigned(__fmul_rn(vw[k], km))",
+		want: "--- FAIL",
+	},
+	{
 		name: "the grid-stride loop runs one index too far",
 		old:  "i < (n); i += (i64)blockDim.x * gridDim.x)",
 		new:  "i <= (n); i += (i64)blockDim.x * gridDim.x)",

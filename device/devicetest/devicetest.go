@@ -184,6 +184,8 @@ func encode(dt device.DType, vals []float64) []byte {
 			binary.LittleEndian.PutUint32(o, uint32(int32(v)))
 		case device.I64:
 			binary.LittleEndian.PutUint64(o, uint64(int64(v)))
+		case device.U8:
+			o[0] = uint8(v)
 		}
 	}
 	return b
@@ -207,6 +209,8 @@ func decode(dt device.DType, b []byte) []float64 {
 			v[i] = float64(int32(binary.LittleEndian.Uint32(o)))
 		case device.I64:
 			v[i] = float64(int64(binary.LittleEndian.Uint64(o)))
+		case device.U8:
+			v[i] = float64(o[0])
 		}
 	}
 	return v
@@ -653,6 +657,34 @@ var cases = []kcase{
 			e.check(fmt.Sprintf("dq dropout %v", p), dq, 2*tol)
 			e.check(fmt.Sprintf("dk dropout %v", p), dk, 2*tol)
 			e.check(fmt.Sprintf("dv dropout %v", p), dv, 2*tol)
+		}
+	}},
+	{"Adam8bit", []device.DType{device.F32}, func(e *env, dt device.DType) {
+		// Three blocks, the last partial; codes and scales from a first
+		// step, so the second dequantises non-trivial state. The fused
+		// kernel and the fallback compute Adam8bitBlock's F32 arithmetic:
+		// parameters, codes and scales agree exactly.
+		n := 2*device.Quant8Block + 300
+		nb := device.Quant8Blocks(n)
+		for _, dec := range []bool{false, true} {
+			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
+			m := e.tensor(device.U8, []int{n}, nil)
+			v := e.tensor(device.U8, []int{n}, nil)
+			ms := e.tensor(device.F32, []int{nb}, nil)
+			vs := e.tensor(device.F32, []int{nb}, nil)
+			for step := 1; step <= 2; step++ {
+				g := e.tensor(dt, []int{n}, e.random(n, -1e-2, 1e-2))
+				h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
+					BiasCorrection1: 1 - math.Pow(0.9, float64(step)), BiasCorrection2: 1 - math.Pow(0.999, float64(step)), GradScale: 0.5}
+				both(e, func(d device.Device, s func(pair) device.View) {
+					device.Adam8bitStep(d, s(p), s(g), s(m), s(v), s(ms), s(vs), h)
+				})
+			}
+			e.exact("adam8bit param", p)
+			e.exact("adam8bit m codes", m)
+			e.exact("adam8bit v codes", v)
+			e.exact("adam8bit m scales", ms)
+			e.exact("adam8bit v scales", vs)
 		}
 	}},
 	{"Optimizers", floats, func(e *env, dt device.DType) {

@@ -69,6 +69,7 @@ func (d *Device) CausalFill(_, _ device.View, _ float64)                        
 func (d *Device) AllFinite(device.View) bool                                        { return true }
 func (d *Device) AdamStep(_, _, _, _ device.View, _ device.AdamHyper)               {}
 func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                    {}
+func (d *Device) Adam8bitStep(_, _, _, _, _, _ device.View, _ device.AdamHyper)     {}
 
 // CausalAttention takes and returns the workspace the CPU kernel takes,
 // so that plans account it.

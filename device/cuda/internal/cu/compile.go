@@ -24,7 +24,7 @@ var (
 )
 
 // compileFlags are g++'s for a kernel module.
-var compileFlags = []string{"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-w"}
+var compileFlags = []string{"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-ffp-contract=off", "-w"}
 
 var compileMu sync.Mutex
 

@@ -92,6 +92,15 @@ static inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); ret
 static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 static inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
 
+// Correctly rounded single-precision arithmetic that is never contracted
+// into a fused multiply-add (the module is compiled with
+// -ffp-contract=off, so plain operators are too).
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+
 // IEEE half conversions, rounding to nearest even (PTX's cvt.rn.f16.f32).
 static inline float h2f(unsigned short h) {
     unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
