@@ -58,6 +58,9 @@ var lmHeadCases = []lmHeadCase{
 	{name: "default-ignore", rows: 37, dim: 16, vocab: 50, chunk: 8, ignored: -100},
 	{name: "ignore+smoothing", rows: 37, dim: 16, vocab: 50, chunk: 8, ignored: -1, opts: tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1), LabelSmoothing: 0.1}},
 	{name: "sum", rows: 37, dim: 16, vocab: 50, chunk: 16, opts: tensor.CrossEntropyOptions{Reduction: tensor.SumReduction}},
+	// Under autocast the weight's 16-bit copy (10 MB) exceeds
+	// LMHeadCastBytes: it is cast in two blocks of vocabulary rows.
+	{name: "cast-in-blocks", rows: 12, dim: 512, vocab: 10000, chunk: 5, bias: true},
 	{name: "tied", rows: 37, dim: 16, vocab: 50, chunk: 8, tied: true},
 }
 
@@ -298,6 +301,41 @@ func TestLinearCrossEntropyMemory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under autocast a weight whose 16-bit copy exceeds LMHeadCastBytes is
+// cast in blocks of vocabulary rows: no temporary of the weight's size
+// exists, forward or backward.
+func TestLinearCrossEntropyCastsInBlocks(t *testing.T) {
+	const rows, dim, vocab, chunk = 64, 512, 20000, 16
+	dev := meta.New(0)
+	x := mustNew(t, dev, []int{rows, dim}, memory.Activation).SetRequiresGrad(true)
+	w := mustNew(t, dev, []int{vocab, dim}, memory.Parameter).SetRequiresGrad(true)
+	tg, err := tensor.FromInt32(dev, make([]int32, rows), []int{rows}, memory.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := dev.Memory()
+	mem.ResetPeak()
+	err = tensor.Step(func(s *tensor.Scope) error {
+		l := s.LinearCrossEntropy(x, w, nil, tg, tensor.CrossEntropyOptions{}, chunk)
+		l.Backward()
+		return nil
+	}, tensor.Autocast(tensor.BF16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := mem.Stats().Category(memory.Temporary).Peak
+	whole := int64(vocab * dim * 2)
+	chunkBytes := int64(2 * chunk * vocab * 2) // a chunk's bf16 logits and their gradient
+	// The rest: x's bf16 cast and gradient, the per-row losses, the loss.
+	if limit := chunkBytes + tensor.LMHeadCastBytes + 3*rows*dim*4; tmp > limit || tmp >= whole {
+		t.Errorf("temporary peak %d bytes; want at most %d, and below the whole bf16 weight (%d)", tmp, limit, whole)
+	}
+	t.Logf("temporary peak %d bytes; the whole bf16 weight is %d", tmp, whole)
+	x.Release()
+	w.Release()
+	tg.Release()
 }
 
 func mustNew(t *testing.T, dev device.Device, shape []int, cat memory.Category) *tensor.Tensor {

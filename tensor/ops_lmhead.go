@@ -13,6 +13,13 @@ import (
 // (786 MiB in bf16 for GPT-2 small at batch 8).
 const LMHeadChunkBytes = 32 << 20
 
+// LMHeadCastBytes bounds the copy of the weight LinearCrossEntropy makes
+// when autocast gives the products another dtype than the weight's: a
+// larger cast goes in blocks of vocabulary rows of at most this size, cast
+// again for each chunk of rows, so that the [V, D] copy (74 MiB in bf16
+// for GPT-2's tied head) never exists whole. A smaller one is cast once.
+const LMHeadCastBytes = 8 << 20
+
 // LinearCrossEntropyChunkRows is the number of rows LinearCrossEntropy
 // takes per chunk for vocab classes in logits of dtype when it is not
 // told: as many as keep a chunk's logits and their gradient within
@@ -68,8 +75,8 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	if cx != x2 {
 		defer s.release(cx)
 	}
-	cw := castWeight(w, target)
-	defer cw.Release()
+	cw := newHeadWeight(w, target)
+	defer cw.release()
 	if chunkRows == 0 {
 		chunkRows = LinearCrossEntropyChunkRows(vocab, cx.dtype)
 	}
@@ -92,7 +99,7 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	dev.Reduce(device.Sum, out.view(), perRow.view())
 	dev.Unary(device.MulScalar, out.view(), out.view(), scale)
 
-	cw.Release() // before the node saves anything: backward casts again
+	cw.release() // before the node saves anything: backward casts again
 	save := []*Tensor{cx, w, tc}
 	if b != nil {
 		save = append(save, b)
@@ -108,8 +115,8 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 			sb = saved[3]
 		}
 		dev := g.st.dev
-		sw := castWeight(saved[1], target)
-		defer sw.Release()
+		sw := newHeadWeight(saved[1], target)
+		defer sw.release()
 		up := mustAlloc(dev, g.dtype, []int{rows}, memory.Temporary)
 		defer up.Release()
 		gv := g.view()
@@ -165,7 +172,7 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 // clears, else added to) and *db (made on the first chunk when there is a
 // bias); grads makes *dx and *dw, where wanted, once the chunk's logits
 // are released.
-func linearCrossEntropyChunkBackward(sx, sw, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, s *Scope) {
+func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, s *Scope) {
 	dev := sx.st.dev
 	logits := chunkLogits(sx, sw, sb, lo, n, s)
 	defer logits.Release()
@@ -174,22 +181,39 @@ func linearCrossEntropyChunkBackward(sx, sw, sb, st, up *Tensor, dx, dw, db **Te
 	device.CrossEntropyBackward(dev, dl.view(), logits.view(), rowRange(st, lo, n), rowRange(up, lo, n), ignore, smoothing)
 	logits.Release() // before the products: a chunk's peak is its logits and their gradient
 	grads()
-	if *dx != nil {
-		rx := rowsOf(*dx, lo, n)
-		gemmInto(rx, dl, sw, 1, 0, s)
-		rx.Release()
+	// Over the weight's vocabulary blocks: dx's rows sum the blocks'
+	// products, dw's rows of a block are that block's alone.
+	for v0 := 0; v0 < sw.vocab; v0 += sw.rows {
+		vn := min(sw.rows, sw.vocab-v0)
+		wb := sw.block(v0, vn)
+		dlb := colsOf(dl, v0, vn)
+		if *dx != nil {
+			rx := rowsOf(*dx, lo, n)
+			beta := 1.0
+			if v0 == 0 {
+				beta = 0
+			}
+			gemmInto(rx, dlb, wb, 1, beta, s)
+			rx.Release()
+		}
+		wb.Release()
+		if *dw != nil {
+			beta := 1.0
+			if *fresh {
+				beta = 0 // a new gradient: the first chunk writes it
+			}
+			rx := rowsOf(sx, lo, n)
+			dwb := rowsOf(*dw, v0, vn)
+			dlt := transposeView(dlb)
+			gemmInto(dwb, dlt, rx, 1, beta, s)
+			dlt.Release()
+			dwb.Release()
+			rx.Release()
+		}
+		dlb.Release()
 	}
 	if *dw != nil {
-		beta := 1.0
-		if *fresh {
-			beta = 0 // a new gradient: the first chunk writes it
-		}
-		rx := rowsOf(sx, lo, n)
-		dlt := transposeView(dl)
-		gemmInto(*dw, dlt, rx, 1, beta, s)
 		*fresh = false
-		dlt.Release()
-		rx.Release()
 	}
 	if sb != nil {
 		part := s.reduce(device.Sum, dl, []int{0}, false, 1, accumDType(dl.dtype))
@@ -216,10 +240,11 @@ func castWeight(w *Tensor, dtype DType) *Tensor {
 
 // chunkLogits returns rows [lo, lo+n) of x·wᵀ + b as a new temporary in
 // x's dtype, computed as Linear computes them (bias first, the product
-// accumulated onto it), so a chunk's logits are the composed path's rows.
-func chunkLogits(x, w, b *Tensor, lo, n int, s *Scope) *Tensor {
+// accumulated onto it), block of vocabulary by block, so a chunk's logits
+// are the composed path's rows.
+func chunkLogits(x *Tensor, w *headWeight, b *Tensor, lo, n int, s *Scope) *Tensor {
 	dev := x.st.dev
-	out := mustAlloc(dev, x.dtype, []int{n, w.shape[0]}, memory.Temporary)
+	out := mustAlloc(dev, x.dtype, []int{n, w.vocab}, memory.Temporary)
 	defer releaseOnPanic(out)()
 	beta := 0.0
 	if b != nil {
@@ -227,9 +252,16 @@ func chunkLogits(x, w, b *Tensor, lo, n int, s *Scope) *Tensor {
 		beta = 1
 	}
 	rx := rowsOf(x, lo, n)
-	wt := transposeView(w)
-	gemmInto(out, rx, wt, 1, beta, s)
-	wt.Release()
+	for v0 := 0; v0 < w.vocab; v0 += w.rows {
+		vn := min(w.rows, w.vocab-v0)
+		wb := w.block(v0, vn)
+		wt := transposeView(wb)
+		ob := colsOf(out, v0, vn)
+		gemmInto(ob, rx, wt, 1, beta, s)
+		ob.Release()
+		wt.Release()
+		wb.Release()
+	}
 	rx.Release()
 	return out
 }
@@ -266,4 +298,52 @@ func crossEntropyReduction(tc *Tensor, o CrossEntropyOptions) (ignore int, scale
 		scale = 1 / float64(max(n, 1))
 	}
 	return ignore, scale
+}
+
+// headWeight is the head's weight as the products take it: w itself when
+// no cast is needed, else w cast to the products' dtype, whole when that
+// copy fits in LMHeadCastBytes and otherwise in blocks of vocabulary rows
+// cast on demand.
+type headWeight struct {
+	w     *Tensor // the weight, [V, D]
+	dtype DType   // the products' dtype
+	whole *Tensor // w in dtype, when it is cast once (or w shared)
+	rows  int     // vocabulary rows per block
+	vocab int
+}
+
+func newHeadWeight(w *Tensor, dtype DType) *headWeight {
+	h := &headWeight{w: w, dtype: dtype, vocab: w.shape[0]}
+	rowBytes := max(w.shape[1], 1) * dtype.Size()
+	if w.dtype == dtype || int64(h.vocab)*int64(rowBytes) <= LMHeadCastBytes {
+		h.whole = castWeight(w, dtype)
+		h.rows = max(h.vocab, 1)
+		return h
+	}
+	h.rows = max(1, LMHeadCastBytes/rowBytes)
+	return h
+}
+
+// block returns vocabulary rows [v0, v0+n) of the weight in the products'
+// dtype; the caller releases it.
+func (h *headWeight) block(v0, n int) *Tensor {
+	if h.whole != nil {
+		return rowsOf(h.whole, v0, n)
+	}
+	src := rowsOf(h.w, v0, n)
+	defer src.Release()
+	return castWeight(src, h.dtype)
+}
+
+func (h *headWeight) release() {
+	if h.whole != nil {
+		h.whole.Release()
+		h.whole = nil
+	}
+}
+
+// colsOf views columns [lo, lo+n) of a 2-D tensor.
+func colsOf(t *Tensor, lo, n int) *Tensor {
+	shape := []int{t.shape[0], n}
+	return viewOf(t, shape, append([]int(nil), t.strides...), t.offset+lo*t.strides[1])
 }
