@@ -553,7 +553,7 @@ func TestZeroSize(t *testing.T) {
 }
 
 func TestCategoryNames(t *testing.T) {
-	want := []string{"other", "parameter", "gradient", "optimizer_state", "activation", "temporary", "data"}
+	want := []string{"other", "parameter", "gradient", "optimizer_state", "activation", "temporary", "data", "kv_cache"}
 	for c := range NumCategories {
 		if c.String() != want[c] {
 			t.Errorf("Category(%d) = %q, want %q", c, c.String(), want[c])
@@ -569,7 +569,7 @@ func TestCategoryNames(t *testing.T) {
 	if _, err := ParseCategory("weights"); err == nil || !strings.Contains(err.Error(), `"weights"`) {
 		t.Errorf("ParseCategory(weights): %v", err)
 	}
-	if got := NumCategories.String(); got != "category(7)" {
+	if got := NumCategories.String(); got != "category(8)" {
 		t.Errorf("NumCategories.String() = %q", got)
 	}
 }

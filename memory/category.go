@@ -19,6 +19,9 @@ const (
 	Activation
 	Temporary
 	Data
+	// KVCache is the keys and values a model keeps of the tokens it has
+	// seen while it generates.
+	KVCache
 	NumCategories
 )
 
@@ -30,10 +33,11 @@ var categoryNames = [NumCategories]string{
 	Activation:     "activation",
 	Temporary:      "temporary",
 	Data:           "data",
+	KVCache:        "kv_cache",
 }
 
 // String returns the category's name: "other", "parameter", "gradient",
-// "optimizer_state", "activation", "temporary" or "data".
+// "optimizer_state", "activation", "temporary", "data" or "kv_cache".
 func (c Category) String() string {
 	if c < NumCategories {
 		return categoryNames[c]
@@ -48,7 +52,7 @@ func ParseCategory(s string) (Category, error) {
 			return c, nil
 		}
 	}
-	return Other, fmt.Errorf("memory: unknown category %q (want other, parameter, gradient, optimizer_state, activation, temporary or data)", s)
+	return Other, fmt.Errorf("memory: unknown category %q (want other, parameter, gradient, optimizer_state, activation, temporary, data or kv_cache)", s)
 }
 
 // A suggestion is one option an out-of-memory hint names, keyed by its
@@ -62,6 +66,7 @@ var hints = [NumCategories][]suggestion{
 	Activation:     {{"-checkpoint", "-checkpoint sqrt"}, {"-amp", "-amp bf16"}, {"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}},
 	Temporary:      {{"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}},
 	Data:           {{"-prefetch", "lower -prefetch"}, {"-batch", "a smaller -batch"}},
+	KVCache:        {{"", "fewer tokens to -generate, or a shorter -prompt"}},
 }
 
 // Hint names the memfit options that would cut the memory held by category

@@ -21,6 +21,7 @@ var categoryLetters = [NumCategories]byte{
 	Activation:     'A',
 	Temporary:      'T',
 	Data:           'D',
+	KVCache:        'K',
 }
 
 // SegmentMap renders the allocator's segments as a table as wide as
@@ -28,7 +29,7 @@ var categoryLetters = [NumCategories]byte{
 // bytes in live blocks and a bar in which each cell stands for 1/40 of the
 // segment and shows the category holding most of it (P parameter,
 // G gradient, O optimizer state, A activation, T temporary, D data,
-// X other), '.' where it is free, and the letter in lower case where the
+// K KV cache, X other), '.' where it is free, and the letter in lower case where the
 // cell is mostly free but holds some of that category. It shows where
 // reserved memory that is not allocated sits, and why EmptyCache cannot
 // return it.
@@ -52,7 +53,7 @@ func (s Snapshot) SegmentMap() string {
 	b.WriteString("|" + strings.Repeat(" ", pad/2) + title + strings.Repeat(" ", pad-pad/2) + "|\n")
 	rule('=')
 	text("P parameter  G gradient  O optimizer_state  A activation  T temporary  D data")
-	text("X other  . free  (lower case: a cell mostly free that holds some of it)")
+	text("K kv_cache  X other  . free  (lower case: a cell mostly free that holds some)")
 	rule('-')
 	fmt.Fprintf(&b, "| %3s %-5s %10s %10s %-*s %4s |\n", "#", "pool", "size", "live", segmentMapBar+2, "cells of 1/40 segment", "used")
 	rule('-')

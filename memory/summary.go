@@ -7,7 +7,7 @@ import (
 )
 
 // summaryOrder is the order of category rows in Summary.
-var summaryOrder = [NumCategories]Category{Parameter, Gradient, OptimizerState, Activation, Temporary, Data, Other}
+var summaryOrder = [NumCategories]Category{Parameter, Gradient, OptimizerState, Activation, Temporary, Data, KVCache, Other}
 
 const summaryInner = 81 // characters between the outer bars of Summary's table
 

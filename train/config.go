@@ -83,6 +83,16 @@ type Config struct {
 	// Planning
 	Plan bool  `json:"plan"`
 	Fit  int64 `json:"fit"` // budget in bytes; 0: off
+
+	// Generation (token models): instead of training, continue Prompt by
+	// Generate tokens (after -resume) and print them. Temperature 0 is
+	// greedy decoding; TopK 0 and TopP 0 keep every token; Seed seeds
+	// the sampling.
+	Generate    int     `json:"generate,omitempty"`
+	Prompt      string  `json:"prompt,omitempty"`
+	Temperature float64 `json:"temperature,omitempty"`
+	TopK        int     `json:"top_k,omitempty"`
+	TopP        float64 `json:"top_p,omitempty"`
 }
 
 // Default is the configuration of a bare `train` command: the reference
@@ -207,6 +217,20 @@ func (c *Config) Validate() error {
 	case "chunked", "full":
 	default:
 		return bad("lm-head", c.LMHead, "unknown head (want chunked or full)")
+	}
+	switch {
+	case c.Generate < 0:
+		return bad("generate", strconv.Itoa(c.Generate), "want a number of tokens, or 0 to train")
+	case c.Generate > 0 && c.Model != "gpt":
+		return bad("generate", strconv.Itoa(c.Generate), "generation needs a token model (-model gpt)")
+	case c.Generate > 0 && c.Prompt == "":
+		return bad("generate", strconv.Itoa(c.Generate), "needs -prompt (the text to continue)")
+	case c.Temperature < 0 || math.IsNaN(c.Temperature):
+		return bad("temperature", fmt.Sprint(c.Temperature), "want 0 (greedy) or more")
+	case c.TopK < 0:
+		return bad("top-k", strconv.Itoa(c.TopK), "want 0 (all tokens) or more")
+	case c.TopP < 0 || c.TopP > 1 || math.IsNaN(c.TopP):
+		return bad("top-p", fmt.Sprint(c.TopP), "want 0 < top-p <= 1 (0: all tokens)")
 	}
 	if !slices.Contains(device.Names(), c.Device) {
 		return bad("device", c.Device, "unknown device (want "+orList(device.Names())+"; cuda needs a program that imports device/cuda, as cmd/train does)")

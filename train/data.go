@@ -54,6 +54,7 @@ type dataset struct {
 	tokens     bool
 	inShape    []int // one example's input shape
 	classes    int   // classes, or vocabulary size for tokens
+	codec      Codec // tokens: text to tokens and back
 }
 
 // openData resolves -data: "" is the embedded synthetic task for the
@@ -70,7 +71,7 @@ func openData(cfg Config) (*dataset, error) {
 		if err != nil {
 			return nil, err
 		}
-		all, ds.tokens, ds.classes = t, true, t.Vocab()
+		all, ds.tokens, ds.classes, ds.codec = t, true, t.Vocab(), idCodec{t.Vocab()}
 	case path == "":
 		dim := 32
 		if cfg.Model == "cnn" {
@@ -90,7 +91,7 @@ func openData(cfg Config) (*dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
-			all, ds.tokens, ds.classes = t, true, 50304
+			all, ds.tokens, ds.classes, ds.codec = t, true, 50304, idCodec{50304}
 		case err != nil:
 			return nil, fmt.Errorf("-data %s: %v", path, err)
 		case st.IsDir() && hasIDX(path):
@@ -121,7 +122,7 @@ func openData(cfg Config) (*dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
-			all, ds.tokens, ds.classes = t, true, 256
+			all, ds.tokens, ds.classes, ds.codec = t, true, 256, byteCodec{}
 		}
 	}
 	if ds.train == nil {

@@ -87,6 +87,7 @@ func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer
 		return nil, err
 	}
 	t.val = ds.val
+	t.codec = ds.codec
 	t.warnIdle()
 	return t, nil
 }

@@ -116,6 +116,9 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 					line += fmt.Sprintf(", accuracy %.2f%%", 100**e.Accuracy)
 				}
 				t.logf("%s", line)
+				if s := t.evalSample(); s != "" {
+					t.logf("step %d: sample %q", t.step, s)
+				}
 			}
 			if t.Hooks.AfterEval != nil {
 				if err := t.Hooks.AfterEval(t, e); err != nil {

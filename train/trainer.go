@@ -62,6 +62,7 @@ type Trainer struct {
 	autocast device.DType
 	unfreeze []*tensor.Tensor // frozen parameters that train again at UnfreezeAt
 	runID    string           // made when a run starts fresh, kept by Resume (state.go)
+	codec    Codec            // token tasks: text to tokens and back (generate.go)
 
 	// Data parallelism (dist.go): nil comm is one process.
 	comm        dist.Comm

@@ -102,6 +102,11 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no progress bar")
 	// planning
 	fs.BoolVar(&cfg.Plan, "plan", cfg.Plan, "print the predicted peak memory by category and exit")
+	fs.IntVar(&cfg.Generate, "generate", cfg.Generate, "instead of training, print the continuation of -prompt by `n` tokens (with -resume; -model gpt)")
+	fs.StringVar(&cfg.Prompt, "prompt", cfg.Prompt, "the `text` -generate continues (a text corpus: bytes; token data: token ids separated by spaces)")
+	fs.Float64Var(&cfg.Temperature, "temperature", cfg.Temperature, "sampling temperature for -generate (0: greedy)")
+	fs.IntVar(&cfg.TopK, "top-k", cfg.TopK, "sample among the `k` most likely tokens (0: all)")
+	fs.Float64Var(&cfg.TopP, "top-p", cfg.TopP, "sample among the most likely tokens whose probabilities reach `p` (0: all)")
 	fs.Var(sizeFlag{&cfg.Fit}, "fit", "choose techniques so the run fits this `size`, print the choice, then train")
 	fs.Usage = func() { usage(fs) }
 	return fs
@@ -119,6 +124,7 @@ var flagGroups = []struct {
 	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "quiet"}},
 	{"planning", []string{"plan", "fit"}},
+	{"generation", []string{"generate", "prompt", "temperature", "top-k", "top-p"}},
 }
 
 // usage prints every flag on one line, grouped, with its default.

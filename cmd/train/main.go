@@ -119,6 +119,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	defer t.Close()
+	if cfg.Generate > 0 {
+		text, err := t.GenerateText()
+		if err != nil {
+			return fail(2, err)
+		}
+		if cfg.Resume == "" {
+			fmt.Fprintln(stderr, "train: warning: -generate without -resume sampled from untrained weights")
+		}
+		fmt.Fprintln(stdout, text)
+		return 0
+	}
 	switch {
 	case t.Step() >= t.Total() && cfg.Resume != "":
 		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Resume, t.Step(), t.Total()))

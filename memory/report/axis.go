@@ -116,6 +116,7 @@ var categoryColors = [memory.NumCategories]string{
 	memory.Gradient:       "#f28e2b",
 	memory.OptimizerState: "#59a14f",
 	memory.Data:           "#76b7b2",
+	memory.KVCache:        "#ff9da7",
 	memory.Activation:     "#e15759",
 	memory.Temporary:      "#edc948",
 	memory.Other:          "#b07aa1",
@@ -125,5 +126,5 @@ var categoryColors = [memory.NumCategories]string{
 // across steps below what comes and goes within one.
 var stackOrder = [memory.NumCategories]memory.Category{
 	memory.Parameter, memory.Gradient, memory.OptimizerState, memory.Data,
-	memory.Activation, memory.Temporary, memory.Other,
+	memory.KVCache, memory.Activation, memory.Temporary, memory.Other,
 }

@@ -1,0 +1,342 @@
+package models
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
+)
+
+// KVCache holds, for every block of a GPT, the keys and values of the
+// tokens generated so far, so that each new token costs one token's
+// forward instead of the whole prefix's. Its tensors are allocated once, at
+// their full length, under memory.KVCache: generation allocates nothing
+// that grows with the number of tokens.
+type KVCache struct {
+	keys, values []*tensor.Tensor // per block, [B, H, MaxLen, D/H]
+	batch, len   int              // rows, and tokens held per row
+	maxLen       int
+}
+
+// KVCacheBytes is the size of a cache for batch rows of maxLen tokens of
+// c in dtype: two [batch, Heads, maxLen, Dim/Heads] tensors per block.
+func KVCacheBytes(c GPTConfig, batch, maxLen int, dtype tensor.DType) int64 {
+	return 2 * int64(c.Layers) * int64(batch) * int64(maxLen) * int64(c.Dim) * int64(dtype.Size())
+}
+
+// NewKVCache allocates a cache for batch rows of at most maxLen tokens
+// (at most Context), in the dtype of the model's parameters.
+func (g *GPT) NewKVCache(batch, maxLen int) (*KVCache, error) {
+	c := g.Config
+	if batch < 1 || maxLen < 1 || maxLen > c.Context {
+		return nil, fmt.Errorf("models: gpt: a KV cache of %d rows of %d tokens (want at least 1 row, and 1 to Context %d tokens)", batch, maxLen, c.Context)
+	}
+	dev, dt := g.Tokens.Weight.Device(), g.Tokens.Weight.DType()
+	kv := &KVCache{batch: batch, maxLen: maxLen}
+	shape := []int{batch, c.Heads, maxLen, c.Dim / c.Heads}
+	for range c.Layers {
+		for _, list := range []*[]*tensor.Tensor{&kv.keys, &kv.values} {
+			t, err := tensor.New(dev, dt, shape, memory.KVCache)
+			if err != nil {
+				kv.Release()
+				return nil, fmt.Errorf("models: gpt: KV cache: %w", err)
+			}
+			*list = append(*list, t)
+		}
+	}
+	return kv, nil
+}
+
+// Len is the number of tokens the cache holds per row.
+func (kv *KVCache) Len() int { return kv.len }
+
+// Reset empties the cache (its memory stays allocated).
+func (kv *KVCache) Reset() { kv.len = 0 }
+
+// Release frees the cache's tensors.
+func (kv *KVCache) Release() {
+	for _, t := range append(kv.keys, kv.values...) {
+		t.Release()
+	}
+	kv.keys, kv.values = nil, nil
+}
+
+// ForwardCached maps tokens [B, T] that follow the cache's tokens to their
+// logits [B, T, Vocab], adding their keys and values to the cache. With an
+// empty cache it is Forward of the tokens; then each call with the next
+// token(s) gives the logits Forward of the whole sequence would give for
+// them (within rounding: the attention over the cache is a plain product
+// rather than the fused causal kernel). It records no graph: r must not
+// record one (nn.Eval).
+func (g *GPT) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tensor.Tensor {
+	nn.CheckInference(r)
+	if r.Grad() {
+		panic(shapeError("gpt", "ForwardCached records no graph: run it under nn.Eval"))
+	}
+	if tokens.Dim() != 2 || tokens.Len() == 0 || (tokens.DType() != tensor.I32 && tokens.DType() != tensor.I64) {
+		panic(shapeError("gpt", "tokens %v must be non-empty i32 or i64 [batch, time]", tokens))
+	}
+	b, t := tokens.Shape()[0], tokens.Shape()[1]
+	if b != kv.batch {
+		panic(shapeError("gpt", "tokens %v: the KV cache holds %d rows", tokens, kv.batch))
+	}
+	pos := kv.len
+	if pos+t > kv.maxLen {
+		panic(shapeError("gpt", "%d tokens after %d cached exceed the KV cache's %d", t, pos, kv.maxLen))
+	}
+	tok := g.Tokens.Forward(r, tokens)
+	p := r.Narrow(g.Positions.Weight, 0, pos, t)
+	x := nn.Residual(r, tok, p)
+	tok.Release()
+	p.Release()
+	for i, m := range g.blocks {
+		blk := m.(*GPTBlock)
+		y := blk.forwardCached(r, x, kv, i, pos)
+		x.Release()
+		x = y
+	}
+	kv.len = pos + t
+	n := g.FinalNorm.Forward(r, x)
+	x.Release()
+	logits := r.Linear(n, g.Tokens.Weight, nil)
+	n.Release()
+	return logits
+}
+
+// forwardCached is Forward for tokens at positions [pos, pos+T) of a
+// sequence whose earlier keys and values are in kv's block i.
+func (k *GPTBlock) forwardCached(r *nn.Run, x *tensor.Tensor, kv *KVCache, i, pos int) *tensor.Tensor {
+	a := k.LN1.Forward(r, x)
+	y := attendCached(r, k.Attn, a, kv.keys[i], kv.values[i], pos)
+	a.Release()
+	h := nn.Residual(r, y, x)
+	y.Release()
+	m := k.LN2.Forward(r, h)
+	f := k.mlpIn.Forward(r, m)
+	m.Release()
+	z := k.mlpOut.Forward(r, f)
+	f.Release()
+	out := nn.Residual(r, z, h)
+	z.Release()
+	h.Release()
+	return out
+}
+
+// attendCached is a's forward for the tokens at positions [pos, pos+T):
+// their keys and values are written into the cache at pos, and their
+// queries attend to the cache's first pos+T positions, each up to its own.
+func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.Tensor, pos int) *tensor.Tensor {
+	d := a.Proj.Weight.Shape()[0]
+	b, t := x.Shape()[0], x.Shape()[1]
+	h := a.Heads
+	dh := d / h
+	qkv := a.QKV.Forward(r, x) // [B, T, 3D]
+	r5 := r.Reshape(qkv, b, t, 3, h, dh)
+	qkv.Release()
+	head := func(i int) *tensor.Tensor {
+		n := r.Narrow(r5, 2, i, 1)
+		n4 := r.Reshape(n, b, t, h, dh)
+		n.Release()
+		p := r.Permute(n4, 0, 2, 1, 3) // [B, H, T, Dh]
+		n4.Release()
+		return p
+	}
+	q, k, v := head(0), head(1), head(2)
+	r5.Release()
+	for _, c := range []struct{ cache, src *tensor.Tensor }{{keys, k}, {values, v}} {
+		dst := r.Narrow(c.cache, 2, pos, t)
+		dst.Device().Copy(dst.View(), c.src.View())
+		dst.Release()
+	}
+	scale := 1 / math.Sqrt(float64(dh))
+	var y *tensor.Tensor
+	if pos == 0 {
+		y = r.CausalAttention(q, k, v, scale, 0, 0)
+	} else {
+		n := pos + t
+		kc, vc := r.Narrow(keys, 2, 0, n), r.Narrow(values, 2, 0, n)
+		kt := r.Transpose(kc, 2, 3)
+		s := r.ScaledMatMul(q, kt, scale) // [B, H, T, pos+T]
+		kt.Release()
+		kc.Release()
+		if t > 1 {
+			// Query i (position pos+i) sees keys up to pos+i.
+			mask := make([]float32, t*n)
+			for i := range t {
+				for j := pos + i + 1; j < n; j++ {
+					mask[i*n+j] = 1
+				}
+			}
+			m, err := tensor.FromFloat32(x.Device(), mask, []int{t, n}, memory.Temporary)
+			if err != nil {
+				panic(err)
+			}
+			masked := r.MaskedFill(s, m, math.Inf(-1))
+			m.Release()
+			s.Release()
+			s = masked
+		}
+		p := r.Softmax(s)
+		s.Release()
+		y = r.MatMul(p, vc)
+		p.Release()
+		vc.Release()
+	}
+	q.Release()
+	k.Release()
+	v.Release()
+	yt := r.Permute(y, 0, 2, 1, 3)
+	y.Release()
+	joined := r.Reshape(yt, b, t, d)
+	yt.Release()
+	out := a.Proj.Forward(r, joined)
+	joined.Release()
+	return out
+}
+
+// SampleOptions choose how Generate picks each token.
+type SampleOptions struct {
+	// Temperature divides the logits before sampling; 0 picks the most
+	// likely token (greedy decoding).
+	Temperature float64
+	// TopK keeps the K most likely tokens (0: all).
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose
+	// probabilities sum to at least P (0 or 1: all).
+	TopP float64
+	// Seed makes sampling deterministic: the same seed, model and prompt
+	// give the same tokens.
+	Seed uint64
+	// Stop ends generation at any of these tokens (which is not returned).
+	Stop []int
+}
+
+// Generate continues prompt by n tokens (fewer when a stop token comes)
+// and returns them. It runs the prompt once and then one token per step
+// through a KV cache, records no graph, and holds, beyond the parameters,
+// the cache (KVCacheBytes) and one step's activations. prompt and n
+// together must fit in the context.
+func (g *GPT) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
+	c := g.Config
+	switch {
+	case len(prompt) == 0:
+		return nil, errors.New("models: gpt: generate needs a prompt of at least one token")
+	case n < 0:
+		return nil, fmt.Errorf("models: gpt: generate %d tokens", n)
+	case len(prompt)+n > c.Context:
+		return nil, fmt.Errorf("models: gpt: a prompt of %d tokens and %d more exceed the context of %d", len(prompt), n, c.Context)
+	case o.Temperature < 0 || math.IsNaN(o.Temperature) || o.TopK < 0 || o.TopP < 0 || o.TopP > 1 || math.IsNaN(o.TopP):
+		return nil, fmt.Errorf("models: gpt: sampling with temperature %v, top-k %d, top-p %v (want temperature >= 0, top-k >= 0, 0 <= top-p <= 1)", o.Temperature, o.TopK, o.TopP)
+	}
+	for i, t := range prompt {
+		if t < 0 || t >= c.Vocab {
+			return nil, fmt.Errorf("models: gpt: prompt token %d is %d, outside the vocabulary [0, %d)", i, t, c.Vocab)
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	kv, err := g.NewKVCache(1, len(prompt)+n)
+	if err != nil {
+		return nil, err
+	}
+	defer kv.Release()
+	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d666974)) // "memfit"
+	dev := g.Tokens.Weight.Device()
+	var out []int
+	next := prompt
+	for len(out) < n {
+		var row []float64
+		err := tensor.Catch(func() error {
+			s := tensor.NewScope()
+			defer s.Close()
+			ids := make([]int64, len(next))
+			for i, t := range next {
+				ids[i] = int64(t)
+			}
+			tok, err := tensor.FromInt64(dev, ids, []int{1, len(next)}, memory.Data)
+			if err != nil {
+				return err
+			}
+			defer tok.Release()
+			logits := g.ForwardCached(nn.Eval(s), tok, kv)
+			last := s.Narrow(logits, 1, len(next)-1, 1)
+			row = last.Float64s()
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("models: gpt: generate token %d: %w", len(out)+1, err)
+		}
+		t := sample(row, o, rng)
+		if slices.Contains(o.Stop, t) {
+			break
+		}
+		out = append(out, t)
+		next = []int{t}
+	}
+	return out, nil
+}
+
+// sample picks a token from one row of logits.
+func sample(logits []float64, o SampleOptions, rng *rand.Rand) int {
+	if o.Temperature == 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	// Most likely first; ties by token id, so the order is deterministic.
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case logits[a] > logits[b]:
+			return -1
+		case logits[a] < logits[b]:
+			return 1
+		}
+		return 0
+	})
+	if o.TopK > 0 && o.TopK < len(idx) {
+		idx = idx[:o.TopK]
+	}
+	mx := logits[idx[0]]
+	probs := make([]float64, len(idx))
+	var sum float64
+	for i, id := range idx {
+		probs[i] = math.Exp((logits[id] - mx) / o.Temperature)
+		sum += probs[i]
+	}
+	if o.TopP > 0 && o.TopP < 1 {
+		var acc float64
+		for i := range probs {
+			acc += probs[i] / sum
+			if acc >= o.TopP {
+				idx, probs = idx[:i+1], probs[:i+1]
+				break
+			}
+		}
+		sum = 0
+		for _, p := range probs {
+			sum += p
+		}
+	}
+	u := rng.Float64() * sum
+	for i, p := range probs {
+		if u < p {
+			return idx[i]
+		}
+		u -= p
+	}
+	return idx[len(idx)-1]
+}

@@ -1,0 +1,151 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/models"
+)
+
+// Codec turns text into a token model's tokens and tokens back into text:
+// how a prompt reaches the model and its continuation the user.
+type Codec interface {
+	Encode(text string) ([]int, error)
+	Decode(tokens []int) string
+}
+
+// byteCodec is a byte corpus's: one token per byte.
+type byteCodec struct{}
+
+func (byteCodec) Encode(s string) ([]int, error) {
+	out := make([]int, len(s))
+	for i := range len(s) {
+		out[i] = int(s[i])
+	}
+	return out, nil
+}
+
+func (byteCodec) Decode(t []int) string {
+	b := make([]byte, len(t))
+	for i, v := range t {
+		b[i] = byte(v)
+	}
+	return string(b)
+}
+
+// idCodec is for token data without a tokenizer (token shards, the
+// synthetic task): tokens written as decimal ids separated by spaces.
+type idCodec struct{ vocab int }
+
+func (c idCodec) Encode(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Fields(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 || v >= c.vocab {
+			return nil, fmt.Errorf("%q is not a token id in [0, %d): without a tokenizer, write the prompt as token ids separated by spaces", f, c.vocab)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (idCodec) Decode(t []int) string {
+	s := make([]string, len(t))
+	for i, v := range t {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, " ")
+}
+
+// Generate continues prompt by n tokens with the trainer's model (a GPT)
+// and returns the continuation as text: the prompt is encoded as the
+// training data is (bytes for a text file, token ids otherwise), run once,
+// and each new token costs one token's forward through a KV cache
+// (models.GPT.Generate). No graph is recorded.
+func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string, error) {
+	g, ok := t.Model.(*models.GPT)
+	if !ok || t.codec == nil {
+		return "", fmt.Errorf("-generate: needs a token model (-model gpt), not %T", t.Model)
+	}
+	ids, err := t.codec.Encode(prompt)
+	if err != nil {
+		return "", fmt.Errorf("-prompt: %v", err)
+	}
+	if len(ids) == 0 {
+		return "", errors.New("-prompt: no tokens")
+	}
+	if max := g.Config.Context; len(ids)+n > max {
+		// The newest tokens matter most: keep the end of a long prompt.
+		if n >= max {
+			return "", fmt.Errorf("-generate %d: at most %d tokens fit in the context of %d after one of prompt", n, max-1, max)
+		}
+		ids = ids[len(ids)-(max-n):]
+	}
+	out, err := g.Generate(ids, n, o)
+	if err != nil {
+		return "", err
+	}
+	return t.codec.Decode(out), nil
+}
+
+// sampleOptions are the Config's sampling settings.
+func (c Config) sampleOptions() models.SampleOptions {
+	return models.SampleOptions{Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP, Seed: c.Seed}
+}
+
+// GenerateText runs Config.Generate: the continuation of Config.Prompt.
+func (t *Trainer) GenerateText() (string, error) {
+	return t.Generate(t.Config.Prompt, t.Config.Generate, t.Config.sampleOptions())
+}
+
+// evalSample is what a text model writes at an evaluation: the greedy
+// continuation, by evalSampleTokens, of the first evalSamplePrompt bytes
+// of the first validation (or training) window. Empty for other models
+// and data.
+func (t *Trainer) evalSample() string {
+	if _, ok := t.codec.(byteCodec); !ok {
+		return ""
+	}
+	g, ok := t.Model.(*models.GPT)
+	if !ok {
+		return ""
+	}
+	src := t.val
+	if src == nil || src.Len() == 0 {
+		return ""
+	}
+	ex, err := src.Get(0)
+	if err != nil {
+		return ""
+	}
+	var in []int32
+	switch w := ex.(type) {
+	case data.Window:
+		in = w.Input
+	case *data.Window:
+		in = w.Input
+	}
+	n := min(evalSampleTokens, g.Config.Context-1)
+	p := min(len(in), evalSamplePrompt, g.Config.Context-n)
+	if p < 1 || n < 1 {
+		return ""
+	}
+	prompt := make([]int, p)
+	for i := range prompt {
+		prompt[i] = int(in[i])
+	}
+	out, err := g.Generate(prompt, n, models.SampleOptions{})
+	if err != nil {
+		return ""
+	}
+	return t.codec.Decode(prompt) + t.codec.Decode(out)
+}
+
+// The evaluation sample's prompt and continuation lengths, in tokens.
+const (
+	evalSamplePrompt = 16
+	evalSampleTokens = 48
+)
