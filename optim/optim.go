@@ -407,6 +407,66 @@ func (o *Optimizer) StepScaled(gradScale float64) error {
 	return nil
 }
 
+// StepParam updates p alone, from its gradient, exactly as Step would in
+// the current step (the same learning rate, schedule factor and state),
+// creating its state when p has none: the optimizer step inside backward,
+// applied to each parameter as soon as its gradient is final. The caller
+// ends the step with EndStep once every parameter is updated. A parameter
+// without a gradient is left alone.
+func (o *Optimizer) StepParam(p *tensor.Tensor, gradScale float64) error {
+	if !(gradScale > 0) || math.IsInf(gradScale, 0) {
+		return fmt.Errorf("optim: gradient scale %v: want a finite number > 0", gradScale)
+	}
+	var gr *group
+	for _, g := range o.groups {
+		if slices.Contains(g.params, p) {
+			gr = g
+			break
+		}
+	}
+	if gr == nil {
+		return fmt.Errorf("optim: %s is not a parameter of this optimizer", label(p))
+	}
+	g := p.Grad()
+	if g == nil {
+		return nil
+	}
+	if !slices.Equal(g.Shape(), p.Shape()) {
+		return fmt.Errorf("optim: the gradient of %s has shape %v but the parameter is %v", label(p), g.Shape(), p.Shape())
+	}
+	if !p.IsContiguous() {
+		return fmt.Errorf("optim: parameter %s is not contiguous; optimizers update parameters in place", label(p))
+	}
+	factor := 1.0
+	if o.sched != nil {
+		factor = o.sched.Factor(o.steps)
+		if math.IsNaN(factor) || math.IsInf(factor, 0) || factor < 0 {
+			return fmt.Errorf("optim: the schedule gives learning-rate factor %v at step %d; want a finite number >= 0", factor, o.steps)
+		}
+	}
+	st := o.state[p]
+	if st == nil {
+		var err error
+		if st, err = o.newState(p); err != nil {
+			return fmt.Errorf("optim: creating %s state for %s: %w", o.rule.name(), label(p), err)
+		}
+		o.state[p] = st
+	}
+	err := tensor.Catch(func() error {
+		o.updateOne(p, g, st.bufs, stepArgs{lr: gr.lr * factor, wd: gr.wd, gradScale: gradScale, t: st.steps + 1})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("optim: step %d, %s: %w", o.steps, label(p), err)
+	}
+	st.steps++
+	return nil
+}
+
+// EndStep ends a step made of StepParam calls: the step count (which the
+// schedule reads) advances as Step's does.
+func (o *Optimizer) EndStep() { o.steps++ }
+
 // updateOne runs one parameter's update in a scope of its own, so its
 // temporaries are released before the next parameter's are made.
 func (o *Optimizer) updateOne(p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {

@@ -44,13 +44,17 @@ type Config struct {
 	Seed     uint64  `json:"seed"`
 
 	// Memory
-	AMP        string   `json:"amp"`         // off, fp16 or bf16
-	Accum      int      `json:"accum"`       // micro-batches per optimizer step
-	Checkpoint string   `json:"checkpoint"`  // off, every, sqrt, N (segments) or a byte budget
-	LMHead     string   `json:"lm_head"`     // token tasks: chunked (head and loss over chunks of rows) or full (whole logits)
-	Freeze     []string `json:"freeze"`      // parameter path patterns
-	UnfreezeAt int      `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
-	Device     string   `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
+	AMP        string   `json:"amp"`        // off, fp16 or bf16
+	Accum      int      `json:"accum"`      // micro-batches per optimizer step
+	Checkpoint string   `json:"checkpoint"` // off, every, sqrt, N (segments) or a byte budget
+	LMHead     string   `json:"lm_head"`    // token tasks: chunked (head and loss over chunks of rows) or full (whole logits)
+	Freeze     []string `json:"freeze"`     // parameter path patterns
+	// StepInBackward applies each parameter's optimizer update as soon as
+	// its gradient is final during backward, and frees the gradient at
+	// once (stepbw.go).
+	StepInBackward bool   `json:"step_in_backward,omitempty"`
+	UnfreezeAt     int    `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
+	Device         string `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
 	// Without names device capabilities to hide (device.Capabilities):
 	// their composed fallbacks run instead, for comparison or to take a
 	// fused kernel out of a run.
@@ -217,6 +221,19 @@ func (c *Config) Validate() error {
 	case "chunked", "full":
 	default:
 		return bad("lm-head", c.LMHead, "unknown head (want chunked or full)")
+	}
+	if c.StepInBackward {
+		// Each refusal is an update that needs every gradient first.
+		switch {
+		case c.Accum > 1:
+			return bad("step-in-backward", true, "conflicts with -accum "+strconv.Itoa(c.Accum)+": the update must wait for the last micro-batch's gradients (use -accum 1, or train without -step-in-backward)")
+		case c.AMP == "fp16":
+			return bad("step-in-backward", true, "conflicts with -amp fp16: loss scaling skips a step when any gradient overflows, which is known only after the whole backward (use -amp bf16)")
+		case c.Clip > 0:
+			return bad("step-in-backward", true, "conflicts with -clip: clipping by the global norm needs every gradient first")
+		case c.Dist != "off":
+			return bad("step-in-backward", true, "conflicts with -dist: gradients are averaged over the ranks before any update")
+		}
 	}
 	switch {
 	case c.Generate < 0:

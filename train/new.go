@@ -176,6 +176,9 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		t.policy = checkpoint.Off
 	}
 	model.SetBlockRunner(t.policy.Runner())
+	if cfg.StepInBackward {
+		t.armStepInBackward()
+	}
 	if cfg.Resume != "" {
 		if err := t.Resume(cfg.Resume); err != nil {
 			return fail(err)

@@ -106,6 +106,9 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	if len(cfg.Freeze) > 0 {
 		fmt.Fprintf(w, "; frozen %s", strings.Join(cfg.Freeze, ","))
 	}
+	if cfg.StepInBackward {
+		fmt.Fprintf(w, "; step in backward")
+	}
 	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
 	rows := []struct {
 		name string
@@ -132,10 +135,11 @@ type Choice struct {
 }
 
 // Fit chooses the cheapest change to cfg whose predicted peak fits budget
-// bytes: more micro-batches (about 5% per doubling), bf16 autocast (10%:
-// it changes the numerics), activation checkpointing (recompute, about a
-// third more compute), and their combinations, with the optimizer as
-// given. Only when none of those fits does it change the optimizer's
+// bytes: the optimizer step inside backward (exact and about free, so
+// tried first; only without accumulation, fp16, clipping or -dist), more
+// micro-batches (about 5% per doubling), bf16 autocast (10%: it changes
+// the numerics), activation checkpointing (recompute, about a third more
+// compute), and their combinations, with the optimizer as given. Only when none of those fits does it change the optimizer's
 // state format, the approximate methods, in this order: 8-bit moments
 // (adam → adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the
 // GPT reference, BENCHMARKS.md) and then adafactor (factored second
@@ -200,18 +204,28 @@ func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice,
 	for accum := cfg.Accum; accum <= cfg.Batch; accum *= 2 {
 		for _, ck := range ckpts {
 			for _, a := range amps {
-				c := cfg
-				c.Accum, c.Checkpoint, c.AMP = accum, ck, a
-				cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
-				if ck != orig.Checkpoint {
-					cost *= 1.33
+				sibs := []bool{cfg.StepInBackward}
+				if !cfg.StepInBackward && accum == 1 && a != "fp16" && cfg.Clip == 0 && cfg.Dist == "off" {
+					sibs = append(sibs, true)
 				}
-				if a != orig.AMP {
-					// Changes the numerics, and on the CPU backend bf16
-					// steps are not yet faster than f32 (BENCHMARKS.md).
-					cost *= 1.10
+				for _, sib := range sibs {
+					c := cfg
+					c.Accum, c.Checkpoint, c.AMP, c.StepInBackward = accum, ck, a, sib
+					cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
+					if sib != orig.StepInBackward {
+						// Exact and free; the tie goes to the run as given.
+						cost *= 1.01
+					}
+					if ck != orig.Checkpoint {
+						cost *= 1.33
+					}
+					if a != orig.AMP {
+						// Changes the numerics, and on the CPU backend bf16
+						// steps are not yet faster than f32 (BENCHMARKS.md).
+						cost *= 1.10
+					}
+					cands = append(cands, Choice{Config: c, Cost: cost})
 				}
-				cands = append(cands, Choice{Config: c, Cost: cost})
 			}
 		}
 	}

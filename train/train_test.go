@@ -272,6 +272,15 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
 	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.Freeze = []string{"embed.*"}; c.AMP = "fp16" })
 	add(base, func(c *Config) { c.Optim = "adafactor" })
+	add(mlp, func(c *Config) { c.StepInBackward = true })
+	add(base, func(c *Config) { c.StepInBackward = true })
+	add(base, func(c *Config) {
+		c.StepInBackward = true
+		c.AMP = "bf16"
+		c.Checkpoint = "every"
+		c.Optim = "adamw8bit"
+	})
+	add(base, func(c *Config) { c.StepInBackward = true; c.Freeze = []string{"blocks.0.*"}; c.Optim = "sgd" })
 	add(base, func(c *Config) {
 		c.Optim = "adafactor"
 		c.AMP = "bf16"

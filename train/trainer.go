@@ -60,9 +60,12 @@ type Trainer struct {
 	val      data.Dataset
 	policy   checkpoint.Policy
 	autocast device.DType
-	unfreeze []*tensor.Tensor // frozen parameters that train again at UnfreezeAt
-	runID    string           // made when a run starts fresh, kept by Resume (state.go)
-	codec    Codec            // token tasks: text to tokens and back (generate.go)
+	unfreeze []*tensor.Tensor        // frozen parameters that train again at UnfreezeAt
+	runID    string                  // made when a run starts fresh, kept by Resume (state.go)
+	codec    Codec                   // token tasks: text to tokens and back (generate.go)
+	bwSkip   bool                    // step in backward: the loss is not finite, update nothing
+	bwErr    error                   // step in backward: the first failing update
+	bwDone   map[*tensor.Tensor]bool // step in backward: parameters updated in this step
 
 	// Data parallelism (dist.go): nil comm is one process.
 	comm        dist.Comm
@@ -148,6 +151,10 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 		res, err := t.tryStep(b)
 		if err == nil || !tensor.IsOOM(err) {
 			return res, err
+		}
+		if t.Config.StepInBackward {
+			t.noteTried(err, false)
+			return res, fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
 		}
 		t.zeroGrad()
 		if t.distributed() {
@@ -253,13 +260,22 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		// examples would correlate the replicas' noise.
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
-		return t.loss(r, m.Inputs, m.Targets)
+		l := t.loss(r, m.Inputs, m.Targets)
+		if t.Config.StepInBackward {
+			t.checkLossBeforeBackward(l.Item())
+		}
+		return l
 	}, scale, opts...)
 	if err == nil {
 		err = armErr
 	}
 	if err != nil {
 		t.zeroGrad()
+		if t.Config.StepInBackward && t.bwErr != nil {
+			err = fmt.Errorf("%w (and an update during backward: %v)", err, t.bwErr)
+		}
+		t.bwErr, t.bwSkip = nil, false
+		clear(t.bwDone)
 		return res, err
 	}
 	if t.distributed() {
@@ -272,6 +288,12 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		}
 		res.loss = float64(l)
 	}
+	if t.Config.StepInBackward && err == nil && !(math.IsNaN(res.loss) || math.IsInf(res.loss, 0)) {
+		res.stepped = true
+		return res, t.endStepInBackward()
+	}
+	t.bwErr, t.bwSkip = nil, false
+	clear(t.bwDone)
 	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
 		t.zeroGrad()
 		if t.Config.SkipNonFinite {

@@ -61,6 +61,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.Config.Optim != cfg.Optim {
 			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim, c.Config.LR)
 		}
+		if c.Config.StepInBackward && !cfg.StepInBackward {
+			optFlag += "-step-in-backward "
+		}
 		fmt.Fprintf(stdout, "fit %s: %s-accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
 			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
 		if cfg.Plan {

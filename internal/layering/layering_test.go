@@ -29,6 +29,7 @@ var rank = map[string]int{
 	"accumulate":        5,
 	"freeze":            5,
 	"dist":              6,
+	"hf":                6,
 	"train":             7,
 	"cmd/train":         8,
 	"internal/layering": 9,

@@ -1,0 +1,151 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+// The step inside backward is the ordinary step, parameter by parameter:
+// the same losses and the same weights, bit for bit, with every optimizer
+// rule (momentum, weight decay, Adam's bias correction, the 8-bit and
+// factored states) and with checkpointing, bf16 and freezing.
+func TestStepInBackwardEqualsStep(t *testing.T) {
+	mlp := Default()
+	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 64, 32, true, 0, 0
+	gpt := tinyGPT()
+	gpt.EvalEvery, gpt.ValSplit = 0, 0
+	for _, c := range []struct {
+		name string
+		base Config
+		f    func(*Config)
+	}{
+		{"mlp sgd momentum wd", mlp, func(c *Config) { c.Optim, c.WD, c.LR = "sgd", 0.01, 0.05 }},
+		{"mlp adam", mlp, func(c *Config) { c.Optim = "adam" }},
+		{"mlp adamw cosine", mlp, func(c *Config) { c.Optim, c.WD, c.Schedule, c.Warmup = "adamw", 0.1, "cosine", 2 }},
+		{"gpt adam", gpt, func(c *Config) {}},
+		{"gpt adamw8bit bf16 checkpoint", gpt, func(c *Config) { c.Optim, c.AMP, c.Checkpoint = "adamw8bit", "bf16", "every" }},
+		{"gpt adafactor freeze", gpt, func(c *Config) { c.Optim, c.Freeze = "adafactor", []string{"embed.*"} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.base
+			c.f(&cfg)
+			cfg.Steps = 5
+			run := func(inBackward bool) (map[string][]uint32, []float64, Summary) {
+				cc := cfg
+				cc.StepInBackward = inBackward
+				tr := newTrainer(t, cc)
+				var losses []float64
+				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {
+					losses = append(losses, r.Loss)
+					return nil
+				}
+				s, err := tr.Run(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return weights(t, tr), losses, s
+			}
+			w0, l0, s0 := run(false)
+			w1, l1, s1 := run(true)
+			for i := range l0 {
+				if l0[i] != l1[i] {
+					t.Errorf("step %d loss %v, in backward %v", i+1, l0[i], l1[i])
+				}
+			}
+			for name, a := range w0 {
+				b := w1[name]
+				for j := range a {
+					if a[j] != b[j] {
+						t.Fatalf("%s[%d] differs after %d steps", name, j, cfg.Steps)
+					}
+				}
+			}
+			g0, g1 := s0.PeakBytes.Gradient, s1.PeakBytes.Gradient
+			t.Logf("gradient peak %d bytes, in backward %d", g0, g1)
+			if g1 >= g0 {
+				t.Errorf("gradient peak %d in backward, not below the ordinary step's %d", g1, g0)
+			}
+		})
+	}
+}
+
+// The gradient peak is that of the parameters whose gradients become
+// final together, not of all of them: on the MLP (one Linear's weight
+// and bias at a time, the largest 4 MiB of 1024×1024 weights) at most the
+// largest layer's.
+func TestStepInBackwardGradientPeak(t *testing.T) {
+	cfg := Default()
+	cfg.Layers, cfg.Width, cfg.Batch, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps = 3, 1024, 32, true, 0, 0, 2
+	cfg.StepInBackward = true
+	tr := newTrainer(t, cfg)
+	s, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest, all int64
+	for _, p := range tr.Model.Parameters() {
+		all += p.Bytes()
+		largest = max(largest, p.Bytes())
+	}
+	layer := largest + 1024*4 // the largest weight and its bias
+	if g := s.PeakBytes.Gradient; g > layer {
+		t.Errorf("gradient peak %d bytes: above the largest layer's %d (all gradients: %d)", g, layer, all)
+	}
+	t.Logf("gradient peak %d bytes; the largest parameter %d; all gradients %d", s.PeakBytes.Gradient, largest, all)
+}
+
+// What needs every gradient before any update is refused, naming the
+// conflict.
+func TestStepInBackwardRefusals(t *testing.T) {
+	for _, c := range []struct {
+		f    func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Accum = 2 }, "-accum 2"},
+		{func(c *Config) { c.AMP = "fp16" }, "-amp fp16"},
+		{func(c *Config) { c.Clip = 1 }, "-clip"},
+		{func(c *Config) { c.Dist = "local" }, "-dist"},
+	} {
+		cfg := Default()
+		cfg.StepInBackward = true
+		c.f(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "-step-in-backward") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming -step-in-backward and %s", c, err, c.want)
+		}
+	}
+}
+
+// A step whose loss is not finite updates no parameter, even though the
+// updates would run during backward.
+func TestStepInBackwardNonFiniteLoss(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.StepInBackward = 3, 0, 0, true
+	tr := newTrainer(t, cfg)
+	// Poison the embedding so the loss is NaN.
+	emb := tr.Model.Parameters()[0]
+	vals := emb.Float32s()
+	for i := range vals {
+		vals[i] = float32(math.NaN())
+	}
+	if err := emb.SetFloat32s(vals); err != nil {
+		t.Fatal(err)
+	}
+	before := weights(t, tr)
+	_, err := tr.Run(context.Background())
+	if !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("run with a NaN loss: %v, want ErrNonFinite", err)
+	}
+	after := weights(t, tr)
+	for name, a := range before {
+		b := after[name]
+		for j := range a {
+			if a[j] != b[j] {
+				t.Fatalf("%s[%d] changed in a step whose loss was NaN", name, j)
+			}
+		}
+	}
+}
