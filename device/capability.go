@@ -90,7 +90,7 @@ const (
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep, CapStochasticRound}
 
 // AttentionOf returns d's fused attention kernels, or nil when d lacks
 // them (or hides them): the tensor package then composes attention from
@@ -120,6 +120,8 @@ func Has(d Device, name string) bool {
 		_, ok = c.(SGDStepper)
 	case CapAdam8bitStep:
 		_, ok = c.(Adam8bitStepper)
+	case CapStochasticRound:
+		_, ok = c.(StochasticRounder)
 	case CapAttention:
 		_, ok = c.(AttentionKernels)
 	}

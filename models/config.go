@@ -32,8 +32,8 @@ func checkDropout(config string, p float64) error {
 }
 
 func checkDType(config string, dt tensor.DType) error {
-	if dt != device.Invalid && dt != tensor.F32 && dt != tensor.F64 {
-		return fieldError(config, "DType", "is %v, want f32 (the default) or f64", dt)
+	if dt != device.Invalid && dt != tensor.F32 && dt != tensor.F64 && dt != tensor.BF16 {
+		return fieldError(config, "DType", "is %v, want f32 (the default), f64 or bf16", dt)
 	}
 	return nil
 }

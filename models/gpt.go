@@ -20,7 +20,8 @@ type GPTConfig struct {
 	// attention probabilities and to each residual branch (0: none).
 	Dropout float64
 	Seed    uint64
-	// DType of the parameters: F32 (default) or F64 for gradient checks.
+	// DType of the parameters: F32 (default), F64 for gradient checks, or
+	// BF16 for weights stored in 16 bits (train -weights bf16).
 	DType tensor.DType
 	// HeadChunkRows is how many rows (tokens) TokenLoss puts in one chunk
 	// of the head and loss; 0 chooses them from tensor.LMHeadChunkBytes.

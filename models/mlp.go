@@ -17,7 +17,8 @@ type MLPConfig struct {
 	// while training (0: no dropout layers).
 	Dropout float64
 	Seed    uint64
-	// DType of the parameters: F32 (default) or F64 for gradient checks.
+	// DType of the parameters: F32 (default), F64 for gradient checks, or
+	// BF16 for weights stored in 16 bits (train -weights bf16).
 	DType tensor.DType
 }
 

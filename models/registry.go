@@ -7,6 +7,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/internal/registry"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
 )
 
 // Model is what the registry builds: a module whose repeated blocks run
@@ -31,6 +32,9 @@ type Spec struct {
 	// HeadChunkRows overrides the rows per chunk of a token model's
 	// chunked head and loss (gpt; 0: from the head's byte budget).
 	HeadChunkRows int
+	// DType of the parameters (mlp and gpt): F32 when Invalid, or BF16
+	// for weights stored in 16 bits.
+	DType tensor.DType
 }
 
 // A Builder makes a model on dev from a Spec.
@@ -66,7 +70,7 @@ func init() {
 		for range s.Layers {
 			widths = append(widths, s.Width)
 		}
-		return built(NewMLP(dev, MLPConfig{Widths: append(widths, s.Classes), Dropout: s.Dropout, Seed: s.Seed}))
+		return built(NewMLP(dev, MLPConfig{Widths: append(widths, s.Classes), Dropout: s.Dropout, Seed: s.Seed, DType: s.DType}))
 	})
 	// cnn: two convolutions of Width/64 and Width/32 channels and a
 	// hidden layer of Width/8, on 28×28 single-channel images.
@@ -78,6 +82,9 @@ func init() {
 		if len(s.InShape) != 3 && in != 28*28 {
 			return nil, fmt.Errorf("models: cnn takes 28x28 single-channel images, not examples of shape %v", s.InShape)
 		}
+		if s.DType != device.Invalid && s.DType != tensor.F32 {
+			return nil, fmt.Errorf("models: cnn: parameters in %v are not supported (f32 only)", s.DType)
+		}
 		return built(NewCNN(dev, CNNConfig{Conv1: max(s.Width/64, 1), Conv2: max(s.Width/32, 1), Hidden: max(s.Width/8, 1),
 			Classes: s.Classes, Dropout: s.Dropout, Seed: s.Seed}))
 	})
@@ -85,7 +92,7 @@ func init() {
 	// vocabulary of Classes tokens.
 	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
 		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
-			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows}))
+			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType}))
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
 )
@@ -77,6 +78,9 @@ type Optimizer struct {
 	state  map[*tensor.Tensor]*paramState
 	steps  int
 	sched  Schedule
+	// Stochastic rounding of BF16 parameters (SetStochasticRounding).
+	rounding  bool
+	roundSeed uint64
 }
 
 func newOptimizer(r rule, cfgName string, params []*tensor.Tensor, lr, wd float64, groups []Group) (*Optimizer, error) {
@@ -472,7 +476,87 @@ func (o *Optimizer) EndStep() { o.steps++ }
 func (o *Optimizer) updateOne(p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
 	s := tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
 	defer s.Close()
+	if o.rounding && p.DType() == tensor.BF16 {
+		o.updateRounded(s, p, g, bufs, h)
+		return
+	}
 	o.rule.update(s, p, g, bufs, h)
+}
+
+// SetStochasticRounding makes every update of a BF16 parameter compute in
+// F32 and round the result stochastically into the parameter
+// (device.StochasticRoundBF16), so that updates far below half a bf16
+// unit survive on average: parameters stored in bf16 with no F32 master
+// copy. The random bits of an element come from seed, the parameter's
+// name, its update count and the element's index, so runs are
+// deterministic and a resumed run continues bit for bit. Other
+// parameters are unaffected.
+func (o *Optimizer) SetStochasticRounding(seed uint64) {
+	o.rounding, o.roundSeed = true, seed
+}
+
+// roundChunk is the elements a rounded update takes at a time (a multiple
+// of every elementsPer): its F32 working copy is 4 MiB.
+const roundChunk = 1 << 20
+
+// updateRounded is the rule's update of a BF16 parameter on an F32 copy,
+// chunk by chunk where the state lies along the elements (the whole
+// parameter otherwise), each chunk rounded stochastically back.
+func (o *Optimizer) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
+	n := p.Len()
+	specs := o.rule.specs(p)
+	per := make([]int, len(bufs))
+	chunk := roundChunk
+	for i := range bufs {
+		per[i] = o.ElementsPer(specs[i].name)
+		if per[i] == 0 {
+			chunk = n // factored state: the update needs the whole parameter
+		}
+	}
+	seed := o.roundSeed ^ nameHash(p.Name()) ^ (uint64(h.t) * 0x9e3779b97f4a7c15)
+	if chunk >= n {
+		w, wg := s.Cast(p, tensor.F32), s.Cast(g, tensor.F32)
+		o.rule.update(s, w, wg, bufs, h)
+		wg.Release()
+		device.StochasticRoundBF16(p.Device(), p.View(), w.View(), seed, 0)
+		w.Release()
+		return
+	}
+	pf, gf := s.Reshape(p, n), s.Reshape(g, n)
+	bf := make([]*tensor.Tensor, len(bufs))
+	for i, b := range bufs {
+		bf[i] = s.Reshape(b, b.Len())
+	}
+	for lo := 0; lo < n; lo += chunk {
+		m := min(chunk, n-lo)
+		pc, gc := s.Narrow(pf, 0, lo, m), s.Narrow(gf, 0, lo, m)
+		bc := make([]*tensor.Tensor, len(bufs))
+		for i, b := range bf {
+			bc[i] = s.Narrow(b, 0, lo/per[i], (m+per[i]-1)/per[i])
+		}
+		// The rules take F32 parameters (and the 8-bit one F32 gradients):
+		// both are widened exactly.
+		w, wg := s.Cast(pc, tensor.F32), s.Cast(gc, tensor.F32)
+		o.rule.update(s, w, wg, bc, h)
+		wg.Release()
+		device.StochasticRoundBF16(p.Device(), pc.View(), w.View(), seed, int64(lo))
+		w.Release()
+		pc.Release()
+		gc.Release()
+		for _, b := range bc {
+			b.Release()
+		}
+	}
+}
+
+// nameHash is FNV-1a of a parameter's name.
+func nameHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // newState allocates the rule's zeroed buffers for p.

@@ -49,6 +49,9 @@ type Config struct {
 	Checkpoint string   `json:"checkpoint"` // off, every, sqrt, N (segments) or a byte budget
 	LMHead     string   `json:"lm_head"`    // token tasks: chunked (head and loss over chunks of rows) or full (whole logits)
 	Freeze     []string `json:"freeze"`     // parameter path patterns
+	// Weights is the parameters' dtype: f32, or bf16 (no F32 master copy;
+	// updates computed in F32 and rounded stochastically, seeded).
+	Weights string `json:"weights,omitempty"`
 	// StepInBackward applies each parameter's optimizer update as soon as
 	// its gradient is final during backward, and frees the gradient at
 	// once (stepbw.go).
@@ -221,6 +224,18 @@ func (c *Config) Validate() error {
 	case "chunked", "full":
 	default:
 		return bad("lm-head", c.LMHead, "unknown head (want chunked or full)")
+	}
+	switch c.Weights {
+	case "", "f32":
+	case "bf16":
+		switch {
+		case c.Model == "cnn":
+			return bad("weights", c.Weights, "the cnn keeps f32 parameters (mlp and gpt take bf16)")
+		case c.Zero > 0:
+			return bad("weights", c.Weights, "not with -zero yet (ZeRO shards f32 parameters)")
+		}
+	default:
+		return bad("weights", c.Weights, "unknown dtype (want f32 or bf16)")
 	}
 	if c.StepInBackward {
 		// Each refusal is an update that needs every gradient first.

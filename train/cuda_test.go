@@ -36,6 +36,8 @@ func TestTechniquesMatchCPU(t *testing.T) {
 		{"mlp freeze", 1e-4, func(c *Config) { c.Freeze = []string{"layers.0.*"} }, mlp},
 		{"mlp adamw8bit", 1e-3, func(c *Config) { c.Optim = "adamw8bit" }, mlp},
 		{"gpt adafactor", 1e-4, func(c *Config) { c.Optim = "adafactor" }, gpt},
+		{"gpt bf16 weights", 5e-3, func(c *Config) { c.Weights = "bf16"; c.AMP = "bf16" }, gpt},
+		{"gpt step in backward", 1e-4, func(c *Config) { c.StepInBackward = true; c.Checkpoint = "every" }, gpt},
 		{"gpt adam8bit bf16", 5e-3, func(c *Config) { c.Optim = "adam8bit"; c.AMP = "bf16" }, gpt},
 		{"gpt f32", 1e-4, func(c *Config) {}, gpt},
 		{"gpt bf16", 5e-3, func(c *Config) { c.AMP = "bf16" }, gpt},

@@ -194,6 +194,12 @@ func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error)
 	if err != nil {
 		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim, err)
 	}
+	if cfg.Weights == "bf16" {
+		// Seeded from the run's seed: deterministic, and a resumed run
+		// draws what the uninterrupted one would (the bits depend on each
+		// parameter's update count, which the checkpoint keeps).
+		o.SetStochasticRounding(cfg.Seed ^ 0x5eed_b16)
+	}
 	return o, nil
 }
 

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/data"
@@ -13,7 +14,8 @@ import (
 // 2-layer GPT of width 64 on the fortunes text (the embedded default task
 // where it is not installed), 150 steps from the same seed, and the
 // final evaluation loss of adam8bit within 1% of f32 Adam's, adafactor
-// (paper defaults, -lr 0.01 as the relative-step ceiling) within 3%.
+// (paper defaults, -lr 0.01 as the relative-step ceiling) within 3%, and
+// Adam on bf16 weights (stochastic rounding, no f32 master) within 1%.
 func TestOptimizerConvergence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: trains three small models")
@@ -27,6 +29,9 @@ func TestOptimizerConvergence(t *testing.T) {
 	eval := func(optim string) float64 {
 		c := cfg
 		c.Optim = optim
+		if o, ok := strings.CutSuffix(optim, " -weights bf16"); ok {
+			c.Optim, c.Weights = o, "bf16"
+		}
 		tr := newTrainer(t, c)
 		s, err := tr.Run(context.Background())
 		if err != nil {
@@ -38,7 +43,7 @@ func TestOptimizerConvergence(t *testing.T) {
 	for _, c := range []struct {
 		optim string
 		tol   float64
-	}{{"adam8bit", 0.01}, {"adafactor", 0.03}} {
+	}{{"adam8bit", 0.01}, {"adafactor", 0.03}, {"adam -weights bf16", 0.01}} {
 		got := eval(c.optim)
 		d := (got - ref) / ref
 		t.Logf("%s: eval loss %.4f, f32 adam %.4f (%+.2f%%)", c.optim, got, ref, 100*d)

@@ -109,6 +109,9 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	if cfg.StepInBackward {
 		fmt.Fprintf(w, "; step in backward")
 	}
+	if cfg.Weights == "bf16" {
+		fmt.Fprintf(w, "; bf16 weights")
+	}
 	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
 	rows := []struct {
 		name string
@@ -140,7 +143,8 @@ type Choice struct {
 // micro-batches (about 5% per doubling), bf16 autocast (10%: it changes
 // the numerics), activation checkpointing (recompute, about a third more
 // compute), and their combinations, with the optimizer as given. Only when none of those fits does it change the optimizer's
-// state format, the approximate methods, in this order: 8-bit moments
+// state format, the approximate methods, in this order (and then, all of
+// them again, with parameters stored in bf16, -weights bf16): 8-bit moments
 // (adam → adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the
 // GPT reference, BENCHMARKS.md) and then adafactor (factored second
 // moment, no first moment; within 3%), each again over the same
@@ -156,17 +160,24 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 		return Choice{}, err
 	}
 	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
-	for _, opt := range fitOptimizers(cfg) {
-		c := cfg
-		if opt != cfg.Optim {
-			c.Optim = opt
-			if opt == "adafactor" {
-				c.LR = DefaultLRAdafactor
+	weights := []string{cfg.Weights}
+	if (cfg.Weights == "" || cfg.Weights == "f32") && cfg.Model != "cnn" && cfg.Zero == 0 {
+		weights = append(weights, "bf16")
+	}
+	for _, w := range weights {
+		for _, opt := range fitOptimizers(cfg) {
+			c := cfg
+			c.Weights = w
+			if opt != cfg.Optim {
+				c.Optim = opt
+				if opt == "adafactor" {
+					c.LR = DefaultLRAdafactor
+				}
 			}
-		}
-		found, ok, err := fitWith(c, cfg, ds, budget, &best)
-		if err != nil || ok {
-			return found, err
+			found, ok, err := fitWith(c, cfg, ds, budget, &best)
+			if err != nil || ok {
+				return found, err
+			}
 		}
 	}
 	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-optim %s -accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",

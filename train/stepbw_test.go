@@ -149,3 +149,40 @@ func TestStepInBackwardNonFiniteLoss(t *testing.T) {
 		}
 	}
 }
+
+// -weights bf16 stores every parameter in 2 bytes, exactly, with nothing
+// else of the parameters' size kept in F32; the dtypes it cannot serve
+// are refused.
+func TestBF16WeightsBytes(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.Weights, cfg.AMP = 2, 0, 0, "bf16", "bf16"
+	tr := newTrainer(t, cfg)
+	s, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, p := range tr.Model.Parameters() {
+		if p.DType().String() != "bf16" {
+			t.Errorf("%s is %v", p.Name(), p.DType())
+		}
+		n += int64(p.Len())
+	}
+	if got := s.PeakBytes.Parameter; got != 2*n {
+		t.Errorf("parameters peak at %d bytes, want 2P = %d", got, 2*n)
+	}
+	for _, c := range []struct {
+		f    func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Model = "cnn" }, "-weights bf16"},
+		{func(c *Config) { c.Weights = "f8" }, "-weights f8"},
+	} {
+		bad := Default()
+		bad.Weights = "bf16"
+		c.f(&bad)
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", bad.Weights, err, c.want)
+		}
+	}
+}

@@ -79,6 +79,14 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 		}},
 		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim, c.AMP, c.Accum = "adam8bit", "fp16", 2 }},
 		{"gpt-adafactor-accum", func(c *Config) { c.Optim, c.Accum, c.Checkpoint = "adafactor", 2, "sqrt" }},
+		{"gpt-bf16-weights-adamw-accum", func(c *Config) { c.Weights, c.Optim, c.AMP, c.Accum = "bf16", "adamw", "bf16", 2 }},
+		{"gpt-bf16-weights-adam8bit-step-in-backward", func(c *Config) {
+			c.Weights, c.Optim, c.Checkpoint, c.StepInBackward = "bf16", "adam8bit", "every", true
+		}},
+		{"mlp-bf16-weights-sgd", func(c *Config) {
+			*c = Default()
+			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.Weights, c.Optim = 32, 2, 16, true, 0, "bf16", "sgd"
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := tinyGPT()
@@ -273,6 +281,9 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.Freeze = []string{"embed.*"}; c.AMP = "fp16" })
 	add(base, func(c *Config) { c.Optim = "adafactor" })
 	add(mlp, func(c *Config) { c.StepInBackward = true })
+	add(mlp, func(c *Config) { c.Weights = "bf16" })
+	add(base, func(c *Config) { c.Weights = "bf16"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
+	add(base, func(c *Config) { c.Weights = "bf16"; c.Optim = "adafactor"; c.StepInBackward = true })
 	add(base, func(c *Config) { c.StepInBackward = true })
 	add(base, func(c *Config) {
 		c.StepInBackward = true

@@ -83,6 +83,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Accum, "accum", cfg.Accum, "micro-batches per optimizer step (gradient accumulation)")
 	fs.StringVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "activation checkpointing: off, every, sqrt, N segments or a budget such as 300MiB")
 	fs.StringVar(&cfg.LMHead, "lm-head", cfg.LMHead, "language-model head and loss (gpt): chunked (over rows: the logits never exist whole) or full")
+	fs.StringVar(&cfg.Weights, "weights", "f32", "parameter dtype: f32, or bf16 (no f32 master copy; updates rounded stochastically)")
 	fs.BoolVar(&cfg.StepInBackward, "step-in-backward", cfg.StepInBackward, "apply each parameter's update as soon as its gradient is final, and free the gradient (not with -accum > 1, -amp fp16, -clip or -dist)")
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
@@ -121,7 +122,7 @@ var flagGroups = []struct {
 	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
 	{"data", []string{"data", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
-	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "step-in-backward", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
+	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "quiet"}},
 	{"planning", []string{"plan", "fit"}},

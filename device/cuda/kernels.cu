@@ -1181,3 +1181,22 @@ extern "C" __global__ void k_adam8bit(i64 n, Op p, Op g, Op m, Op v, Op ms, Op v
         __syncthreads();
     }
 }
+
+// ---------------------------------------------------------------- stochastic rounding
+
+// k_sr_bf16 is device.StochasticRoundBF16: element i of src rounded into
+// dst with the 16 random bits splitmix64(seed ^ splitmix64(offset + i))
+// >> 48 added below bf16's mantissa, then truncated.
+extern "C" __global__ void k_sr_bf16(i64 n, Op dst, Op src, u64 seed, i64 offset) {
+    GRID_STRIDE(i, n) {
+        unsigned b = __float_as_uint(GMEM(const float, src.p, src.off + i));
+        u16 r;
+        if ((b & 0x7f800000u) == 0x7f800000u) {
+            r = (b & 0x007fffffu) ? (u16)((b >> 16) | 0x40u) : (u16)(b >> 16);
+        } else {
+            unsigned bits = (unsigned)(splitmix64(seed ^ splitmix64((u64)(offset + i))) >> 48);
+            r = (u16)((b + bits) >> 16);
+        }
+        GMEM(u16, dst.p, dst.off + i) = r;
+    }
+}

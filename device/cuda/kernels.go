@@ -336,6 +336,14 @@ func (d *Device) Adam8bitStep(param, grad, m, v, mScale, vScale device.View, h d
 
 var _ device.Adam8bitStepper = (*Device)(nil)
 
+// StochasticRoundBF16 is device.StochasticRounder (kernels.cu's k_sr_bf16).
+func (d *Device) StochasticRoundBF16(dst, src device.View, seed uint64, offset int64) {
+	n := int64(src.Len())
+	d.launch("k_sr_bf16", gridFor(n), new(args).i64(n).op(dst).op(src).u64(seed).i64(offset))
+}
+
+var _ device.StochasticRounder = (*Device)(nil)
+
 // SGDStep applies one SGD update in place.
 func (d *Device) SGDStep(param, grad, momentum device.View, h device.SGDHyper) {
 	n := int64(param.Len())

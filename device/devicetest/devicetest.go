@@ -687,6 +687,22 @@ var cases = []kcase{
 			e.exact("adam8bit v scales", vs)
 		}
 	}},
+	{"StochasticRound", []device.DType{device.F32}, func(e *env, dt device.DType) {
+		// Values of every magnitude, an infinity and a NaN, at an offset:
+		// the fused kernel and the host fallback give the same bits.
+		n := 5000
+		vals := e.random(n, -3, 3)
+		for i := range vals {
+			vals[i] *= math.Pow(10, float64(i%9-4))
+		}
+		vals[7], vals[8] = math.Inf(-1), math.NaN()
+		src := e.tensor(device.F32, []int{n}, vals)
+		dst := e.tensor(device.BF16, []int{n}, nil)
+		both(e, func(d device.Device, s func(pair) device.View) {
+			device.StochasticRoundBF16(d, s(dst), s(src), 0x5eed, 12345)
+		})
+		e.exact("stochastic bf16", dst)
+	}},
 	{"Optimizers", floats, func(e *env, dt device.DType) {
 		n := 300
 		for _, dec := range []bool{false, true} {

@@ -70,6 +70,7 @@ func (d *Device) AllFinite(device.View) bool                                    
 func (d *Device) AdamStep(_, _, _, _ device.View, _ device.AdamHyper)               {}
 func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                    {}
 func (d *Device) Adam8bitStep(_, _, _, _, _, _ device.View, _ device.AdamHyper)     {}
+func (d *Device) StochasticRoundBF16(_, _ device.View, _ uint64, _ int64)           {}
 
 // CausalAttention takes and returns the workspace the CPU kernel takes,
 // so that plans account it.
