@@ -536,3 +536,34 @@ func (t *Tensor) SetFloat64s(data []float64) error {
 	t.st.version.Add(1)
 	return nil
 }
+
+// ConvertTo changes a leaf tensor's dtype in place: its elements are
+// copied into new storage of dtype (rounded as Copy rounds, under the same
+// allocator category) and the old storage is freed. It is how a weight
+// that no longer trains drops its F32 copy (a frozen parameter held in the
+// autocast dtype). A tensor made by an op, one with a gradient, or one
+// whose storage other handles share (views) is refused.
+func (t *Tensor) ConvertTo(dtype DType) error {
+	t.mustLive("ConvertTo")
+	switch {
+	case t.dtype == dtype:
+		return nil
+	case t.node != nil:
+		return errorf("ConvertTo", "%s is the result of an op; only leaves convert", t.describe())
+	case t.grad != nil:
+		return errorf("ConvertTo", "%s has a gradient", t.describe())
+	case t.st.refs.Load() != 1:
+		return errorf("ConvertTo", "%s shares its storage with %d other handles", t.describe(), t.st.refs.Load()-1)
+	}
+	n, err := New(t.st.dev, dtype, t.shape, t.Category())
+	if err != nil {
+		return err
+	}
+	t.st.dev.Copy(n.view(), t.view())
+	// n takes the old storage and frees it.
+	t.st, n.st = n.st, t.st
+	t.strides, t.offset, t.dtype = n.strides, n.offset, dtype
+	n.strides, n.offset, n.dtype = nil, 0, DType(0)
+	n.Release()
+	return nil
+}

@@ -44,6 +44,7 @@ func TestTechniquesMatchCPU(t *testing.T) {
 		{"gpt checkpoint every", 1e-4, func(c *Config) { c.Checkpoint = "every" }, gpt},
 		{"gpt checkpoint+accum+bf16", 5e-3, func(c *Config) { c.Checkpoint = "sqrt"; c.Accum = 2; c.AMP = "bf16" }, gpt},
 		{"gpt freeze", 1e-4, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} }, gpt},
+		{"gpt freeze bf16 (frozen held in bf16)", 5e-3, func(c *Config) { c.Freeze, c.AMP = []string{"embed.*", "blocks.0.*"}, "bf16" }, gpt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

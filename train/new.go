@@ -162,6 +162,9 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		}
 		t.Scaler = amp.NewGradScaler(sc)
 	}
+	if err := t.holdFrozenInAutocast(); err != nil {
+		return fail(err)
+	}
 	spec, _ := ParseCheckpoint(cfg.Checkpoint)
 	switch spec.Kind {
 	case "every":

@@ -253,7 +253,15 @@ func (t *Trainer) Resume(path string) error {
 	if err != nil {
 		return bad("%v", err)
 	}
-	// Checked: now change state.
+	// Checked: now change state. Parameters unfrozen before the save are
+	// F32 again (they were held in the autocast dtype while frozen).
+	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
+		for _, p := range t.unfreeze {
+			if err := t.trainableAgain(p); err != nil {
+				return bad("%v", err)
+			}
+		}
+	}
 	for _, p := range params {
 		if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
 			return bad("%v", err)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/memfit/memfit/memory"
 )
 
 // The step inside backward is the ordinary step, parameter by parameter:
@@ -183,6 +185,42 @@ func TestBF16WeightsBytes(t *testing.T) {
 		c.f(&bad)
 		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %s", bad.Weights, err, c.want)
+		}
+	}
+}
+
+// With amp on, frozen parameters are held in the autocast dtype: a weight
+// that does not train keeps no F32 copy. Unfrozen, it trains in F32 again.
+func TestFrozenHeldInAutocastDType(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.AMP = 4, 0, 0, "bf16"
+	cfg.Freeze, cfg.UnfreezeAt = []string{"embed.*", "blocks.0.*"}, 3
+	tr := newTrainer(t, cfg)
+	var frozen, trainable int64
+	for _, p := range tr.Model.Parameters() {
+		want := "f32"
+		if !p.RequiresGrad() {
+			want = "bf16"
+			frozen += int64(p.Len())
+		} else {
+			trainable += int64(p.Len())
+		}
+		if p.DType().String() != want {
+			t.Errorf("%s is %v, want %s", p.Name(), p.DType(), want)
+		}
+	}
+	if frozen == 0 {
+		t.Fatal("nothing frozen")
+	}
+	if got, want := tr.Device.Memory().Stats().Category(memory.Parameter).Current, 4*trainable+2*frozen; got != want {
+		t.Errorf("parameters take %d bytes, want %d (frozen in bf16)", got, want)
+	}
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tr.Model.Parameters() {
+		if p.DType().String() != "f32" || !p.RequiresGrad() {
+			t.Errorf("after -unfreeze-at: %s is %v (trains: %v)", p.Name(), p.DType(), p.RequiresGrad())
 		}
 	}
 }

@@ -347,6 +347,9 @@ func (t *Trainer) unfreezeIfDue() error {
 	var newly []*tensor.Tensor
 	for _, p := range t.unfreeze {
 		if !p.RequiresGrad() {
+			if err := t.trainableAgain(p); err != nil {
+				return err
+			}
 			p.SetRequiresGrad(true)
 			newly = append(newly, p)
 		}
@@ -439,4 +442,50 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 		}
 	}
 	return c
+}
+
+// holdFrozenInAutocast keeps the frozen parameters in the autocast dtype
+// when amp is on: a weight that does not train needs no F32 copy, and the
+// products would cast it anyway. They go back to the parameters' dtype
+// (rounded values, widened exactly) when -unfreeze-at trains them again.
+// Not with data parallelism, whose replicas lay the parameters out as
+// they were built.
+func (t *Trainer) holdFrozenInAutocast() error {
+	if t.autocast == device.Invalid || t.distributed() || t.Config.Weights == "bf16" {
+		return nil
+	}
+	for _, p := range t.unfreeze {
+		if p.RequiresGrad() {
+			continue
+		}
+		if err := p.ConvertTo(t.autocast); err != nil {
+			return fmt.Errorf("-freeze with -amp: %s: %v", p.Name(), err)
+		}
+	}
+	return nil
+}
+
+// trainableAgain gives an unfrozen parameter its training dtype back.
+func (t *Trainer) trainableAgain(p *tensor.Tensor) error {
+	want := t.paramDType()
+	if p.DType() == want {
+		return nil
+	}
+	if err := p.ConvertTo(want); err != nil {
+		return fmt.Errorf("unfreezing %s: %v", p.Name(), err)
+	}
+	return nil
+}
+
+// paramDType is the dtype trainable parameters have.
+func (t *Trainer) paramDType() tensor.DType {
+	if t.Config.Weights == "bf16" {
+		return tensor.BF16
+	}
+	for _, p := range t.Model.Parameters() {
+		if p.RequiresGrad() {
+			return p.DType()
+		}
+	}
+	return tensor.F32
 }
