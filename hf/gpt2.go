@@ -121,6 +121,21 @@ func lookup(c *Checkpoint, name string) (Tensor, bool) {
 // or a .safetensors file) and returns it with a note when the shape was
 // inferred. Parameters are F32 (16-bit tensors are widened exactly).
 func LoadGPT2(dev device.Device, path string) (*models.GPT, string, error) {
+	return LoadGPT2With(dev, path, GPT2Options{})
+}
+
+// GPT2Options are what training adds to an imported GPT-2: dropout, the
+// seed of its masks, the head's chunking and the parameters' dtype (F32
+// when unset; BF16 rounds the weights).
+type GPT2Options struct {
+	Dropout       float64
+	Seed          uint64
+	HeadChunkRows int
+	DType         device.DType
+}
+
+// LoadGPT2With is LoadGPT2 with options.
+func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, string, error) {
 	c, err := Open(path)
 	if err != nil {
 		return nil, "", err
@@ -133,7 +148,8 @@ func LoadGPT2(dev device.Device, path string) (*models.GPT, string, error) {
 	if cfg.Layers < 1 || cfg.Heads < 1 || cfg.Dim < 1 || cfg.Positions < 1 || cfg.Vocab < 1 || cfg.Dim%cfg.Heads != 0 {
 		return nil, "", fmt.Errorf("hf: %s: config %+v does not describe a GPT-2", c.Dir, cfg)
 	}
-	g, err := models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab})
+	g, err := models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab,
+		Dropout: o.Dropout, Seed: o.Seed, HeadChunkRows: o.HeadChunkRows, DType: o.DType})
 	if err != nil {
 		return nil, "", err
 	}

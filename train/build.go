@@ -4,12 +4,20 @@ import (
 	"fmt"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/models"
 )
 
 // buildModel makes the model a Config names, by name from models'
 // registry, for a dataset's shapes.
 func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
+	if cfg.Init != "" {
+		g, _, err := hf.LoadGPT2With(dev, cfg.Init, hf.GPT2Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: cfg.paramDType()})
+		if err != nil {
+			return nil, fmt.Errorf("-init %s: %v", cfg.Init, err)
+		}
+		return g, nil
+	}
 	m, err := models.New(cfg.Model, dev, models.Spec{
 		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
 		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/optim"
@@ -90,6 +91,14 @@ type Config struct {
 	// Planning
 	Plan bool  `json:"plan"`
 	Fit  int64 `json:"fit"` // budget in bytes; 0: off
+
+	// Init starts from a pretrained model instead of random weights: a
+	// Hugging Face GPT-2 checkpoint (a directory with config.json and
+	// model.safetensors, or a .safetensors file). The model's shape and
+	// vocabulary come from it (ApplyInit).
+	Init string `json:"init,omitempty"`
+	// Vocab, when set, is a token model's vocabulary (else the data's).
+	Vocab int `json:"vocab,omitempty"`
 
 	// Generation (token models): instead of training, continue Prompt by
 	// Generate tokens (after -resume) and print them. Temperature 0 is
@@ -331,4 +340,28 @@ func orList(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// ApplyInit takes the model's shape from Init's checkpoint: -model gpt,
+// its layers, heads, width, context and vocabulary. It returns a note
+// when the checkpoint has no config.json and the shape was inferred.
+// Without Init it changes nothing.
+func (c Config) ApplyInit() (Config, string, error) {
+	if c.Init == "" {
+		return c, "", nil
+	}
+	if c.Model != "gpt" && c.Model != "" && c.Model != Default().Model {
+		return c, "", fmt.Errorf("-init %s: a GPT-2 checkpoint, which -model %s is not", c.Init, c.Model)
+	}
+	ck, err := hf.Open(c.Init)
+	if err != nil {
+		return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
+	}
+	defer ck.Close()
+	h, note, err := hf.ReadGPT2Config(ck)
+	if err != nil {
+		return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
+	}
+	c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Vocab = "gpt", h.Layers, h.Heads, h.Dim, h.Positions, h.Vocab
+	return c, note, nil
 }

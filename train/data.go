@@ -159,6 +159,18 @@ func openData(cfg Config) (*dataset, error) {
 		// Flat 784-vectors (the synthetic task) are 28x28 images to a CNN.
 		ds.inShape = []int{1, 28, 28}
 	}
+	if _, bytes := ds.codec.(byteCodec); bytes && cfg.Vocab > 0 && cfg.Vocab < 256 {
+		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Vocab)
+	}
+	if ds.tokens && cfg.Vocab > 0 {
+		// The model's vocabulary (-init): token ids beyond it fail when
+		// their batch is read, naming the file.
+		ds.classes = cfg.Vocab
+		if c, ok := ds.codec.(idCodec); ok {
+			c.vocab = cfg.Vocab
+			ds.codec = c
+		}
+	}
 	if ds.tokens != (cfg.Model == "gpt") {
 		kind := "images or vectors"
 		if ds.tokens {

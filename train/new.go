@@ -55,6 +55,13 @@ func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
 // (0) or sharded (1, 2) optimizer state. Only rank 0 logs. A nil comm is
 // New.
 func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer) (*Trainer, error) {
+	cfg, note, err := cfg.ApplyInit()
+	if err != nil {
+		return nil, err
+	}
+	if note != "" && log != nil {
+		fmt.Fprintln(log, note)
+	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -61,6 +61,10 @@ func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Le
 
 // Plan predicts the peak bytes by category of training with cfg.
 func Plan(cfg Config) (PeakBytes, error) {
+	cfg, _, err := cfg.ApplyInit()
+	if err != nil {
+		return PeakBytes{}, err
+	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return PeakBytes{}, err
@@ -151,6 +155,10 @@ type Choice struct {
 // accumulation, autocast and checkpointing candidates. SGD is never
 // swapped for another algorithm. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
+	cfg, _, err := cfg.ApplyInit()
+	if err != nil {
+		return Choice{}, err
+	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return Choice{}, err

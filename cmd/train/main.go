@@ -45,6 +45,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "train: %v\n", err)
 		return code
 	}
+	cfg, note, err := cfg.ApplyInit()
+	if err != nil {
+		return fail(2, err)
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -239,5 +240,50 @@ func TestGenerateFromCheckpoint(t *testing.T) {
 	hot := []string{"-temperature", "1.2", "-top-k", "10", "-seed", "4"}
 	if a, b := gen(hot...), gen(hot...); a != b {
 		t.Errorf("seeded sampling gave %q, then %q", a, b)
+	}
+}
+
+// A GPT-2 in Hugging Face's layout starts a run (-init): its shape comes
+// from config.json, training continues from its weights, and the saved
+// state generates.
+func TestInitFromHuggingFace(t *testing.T) {
+	dir := t.TempDir()
+	// Token ids below the fixture's vocabulary of 50, as an llm.c shard.
+	shard := filepath.Join(dir, "tokens.bin")
+	hdr := make([]byte, 1024)
+	n := 5000
+	binary.LittleEndian.PutUint32(hdr[0:], 20240520)
+	binary.LittleEndian.PutUint32(hdr[4:], 1)
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(n))
+	toks := make([]byte, 2*n)
+	for i := range n {
+		binary.LittleEndian.PutUint16(toks[2*i:], uint16((i*7)%50))
+	}
+	if err := os.WriteFile(shard, append(hdr, toks...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fixture := filepath.Join("..", "..", "hf", "testdata", "gpt2-f32")
+	ckpt := filepath.Join(dir, "ft.st")
+	base := []string{"-quiet", "-init", fixture, "-data", shard, "-batch", "8"}
+	code, _, errs := runCmd(t, append(base, "-steps", "5", "-eval-every", "0", "-save", ckpt)...)
+	if code != 0 {
+		t.Fatalf("fine-tuning: exit %d: %s", code, errs)
+	}
+	code, out, errs := runCmd(t, append(base, "-resume", ckpt, "-generate", "5", "-prompt", "3 1 4")...)
+	if code != 0 || len(strings.Fields(out)) != 5 {
+		t.Fatalf("generate after -init: exit %d, printed %q: %s", code, out, errs)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-init", filepath.Join(dir, "nope")}, "-init"},
+		{[]string{"-init", fixture, "-model", "cnn"}, "-model cnn"},
+		{[]string{"-init", fixture, "-data", filepath.Join(dir, "tokens.bin") + ".txt"}, "tokens.bin.txt"},
+	} {
+		code, _, errs := runCmd(t, append([]string{"-quiet", "-steps", "1"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming %s", c.args, code, errs, c.want)
+		}
 	}
 }
