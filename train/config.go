@@ -97,6 +97,11 @@ type Config struct {
 	// model.safetensors, or a .safetensors file). The model's shape and
 	// vocabulary come from it (ApplyInit).
 	Init string `json:"init,omitempty"`
+	// SaveFormat is what -save writes: "memfit" (the default: weights,
+	// optimizer and loop state in one file, resumable) or "hf" (the
+	// model's weights in Hugging Face's GPT-2 layout, a directory with
+	// config.json and model.safetensors; not resumable).
+	SaveFormat string `json:"save_format,omitempty"`
 	// Vocab, when set, is a token model's vocabulary (else the data's).
 	Vocab int `json:"vocab,omitempty"`
 
@@ -233,6 +238,15 @@ func (c *Config) Validate() error {
 	case "chunked", "full":
 	default:
 		return bad("lm-head", c.LMHead, "unknown head (want chunked or full)")
+	}
+	switch c.SaveFormat {
+	case "", "memfit":
+	case "hf":
+		if c.Model != "gpt" {
+			return bad("save-format", c.SaveFormat, "Hugging Face's layout is written for -model gpt (GPT-2)")
+		}
+	default:
+		return bad("save-format", c.SaveFormat, "unknown format (want memfit or hf)")
 	}
 	switch c.Weights {
 	case "", "f32":

@@ -259,6 +259,17 @@ func (c Config) CheckPaths() error {
 			return fmt.Errorf("-data %s is %s: want a regular file or a directory", c.Data, describeMode(fi.Mode()))
 		}
 	}
+	if c.Save != "" && c.SaveFormat == "hf" {
+		// A directory: it may exist (its two files are replaced), or its
+		// parent must.
+		if fi, err := os.Stat(c.Save); err == nil && !fi.IsDir() {
+			return fmt.Errorf("-save %s with -save-format hf: want a directory, and this is a file", c.Save)
+		} else if err != nil {
+			if _, err := os.Stat(filepath.Dir(c.Save)); err != nil {
+				return fmt.Errorf("-save %s: %v", c.Save, err)
+			}
+		}
+	}
 	outs := c.outputs()
 	for _, o := range outs {
 		if err := CheckOutputWritable(o.path, o.kind); err != nil {
@@ -292,7 +303,7 @@ type namedPath struct {
 // outputs are the files a run writes; -save writes path and path.state.
 func (c Config) outputs() []namedPath {
 	var o []namedPath
-	if c.Save != "" {
+	if c.Save != "" && c.SaveFormat != "hf" {
 		o = append(o, namedPath{"save", c.Save, FileOnly}, namedPath{"save", c.Save + ".state", FileOnly})
 	}
 	for _, p := range []namedPath{{"summary", c.Summary, Streamable}, {"metrics", c.Metrics, Streamable}, {"mem-report", c.MemReport, Streamable}} {

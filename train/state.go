@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/memfit/memfit/hf"
+	"github.com/memfit/memfit/models"
 	"hash/crc32"
 	"math"
 	"os"
@@ -123,6 +125,19 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
+	if t.Config.SaveFormat == "hf" {
+		g, ok := t.Model.(*models.GPT)
+		if !ok {
+			return fmt.Errorf("save %s: -save-format hf needs a GPT, not %T", path, t.Model)
+		}
+		if t.rank != 0 {
+			return nil
+		}
+		if err := hf.SaveGPT2(g, path); err != nil {
+			return fmt.Errorf("save %s: %v", path, err)
+		}
+		return nil
+	}
 	ost, err := t.exportOptimizer()
 	if err != nil {
 		return fmt.Errorf("save %s: %v", path, err)

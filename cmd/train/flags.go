@@ -100,6 +100,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Summary, "summary", cfg.Summary, "write a JSON summary of the run to this file")
 	fs.StringVar(&cfg.Save, "save", cfg.Save, "save the final state (weights as safetensors) to this path")
 	fs.IntVar(&cfg.SaveEvery, "save-every", cfg.SaveEvery, "also save every N steps (needs -save)")
+	fs.StringVar(&cfg.SaveFormat, "save-format", "memfit", "what -save writes: memfit (resumable state) or hf (the weights in Hugging Face's GPT-2 layout, a directory)")
 	fs.StringVar(&cfg.Init, "init", cfg.Init, "start from a pretrained GPT-2 in Hugging Face's layout (a `path`: directory with config.json and model.safetensors, or a .safetensors file); sets -model gpt and its shape")
 	fs.StringVar(&cfg.Resume, "resume", cfg.Resume, "resume from a state saved with -save")
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no progress bar")
@@ -125,7 +126,7 @@ var flagGroups = []struct {
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
 	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},
-	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "resume", "init", "quiet"}},
+	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "save-format", "resume", "init", "quiet"}},
 	{"planning", []string{"plan", "fit"}},
 	{"generation", []string{"generate", "prompt", "temperature", "top-k", "top-p"}},
 }

@@ -273,12 +273,29 @@ func TestInitFromHuggingFace(t *testing.T) {
 	if code != 0 || len(strings.Fields(out)) != 5 {
 		t.Fatalf("generate after -init: exit %d, printed %q: %s", code, out, errs)
 	}
+	// The fine-tuned weights in the original layout, loadable again.
+	exported := filepath.Join(dir, "exported")
+	code, _, errs = runCmd(t, append(base, "-steps", "3", "-eval-every", "0", "-save-format", "hf", "-save", exported)...)
+	if code != 0 {
+		t.Fatalf("-save-format hf: exit %d: %s", code, errs)
+	}
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(exported, f)); err != nil {
+			t.Errorf("-save-format hf wrote no %s: %v", f, err)
+		}
+	}
+	code, _, errs = runCmd(t, "-quiet", "-init", exported, "-data", shard, "-batch", "8", "-steps", "1", "-eval-every", "0")
+	if code != 0 {
+		t.Errorf("-init from the export: exit %d: %s", code, errs)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-init", filepath.Join(dir, "nope")}, "-init"},
 		{[]string{"-init", fixture, "-model", "cnn"}, "-model cnn"},
+		{[]string{"-save-format", "hf", "-save", filepath.Join(dir, "x")}, "-save-format hf"},
+		{[]string{"-init", fixture, "-data", shard, "-save-format", "hf", "-save", shard}, "want a directory"},
 		{[]string{"-init", fixture, "-data", filepath.Join(dir, "tokens.bin") + ".txt"}, "tokens.bin.txt"},
 	} {
 		code, _, errs := runCmd(t, append([]string{"-quiet", "-steps", "1"}, c.args...)...)
