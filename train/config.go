@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,6 +99,11 @@ type Config struct {
 	// model.safetensors, or a .safetensors file). The model's shape and
 	// vocabulary come from it (ApplyInit).
 	Init string `json:"init,omitempty"`
+	// Tokenizer turns a text -data file into tokens (a file or directory
+	// tokenizer.Open reads: GPT-2's byte-level BPE); the model's vocabulary
+	// follows it. Empty: a text file is bytes. -init's directory provides
+	// one when it holds tokenizer files.
+	Tokenizer string `json:"tokenizer,omitempty"`
 	// SaveFormat is what -save writes: "memfit" (the default: weights,
 	// optimizer and loop state in one file, resumable) or "hf" (the
 	// model's weights in Hugging Face's GPT-2 layout, a directory with
@@ -377,5 +384,15 @@ func (c Config) ApplyInit() (Config, string, error) {
 		return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
 	}
 	c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Vocab = "gpt", h.Layers, h.Heads, h.Dim, h.Positions, h.Vocab
+	if c.Tokenizer == "" {
+		if st, err := os.Stat(c.Init); err == nil && st.IsDir() {
+			for _, f := range []string{"tokenizer.json", "encoder.json", "vocab.json"} {
+				if _, err := os.Stat(filepath.Join(c.Init, f)); err == nil {
+					c.Tokenizer = c.Init
+					break
+				}
+			}
+		}
+	}
 	return c, note, nil
 }

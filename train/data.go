@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/tokenizer"
 )
 
 // loaderBatches delivers a loader's batches epoch after epoch.
@@ -117,6 +118,20 @@ func openData(cfg Config) (*dataset, error) {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
 			all, ds.classes = f, f.NumClasses()
+		case cfg.Tokenizer != "":
+			tok, err := tokenizer.Open(cfg.Tokenizer)
+			if err != nil {
+				return nil, fmt.Errorf("-tokenizer %s: %v", cfg.Tokenizer, err)
+			}
+			shard, err := tokenizedShard(path, tok)
+			if err != nil {
+				return nil, fmt.Errorf("-data %s -tokenizer %s: %v", path, cfg.Tokenizer, err)
+			}
+			t, err := data.OpenShards(shard, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed, Vocab: tok.VocabSize()})
+			if err != nil {
+				return nil, fmt.Errorf("-data %s (tokenized in %s): %v", path, shard, err)
+			}
+			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{tok}
 		default:
 			t, err := data.OpenCorpus([]string{path}, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
 			if err != nil {

@@ -106,7 +106,9 @@ func (t *Trainer) GenerateText() (string, error) {
 // of the first validation (or training) window. Empty for other models
 // and data.
 func (t *Trainer) evalSample() string {
-	if _, ok := t.codec.(byteCodec); !ok {
+	switch t.codec.(type) {
+	case byteCodec, tokenizerCodec:
+	default:
 		return ""
 	}
 	g, ok := t.Model.(*models.GPT)

@@ -64,6 +64,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.Dropout, "dropout", cfg.Dropout, "dropout probability")
 	// data
 	fs.StringVar(&cfg.Data, "data", cfg.Data, "IDX file or directory, text file, token-shard glob or image folder (default: the embedded synthetic task)")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenize a text -data file with this `path` (GPT-2 byte-level BPE: tokenizer.json, or a directory with encoder.json and vocab.bpe); the vocabulary sets the model's")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "data-loading goroutines")
 	fs.IntVar(&cfg.Prefetch, "prefetch", cfg.Prefetch, "batches loaded ahead of the one in use (at most 256MiB of them)")
 	fs.Float64Var(&cfg.ValSplit, "val-split", cfg.ValSplit, "fraction of the data held out for evaluation")
@@ -122,7 +123,7 @@ var flagGroups = []struct {
 	names []string
 }{
 	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
-	{"data", []string{"data", "workers", "prefetch", "val-split"}},
+	{"data", []string{"data", "tokenizer", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
 	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},

@@ -304,3 +304,33 @@ func TestInitFromHuggingFace(t *testing.T) {
 		}
 	}
 }
+
+// A text file through GPT-2's tokenizer (when its vocabulary was fetched:
+// scripts/fetch-tokenizers.sh): the model's vocabulary follows the
+// tokenizer, the tokens are cached, and generation prints text.
+func TestTokenizerData(t *testing.T) {
+	vocab := os.Getenv("MEMFIT_TOKENIZERS")
+	if vocab == "" {
+		home, _ := os.UserHomeDir()
+		vocab = filepath.Join(home, ".cache", "memfit", "tokenizers")
+	}
+	vocab = filepath.Join(vocab, "gpt2")
+	if _, err := os.Stat(filepath.Join(vocab, "encoder.json")); err != nil {
+		t.Skipf("no GPT-2 vocabulary in %s: run scripts/fetch-tokenizers.sh", vocab)
+	}
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus.txt")
+	os.WriteFile(corpus, []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 300)), 0o644)
+	ckpt := filepath.Join(dir, "tok.st")
+	base := []string{"-quiet", "-model", "gpt", "-layers", "1", "-width", "16", "-heads", "2", "-context", "16", "-batch", "4", "-data", corpus, "-tokenizer", vocab}
+	if code, _, errs := runCmd(t, append(base, "-steps", "2", "-eval-every", "0", "-save", ckpt)...); code != 0 {
+		t.Fatalf("training: exit %d: %s", code, errs)
+	}
+	code, out, errs := runCmd(t, append(base, "-resume", ckpt, "-generate", "4", "-prompt", "The quick")...)
+	if code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("generate: exit %d, %q: %s", code, out, errs)
+	}
+	if code, _, errs := runCmd(t, append(base[:len(base)-1], filepath.Join(dir, "none"), "-steps", "1")...); code != 2 || !strings.Contains(errs, "-tokenizer") {
+		t.Errorf("a missing tokenizer: exit %d, %q", code, errs)
+	}
+}

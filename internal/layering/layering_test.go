@@ -24,6 +24,7 @@ var rank = map[string]int{
 	"models":            5,
 	"optim":             5,
 	"data":              5,
+	"tokenizer":         5,
 	"amp":               5,
 	"checkpoint":        5,
 	"accumulate":        5,
