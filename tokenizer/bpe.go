@@ -332,7 +332,9 @@ func next(s string, i int) (rune, int) {
 
 func isLetter(r rune) bool { return r >= 0 && unicode.IsLetter(r) }
 func isNumber(r rune) bool { return r >= 0 && unicode.IsNumber(r) }
-func isOther(r rune) bool  { return r < 0 || !isSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r) }
+func isOther(r rune) bool {
+	return r < 0 || !isSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
+}
 
 // split is GPT-2's pre-tokenizer:
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
