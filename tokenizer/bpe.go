@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -400,7 +399,3 @@ func matchAt(s string, i int) int {
 	}
 	return k - i
 }
-
-// ErrNoVocabulary is what tests and commands get when no vocabulary has
-// been fetched (scripts/fetch-tokenizers.sh).
-var ErrNoVocabulary = errors.New("tokenizer: no vocabulary")
