@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"os"
@@ -61,11 +62,22 @@ type dataset struct {
 // openData resolves -data: "" is the embedded synthetic task for the
 // model; a directory of IDX files (Fashion-MNIST/MNIST names), a
 // directory of class folders, a token-shard glob or .bin file, or any
-// other file as a byte corpus.
+// other file as a byte corpus, or, with -tokenizer, as text that the
+// tokenizer encodes.
 func openData(cfg Config) (*dataset, error) {
 	ds := &dataset{}
 	var all data.Dataset
 	path := cfg.Data
+	var tok *tokenizer.BPE
+	if cfg.Tokenizer != "" {
+		if path == "" {
+			return nil, fmt.Errorf("-tokenizer %s: needs -data naming a text file or token shards", cfg.Tokenizer)
+		}
+		var err error
+		if tok, err = openTokenizer(cfg.Tokenizer); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case path == "" && cfg.Model == "gpt":
 		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Context, Seed: cfg.Seed})
@@ -88,13 +100,27 @@ func openData(cfg Config) (*dataset, error) {
 		isGlob := strings.ContainsAny(path, "*?[")
 		switch {
 		case isGlob || strings.HasSuffix(path, ".bin"):
-			t, err := data.OpenShards(path, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			opt := data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed}
+			classes := 50304 // GPT-2's vocabulary padded to a multiple of 64, as llm.c does
+			var codec Codec = idCodec{classes}
+			if tok != nil {
+				opt.Vocab, classes, codec = tok.VocabSize(), tok.VocabSize(), tokenizerCodec{tok}
+			}
+			t, err := data.OpenShards(path, opt)
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
-			all, ds.tokens, ds.classes, ds.codec = t, true, 50304, idCodec{50304}
+			all, ds.tokens, ds.classes, ds.codec = t, true, classes, codec
 		case err != nil:
 			return nil, fmt.Errorf("-data %s: %v", path, err)
+		case st.IsDir() && tok != nil:
+			return nil, fmt.Errorf("-tokenizer %s: -data %s is a directory; a tokenizer needs a text file or token shards", cfg.Tokenizer, path)
+		case tok != nil:
+			t, err := data.TokenizeCorpus([]string{path}, tok, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			if err != nil {
+				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{tok}
 		case st.IsDir() && hasIDX(path):
 			tr, err := data.FashionMNIST(path, true)
 			if err != nil {
@@ -118,20 +144,6 @@ func openData(cfg Config) (*dataset, error) {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
 			all, ds.classes = f, f.NumClasses()
-		case cfg.Tokenizer != "":
-			tok, err := tokenizer.Open(cfg.Tokenizer)
-			if err != nil {
-				return nil, fmt.Errorf("-tokenizer %s: %v", cfg.Tokenizer, err)
-			}
-			shard, err := tokenizedShard(path, tok)
-			if err != nil {
-				return nil, fmt.Errorf("-data %s -tokenizer %s: %v", path, cfg.Tokenizer, err)
-			}
-			t, err := data.OpenShards(shard, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed, Vocab: tok.VocabSize()})
-			if err != nil {
-				return nil, fmt.Errorf("-data %s (tokenized in %s): %v", path, shard, err)
-			}
-			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{tok}
 		default:
 			t, err := data.OpenCorpus([]string{path}, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
 			if err != nil {
@@ -194,6 +206,32 @@ func openData(cfg Config) (*dataset, error) {
 		return nil, fmt.Errorf("-data %s holds %s, which -model %s does not take", displayPath(path), kind, cfg.Model)
 	}
 	return ds, nil
+}
+
+// openTokenizer opens -tokenizer, saying the path once.
+func openTokenizer(path string) (*tokenizer.BPE, error) {
+	tok, err := tokenizer.Open(path)
+	if err == nil {
+		return tok, nil
+	}
+	var te *tokenizer.Error
+	if errors.As(err, &te) && te.Path == path {
+		return nil, fmt.Errorf("-tokenizer %s: %v", path, te.Err)
+	}
+	return nil, fmt.Errorf("-tokenizer %s: %v", path, err)
+}
+
+// tokenizerCodec is a Codec through a tokenizer.
+type tokenizerCodec struct{ t *tokenizer.BPE }
+
+func (c tokenizerCodec) Encode(s string) ([]int, error) { return c.t.Encode(s), nil }
+
+func (c tokenizerCodec) Decode(ids []int) string {
+	s, err := c.t.Decode(ids)
+	if err != nil {
+		return fmt.Sprintf("<%v>", err)
+	}
+	return s
 }
 
 func displayPath(p string) string {

@@ -327,6 +327,9 @@ func (c Config) inputs() []namedPath {
 			in = append(in, namedPath{flag: "data", path: f})
 		}
 	}
+	if c.Tokenizer != "" {
+		in = append(in, namedPath{flag: "tokenizer", path: c.Tokenizer})
+	}
 	if c.Resume != "" {
 		in = append(in, namedPath{flag: "resume", path: c.Resume}, namedPath{flag: "resume", path: c.Resume + ".state"})
 	}

@@ -62,6 +62,12 @@ func TestBadInput(t *testing.T) {
 	}
 	damaged := damagedCheckpoints(t, dir, ckpt)
 	summary := filepath.Join(dir, "summary.json")
+	text := filepath.Join(dir, "corpus.txt")
+	os.WriteFile(text, []byte(strings.Repeat("some text to tokenize. ", 40)), 0o644)
+	notTokenizer := filepath.Join(dir, "wordpiece.json")
+	os.WriteFile(notTokenizer, []byte(`{"model": {"type": "WordPiece", "vocab": {"a": 0}}}`), 0o644)
+	tok := writeTokenizer(t, dir)
+	t.Setenv("MEMFIT_CACHE", filepath.Join(dir, "cache"))
 	cases := []struct {
 		name string
 		args []string
@@ -78,6 +84,11 @@ func TestBadInput(t *testing.T) {
 		{"unknown flag", []string{"-learning-rate", "1"}, "flag provided but not defined: -learning-rate"},
 		{"missing data", []string{"-data", filepath.Join(dir, "nope")}, "nope"},
 		{"corrupt data", []string{"-data", corrupt}, "train-images-idx3-ubyte"},
+		{"missing tokenizer", []string{"-model", "gpt", "-data", text, "-tokenizer", filepath.Join(dir, "no-tokenizer")}, "-tokenizer " + filepath.Join(dir, "no-tokenizer") + ": no such file"},
+		{"tokenizer of another kind", []string{"-model", "gpt", "-data", text, "-tokenizer", notTokenizer}, "-tokenizer " + notTokenizer + ": model type \"WordPiece\" is not supported"},
+		{"tokenizer without data", []string{"-model", "gpt", "-tokenizer", tok}, "-tokenizer " + tok + ": needs -data"},
+		{"tokenizer with images", []string{"-model", "gpt", "-data", corrupt, "-tokenizer", tok}, "-data " + corrupt + " is a directory"},
+		{"tokenizer with an MLP", []string{"-model", "mlp", "-data", text, "-tokenizer", tok}, "-model mlp does not take"},
 		{"resume another model", []string{"-model", "gpt", "-resume", ckpt}, "checkpoint is for"},
 		{"resume a flipped bit", []string{"-resume", damaged.flipped}, damaged.flippedTensor + ": CRC-32C"},
 		{"resume overlapping data_offsets", []string{"-resume", damaged.overlap}, "overlap"},
@@ -108,6 +119,90 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("a failed run left %s", summary)
 			}
 		})
+	}
+}
+
+// writeTokenizer writes a small byte-level tokenizer.json (GPT-2's byte
+// alphabet, a few merges, <|endoftext|>: 263 tokens) into dir.
+func writeTokenizer(t *testing.T, dir string) string {
+	t.Helper()
+	vocab := map[string]int{}
+	for b := range 256 {
+		r := rune(b)
+		if !(b >= '!' && b <= '~' || b >= 0xa1 && b <= 0xac || b >= 0xae) {
+			r = rune(256 + len(vocab) - countPrintable(b))
+		}
+		vocab[string(r)] = b
+	}
+	merges := []string{"Ġ t", "e x", "Ġt ex", "Ġtex t", "o m", "Ġ s"}
+	for _, m := range merges {
+		vocab[strings.ReplaceAll(m, " ", "")] = len(vocab)
+	}
+	b, _ := json.Marshal(map[string]any{
+		"added_tokens":  []any{map[string]any{"id": len(vocab), "content": "<|endoftext|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false},
+		"decoder":       map[string]any{"type": "ByteLevel"},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
+	})
+	p := filepath.Join(dir, "tokenizer.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// countPrintable is how many of the bytes below b stand for themselves in
+// GPT-2's byte alphabet.
+func countPrintable(b int) int {
+	n := 0
+	for c := range b {
+		if c >= '!' && c <= '~' || c >= 0xa1 && c <= 0xac || c >= 0xae {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTokenizerTrains trains a GPT on text through -tokenizer: the model's
+// vocabulary is the tokenizer's (263 rows of embedding), and the text is
+// encoded once into a cached shard.
+func TestTokenizerTrains(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("MEMFIT_CACHE", filepath.Join(dir, "cache"))
+	tok := writeTokenizer(t, dir)
+	text := filepath.Join(dir, "corpus.txt")
+	os.WriteFile(text, []byte(strings.Repeat("some text to tokenize, some more text. ", 60)), 0o644)
+	summary := filepath.Join(dir, "s.json")
+	args := []string{"-quiet", "-model", "gpt", "-layers", "1", "-width", "32", "-heads", "2", "-context", "16", "-batch", "4",
+		"-steps", "2", "-eval-every", "0", "-data", text, "-tokenizer", tok}
+	code, out, errs := runCmd(t, append(args, "-plan")...)
+	if code != 0 {
+		t.Fatalf("-plan exited %d: %s", code, errs)
+	}
+	// Parameters: 263x32 embedding (tied head), 16x32 positions, one block.
+	if !strings.Contains(out, "parameter") {
+		t.Fatalf("-plan output lacks parameters:\n%s", out)
+	}
+	if code, _, errs := runCmd(t, append(args, "-summary", summary)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "cache", "tokens-*.bin"))
+	if len(shards) != 1 {
+		t.Errorf("cache holds %v, want one token shard", shards)
+	}
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Config     train.Config `json:"config"`
+		Parameters int64        `json:"parameters"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.Tokenizer != tok {
+		t.Errorf("summary's config has tokenizer %q, want %q", s.Config.Tokenizer, tok)
 	}
 }
 
