@@ -282,6 +282,14 @@ func (t *Trainer) Resume(path string) error {
 			return bad("%v", err)
 		}
 	}
+	if weightDType(st.Config.Weights) != weightDType(t.Config.Weights) {
+		// Widening is exact; narrowing rounds each weight once. Say so.
+		how := "exactly"
+		if weightDType(t.Config.Weights) == "bf16" {
+			how = "rounded to nearest"
+		}
+		t.logf("resume %s: weights saved from a -weights %s run continue as -weights %s (%s)", path, weightDType(st.Config.Weights), weightDType(t.Config.Weights), how)
+	}
 	// Parameters unfrozen before the save train again.
 	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
 		for _, p := range t.unfreeze {
@@ -409,4 +417,12 @@ func convertPosition(st trainerState, global int) (data.Position, error) {
 		return p, fmt.Errorf("saved after %d examples of epoch %d (global batch %d); that is not a whole number of global batches of %d here (choose -batch × ranks dividing %d)", done, p.Epoch, saved, global, done)
 	}
 	return data.Position{Epoch: p.Epoch, Batch: done / global}, nil
+}
+
+// weightDType is -weights with its default spelled out.
+func weightDType(w string) string {
+	if w == "" {
+		return "f32"
+	}
+	return w
 }

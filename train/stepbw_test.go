@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -221,6 +222,39 @@ func TestFrozenHeldInAutocastDType(t *testing.T) {
 	for _, p := range tr.Model.Parameters() {
 		if p.DType().String() != "f32" || !p.RequiresGrad() {
 			t.Errorf("after -unfreeze-at: %s is %v (trains: %v)", p.Name(), p.DType(), p.RequiresGrad())
+		}
+	}
+}
+
+// Resuming across -weights converts the weights and says so: exactly
+// from bf16 to f32, rounded the other way.
+func TestResumeAcrossWeightDTypes(t *testing.T) {
+	for _, c := range []struct{ from, to, how string }{{"bf16", "f32", "exactly"}, {"f32", "bf16", "rounded"}} {
+		cfg := tinyGPT()
+		cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.Weights = 2, 0, 0, c.from
+		cfg.Save = filepath.Join(t.TempDir(), "s.st")
+		tr := newTrainer(t, cfg)
+		if _, err := tr.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		saved := weights(t, tr)
+		cfg.Weights, cfg.Resume, cfg.Steps = c.to, cfg.Save, 3
+		var log strings.Builder
+		cfg = cfg.Resolved()
+		dev, err := NewDevice(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := New(cfg, dev, &log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer back.Close()
+		if !strings.Contains(log.String(), "-weights "+c.from+" run continue as -weights "+c.to) || !strings.Contains(log.String(), c.how) {
+			t.Errorf("%s -> %s: log %q does not say the weights were converted %s", c.from, c.to, log.String(), c.how)
+		}
+		if c.from == "bf16" {
+			sameWeights(t, saved, weights(t, back))
 		}
 	}
 }
