@@ -21,13 +21,13 @@ func compile(pattern string) (*regexp.Regexp, error) {
 		case '[':
 			end := strings.IndexByte(pattern[i:], ']')
 			if end < 0 {
-				return nil, fmt.Errorf("freeze: pattern %q: '[' without ']'", pattern)
+				return nil, fmt.Errorf("pattern %q: '[' without ']'", pattern)
 			}
 			lo, hi, ok := strings.Cut(pattern[i+1:i+end], "-")
 			a, errA := strconv.Atoi(lo)
 			z, errZ := strconv.Atoi(hi)
 			if !ok || errA != nil || errZ != nil || a > z || a < 0 {
-				return nil, fmt.Errorf("freeze: pattern %q: range %q is not [low-high]", pattern, pattern[i:i+end+1])
+				return nil, fmt.Errorf("pattern %q: range %q is not [low-high]", pattern, pattern[i:i+end+1])
 			}
 			var alts []string
 			for n := a; n <= z; n++ {
@@ -46,6 +46,17 @@ func compile(pattern string) (*regexp.Regexp, error) {
 // Match returns the paths matched by any pattern, in the order of paths.
 // A pattern that matches nothing is an error listing the closest paths.
 func Match(paths []string, patterns ...string) ([]string, error) {
+	out, err := Select("parameter", paths, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("freeze: %w", err)
+	}
+	return out, nil
+}
+
+// Select is Match over paths of something other than parameters (the
+// paths of a model's Linear layers, say), which noun names in its errors;
+// they carry no package prefix, for the caller to add its own.
+func Select(noun string, paths []string, patterns ...string) ([]string, error) {
 	hit := make([]bool, len(paths))
 	for _, p := range patterns {
 		p = strings.TrimSpace(p)
@@ -64,7 +75,7 @@ func Match(paths []string, patterns ...string) ([]string, error) {
 			}
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("freeze: pattern %q matches no parameter; closest: %s", p, strings.Join(closest(p, paths, 3), ", "))
+			return nil, fmt.Errorf("pattern %q matches no %s; closest: %s", p, noun, strings.Join(closest(p, paths, 3), ", "))
 		}
 	}
 	var out []string

@@ -18,7 +18,6 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
-	"github.com/memfit/memfit/tensor"
 )
 
 // GPT2Config is the part of a GPT-2 config.json memfit reads.
@@ -219,7 +218,8 @@ func transpose(v []float32, rows, cols int) []float32 {
 // SaveGPT2 writes g in GPT-2's layout and names into dir: config.json and
 // model.safetensors (F32; Conv1D weights transposed; the tied head not
 // stored, as Hugging Face stores it), each through a temporary file and a
-// rename.
+// rename. LoRA adapters are merged into the weights they adapt
+// (nn.Export): the files hold a plain GPT-2 that computes what g does.
 func SaveGPT2(g *models.GPT, dir string) error {
 	c := g.Config
 	cfg := map[string]any{
@@ -240,21 +240,24 @@ func SaveGPT2(g *models.GPT, dir string) error {
 	type param struct {
 		name string
 		conv bool
-		p    *tensor.Tensor
+		p    nn.Exported
 	}
 	var params []param
-	for _, p := range g.Parameters() {
-		hn, conv := gpt2Name(p.Name())
+	for _, p := range nn.Export(g) { // LoRA adapters merged
+		hn, conv := gpt2Name(p.Name)
 		params = append(params, param{"transformer." + hn, conv, p})
 	}
 	sort.Slice(params, func(i, j int) bool { return params[i].name < params[j].name })
 	var off int64
 	for _, p := range params {
-		shape := append([]int(nil), p.p.Shape()...)
+		shape := append([]int(nil), p.p.Shape...)
+		n := int64(4)
+		for _, d := range shape {
+			n *= int64(d)
+		}
 		if p.conv {
 			shape[0], shape[1] = shape[1], shape[0]
 		}
-		n := int64(4 * p.p.Len())
 		header[p.name] = &entry{DType: "F32", Shape: shape, Offsets: [2]int64{off, off + n}}
 		off += n
 	}
@@ -279,7 +282,7 @@ func SaveGPT2(g *models.GPT, dir string) error {
 		for _, p := range params {
 			vals := p.p.Float32s()
 			if p.conv {
-				sh := p.p.Shape()
+				sh := p.p.Shape
 				vals = transpose(vals, sh[0], sh[1])
 			}
 			b := make([]byte, 4*len(vals))

@@ -225,3 +225,15 @@ func (k *GPTBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 func (k *GPTBlock) Parameters() []*tensor.Tensor {
 	return parametersOf(k.LN1, k.Attn, k.LN2, k.FC, k.Proj)
 }
+
+// Children are the embeddings, the blocks and the final LayerNorm.
+func (g *GPT) Children() []nn.Module {
+	out := []nn.Module{g.Tokens, g.Positions, g.embedDrop}
+	out = append(out, g.blocks...)
+	return append(out, g.FinalNorm)
+}
+
+// Children are ln1, the attention, ln2 and the MLP's two layers.
+func (k *GPTBlock) Children() []nn.Module {
+	return []nn.Module{k.LN1, k.Attn, k.LN2, k.mlpIn, k.mlpOut}
+}

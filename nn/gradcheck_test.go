@@ -34,6 +34,32 @@ func lin(in, out int) func(b *nn.Builder) (nn.Module, error) {
 	}
 }
 
+// loraLin is a Linear layer with a LoRA adapter whose B is moved off zero
+// (at zero, A's gradient would be zero too and prove nothing).
+func loraLin(in, out, rank int, alpha, dropout float64, then ...nn.Pointwise) func(b *nn.Builder) (nn.Module, error) {
+	return func(b *nn.Builder) (nn.Module, error) {
+		l, err := nn.NewLinear(b, "fc", nn.LinearConfig{In: in, Out: out, Bias: nn.Normal(0, 0.5)})
+		if err != nil {
+			return nil, err
+		}
+		if err := l.AttachLoRA(nn.LoRAConfig{Rank: rank, Alpha: alpha, Dropout: dropout, Seed: 4, DType: b.DType}); err != nil {
+			return nil, err
+		}
+		rng := rand.New(rand.NewPCG(7, uint64(out)))
+		v := make([]float64, l.Adapter.B.Len())
+		for i := range v {
+			v[i] = rng.Float64() - 0.5
+		}
+		if err := l.Adapter.B.SetFloat64s(v); err != nil {
+			return nil, err
+		}
+		if len(then) > 0 {
+			return &nn.Fused{Layer: l, Then: then}, nil
+		}
+		return l, nil
+	}
+}
+
 func module(m nn.Module) func(*nn.Builder) (nn.Module, error) {
 	return func(*nn.Builder) (nn.Module, error) { return m, nil }
 }
@@ -94,6 +120,10 @@ var layerCases = []layerCase{
 	{name: "linear/no-bias", build: func(b *nn.Builder) (nn.Module, error) {
 		return nn.NewLinear(b, "fc", nn.LinearConfig{In: 4, Out: 2, NoBias: true})
 	}, in: []int{3, 4}, want: []int{3, 2}},
+	{name: "lora", build: loraLin(4, 3, 2, 6, 0), in: []int{2, 5, 4}, want: []int{2, 5, 3}, inPlace: true},
+	{name: "lora/out-of-place", build: loraLin(4, 3, 2, 0, 0), in: []int{3, 4}, want: []int{3, 3}},
+	{name: "lora/dropout", build: loraLin(5, 3, 1, 3, 0.3), in: []int{4, 5}, want: []int{4, 3}, train: true, inPlace: true},
+	{name: "fused/lora-gelu/in-place", build: loraLin(4, 6, 3, 1, 0, nn.GELU{}), in: []int{3, 4}, want: []int{3, 6}, inPlace: true},
 	{name: "conv2d/pad1", build: func(b *nn.Builder) (nn.Module, error) {
 		return nn.NewConv2d(b, "conv", nn.Conv2dConfig{In: 2, Out: 3, Kernel: 3, Pad: 1, Bias: nn.Normal(0, 0.5)})
 	}, in: []int{2, 2, 5, 5}, want: []int{2, 3, 5, 5}},

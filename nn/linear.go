@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 
+	"github.com/memfit/memfit/device"
+
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -33,6 +35,9 @@ type LinearConfig struct {
 type Linear struct {
 	Weight *tensor.Tensor
 	Bias   *tensor.Tensor // nil without bias
+	// Adapter, when set (AttachLoRA), adds a trained low-rank update to
+	// the layer's output.
+	Adapter *LoRA
 }
 
 // NewLinear makes a Linear layer whose parameters live under path.
@@ -61,11 +66,28 @@ func NewLinear(b *Builder, path string, c LinearConfig) (*Linear, error) {
 // no op saved, so a Fused layer may overwrite it.
 func (l *Linear) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	defer r.Enter(moduleOf(l.Weight))()
-	return r.Linear(x, l.Weight, l.Bias)
+	a := l.Adapter
+	if a == nil || a.merged {
+		return r.Linear(x, l.Weight, l.Bias)
+	}
+	if ac := r.AutocastDType(); ac != device.Invalid && x.DType() != ac && x.DType().IsFloat() {
+		// Cast once for both products: each would otherwise cast x and
+		// save its own 16-bit copy for backward.
+		xc := r.Cast(x, ac)
+		defer xc.Release()
+		x = xc
+	}
+	return a.forward(r, x, r.Linear(x, l.Weight, l.Bias))
 }
 
-// Parameters are the weight and, when present, the bias.
-func (l *Linear) Parameters() []*tensor.Tensor { return params(l.Weight, l.Bias) }
+// Parameters are the weight, the bias when present, and the adapter's A
+// and B when there is one.
+func (l *Linear) Parameters() []*tensor.Tensor {
+	if a := l.Adapter; a != nil {
+		return params(l.Weight, l.Bias, a.A, a.B)
+	}
+	return params(l.Weight, l.Bias)
+}
 
 func (l *Linear) freshOutput() {}
 

@@ -52,6 +52,14 @@ type Config struct {
 	Checkpoint string   `json:"checkpoint"` // off, every, sqrt, N (segments) or a byte budget
 	LMHead     string   `json:"lm_head"`    // token tasks: chunked (head and loss over chunks of rows) or full (whole logits)
 	Freeze     []string `json:"freeze"`     // parameter path patterns
+	// LoRA is the rank of low-rank adapters (package lora; 0: none) on
+	// the Linear layers LoRATargets match (none: every Linear layer),
+	// scaled by LoRAAlpha/LoRA (0: 1), with LoRADropout on their input.
+	// Every other parameter is frozen, and held in 16 bits under -amp.
+	LoRA        int      `json:"lora,omitempty"`
+	LoRAAlpha   float64  `json:"lora_alpha,omitempty"`
+	LoRADropout float64  `json:"lora_dropout,omitempty"`
+	LoRATargets []string `json:"lora_targets,omitempty"`
 	// Weights is the parameters' dtype: f32, or bf16 (no F32 master copy;
 	// updates computed in F32 and rounded stochastically, seeded).
 	Weights string `json:"weights,omitempty"`
@@ -320,6 +328,34 @@ func (c *Config) Validate() error {
 	}
 	if c.UnfreezeAt > 0 && len(c.Freeze) == 0 {
 		return bad("unfreeze-at", c.UnfreezeAt, "nothing is frozen (set -freeze)")
+	}
+	return c.validateLoRA(bad)
+}
+
+// validateLoRA checks the -lora flags.
+func (c *Config) validateLoRA(bad func(flag string, v any, want string) error) error {
+	if c.LoRA == 0 {
+		switch {
+		case c.LoRAAlpha != 0:
+			return bad("lora-alpha", c.LoRAAlpha, "needs -lora (the adapters' rank)")
+		case c.LoRADropout != 0:
+			return bad("lora-dropout", c.LoRADropout, "needs -lora (the adapters' rank)")
+		case len(c.LoRATargets) > 0:
+			return bad("lora-targets", strings.Join(c.LoRATargets, ","), "needs -lora (the adapters' rank)")
+		}
+		return nil
+	}
+	switch {
+	case c.LoRA < 0:
+		return bad("lora", c.LoRA, "want a rank of 1 or more (0: no adapters)")
+	case !(c.LoRAAlpha >= 0) || math.IsInf(c.LoRAAlpha, 1):
+		return bad("lora-alpha", c.LoRAAlpha, "want 0 (the rank: a scale of 1) or more")
+	case !(c.LoRADropout >= 0 && c.LoRADropout < 1):
+		return bad("lora-dropout", c.LoRADropout, "want a probability in [0, 1)")
+	case len(c.Freeze) > 0:
+		return bad("freeze", strings.Join(c.Freeze, ","), "conflicts with -lora, which freezes every parameter but the adapters")
+	case c.UnfreezeAt > 0:
+		return bad("unfreeze-at", c.UnfreezeAt, "conflicts with -lora, whose base stays frozen")
 	}
 	return nil
 }

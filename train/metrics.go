@@ -144,6 +144,7 @@ type PeakBytes struct {
 	Activation     int64 `json:"activation"`
 	Temporary      int64 `json:"temporary"`
 	Data           int64 `json:"data"`
+	KVCache        int64 `json:"kv_cache,omitempty"` // generation's key/value cache
 }
 
 func peakBytes(st memory.Stats) PeakBytes {
@@ -156,5 +157,6 @@ func peakBytes(st memory.Stats) PeakBytes {
 		Activation:     st.Category(memory.Activation).Peak,
 		Temporary:      st.Category(memory.Temporary).Peak,
 		Data:           st.Category(memory.Data).Peak,
+		KVCache:        st.Category(memory.KVCache).Peak,
 	}
 }

@@ -105,7 +105,7 @@ func (t *Trainer) warnIdle() {
 	if cfg.SaveEvery > 0 && cfg.Save == "" {
 		t.logf("train: warning: -save-every %d does nothing without -save", cfg.SaveEvery)
 	}
-	if len(t.unfreeze) > 0 && len(t.unfreeze) == len(t.Model.Parameters()) && cfg.UnfreezeAt == 0 {
+	if len(t.frozen) > 0 && len(t.frozen) == len(t.Model.Parameters()) && cfg.UnfreezeAt == 0 {
 		t.logf("train: warning: -freeze %s matches every parameter: nothing trains", strings.Join(cfg.Freeze, ","))
 	}
 	if (t.val == nil || t.val.Len() == 0) && cfg.EvalEvery > 0 {
@@ -125,6 +125,11 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		t.Close()
 		return nil, err
 	}
+	if cfg.LoRA > 0 {
+		if err := t.applyLoRA(); err != nil {
+			return fail(err)
+		}
+	}
 	if t.Opt, err = newOptimizer(cfg, model.Parameters()); err != nil {
 		return fail(err)
 	}
@@ -143,7 +148,9 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	if err := t.Opt.SetSchedule(sched); err != nil {
 		return fail(fmt.Errorf("-schedule: %v", err))
 	}
-	if t.unfreeze, err = freezeModel(model, t.Opt, cfg.Freeze); err != nil {
+	if t.adapted != nil {
+		t.frozen = t.adapted.Base
+	} else if t.frozen, err = freezeModel(model, t.Opt, cfg.Freeze); err != nil {
 		return fail(err)
 	}
 	if comm != nil {

@@ -59,7 +59,10 @@ func (s *shapeBatches) Position() data.Position    { return s.pos }
 func (s *shapeBatches) Seek(p data.Position) error { s.pos = p; return nil }
 func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Len()/s.cfg.Batch) }
 
-// Plan predicts the peak bytes by category of training with cfg.
+// Plan predicts the peak bytes by category of training with cfg, or with
+// Generate set, of generating: the model as -generate builds it, then
+// the prompt's forward and one token's at a time through the KV cache
+// (category kv_cache), which grows to prompt + Generate tokens.
 func Plan(cfg Config) (PeakBytes, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
@@ -91,6 +94,17 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	}
 	defer t.Close()
 	mem := dev.Memory()
+	if cfg.Generate > 0 {
+		t.codec = ds.codec
+		// The meta device's logits are zeros: greedy decoding picks token
+		// 0 each time, and every token costs what any other would.
+		mem.ResetPeak()
+		if _, err := t.GenerateText(); err != nil {
+			return PeakBytes{}, err
+		}
+		t.notePeaks(mem.Stats())
+		return t.runPeaks, nil
+	}
 	for i := 0; i < planSteps; i++ {
 		b, _ := t.train.Next(context.Background())
 		mem.ResetPeak()
@@ -105,10 +119,21 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 
 // WritePlan renders a prediction as a table.
 func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
-	fmt.Fprintf(w, "memfit plan: %s; batch %d in %d micro-batch(es); amp %s; checkpoint %s; optimizer %s",
-		modelKey(cfg), cfg.Batch, cfg.Accum, cfg.AMP, cfg.Checkpoint, cfg.Optim)
+	if cfg.Generate > 0 {
+		fmt.Fprintf(w, "memfit plan: %s; generate %d tokens after -prompt", modelKey(cfg), cfg.Generate)
+	} else {
+		fmt.Fprintf(w, "memfit plan: %s; batch %d in %d micro-batch(es); amp %s; checkpoint %s; optimizer %s",
+			modelKey(cfg), cfg.Batch, cfg.Accum, cfg.AMP, cfg.Checkpoint, cfg.Optim)
+	}
 	if len(cfg.Freeze) > 0 {
 		fmt.Fprintf(w, "; frozen %s", strings.Join(cfg.Freeze, ","))
+	}
+	if cfg.LoRA > 0 {
+		targets := "every Linear layer"
+		if len(cfg.LoRATargets) > 0 {
+			targets = strings.Join(cfg.LoRATargets, ",")
+		}
+		fmt.Fprintf(w, "; LoRA rank %d on %s", cfg.LoRA, targets)
 	}
 	if cfg.StepInBackward {
 		fmt.Fprintf(w, "; step in backward")
@@ -127,6 +152,12 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 		{memory.Activation.String(), p.Activation},
 		{memory.Temporary.String(), p.Temporary},
 		{memory.Data.String(), p.Data},
+	}
+	if p.KVCache > 0 {
+		rows = append(rows, struct {
+			name string
+			v    int64
+		}{memory.KVCache.String(), p.KVCache})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))

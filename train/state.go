@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/memfit/memfit/hf"
-	"github.com/memfit/memfit/models"
 	"hash/crc32"
 	"math"
 	"os"
@@ -18,7 +16,10 @@ import (
 
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/hf"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
 )
 
 // A checkpoint is one safetensors file, written atomically (temporary
@@ -83,6 +84,11 @@ type trainerState struct {
 	Config    Config           `json:"config"`
 	Samples   int64            `json:"samples"`
 	Unfrozen  map[string]bool  `json:"unfrozen,omitempty"`
+	// LoRABase names the base a LoRA run's adapters apply to (loraBase)
+	// and LoRASum is its fingerprint (baseFingerprint); both are empty in
+	// the checkpoint of a whole model.
+	LoRABase string `json:"lora_base,omitempty"`
+	LoRASum  string `json:"lora_base_crc32c,omitempty"`
 	// GlobalBatch is the examples per step over all ranks when saved
 	// (absent in one-process checkpoints: Config.Batch). Position counts
 	// global batches, so a run resumed with another rank count converts.
@@ -145,7 +151,7 @@ func (t *Trainer) Save(path string) error {
 	if t.rank != 0 {
 		return nil
 	}
-	params := t.Model.Parameters()
+	params := t.checkpointParams()
 	tensors := make(map[string]Tensor, len(params)+len(ost.Tensors))
 	for _, p := range params {
 		tensors[p.Name()] = Tensor{Shape: append([]int{}, p.Shape()...), Data: p.Float32s()}
@@ -157,6 +163,9 @@ func (t *Trainer) Save(path string) error {
 	st := trainerState{Step: t.step, Run: t.runID, Accum: t.accum, Position: t.train.Position(), Optimizer: ost, Model: modelKey(t.Config), Config: t.Config, Samples: t.samples}
 	if t.ranks > 1 {
 		st.GlobalBatch = t.globalBatch()
+	}
+	if t.adapted != nil {
+		st.LoRABase, st.LoRASum = loraBase(t.Config), t.baseSum
 	}
 	if t.Scaler != nil {
 		s := t.Scaler.State()
@@ -179,11 +188,41 @@ func (t *Trainer) Save(path string) error {
 		"format": formatVersion, "model": modelKey(t.Config), "step": strconv.Itoa(t.step),
 		"run": t.runID, "trainer": string(trainer), "crc32c": string(sj),
 	}
+	if t.adapted != nil {
+		meta["lora_base"], meta["lora_base_crc32c"] = st.LoRABase, st.LoRASum
+	}
 	if err := WriteSafetensors(path, tensors, meta); err != nil {
 		return fmt.Errorf("save %s: %v", path, err)
 	}
 	t.removeLegacyState(path)
 	t.logf("step %d: saved %s", t.step, path)
+	return nil
+}
+
+// checkpointParams are the parameters a checkpoint holds: every one, or
+// with -lora the adapters only (the base is -init's, or the seed's).
+func (t *Trainer) checkpointParams() []*tensor.Tensor {
+	if t.adapted != nil {
+		return t.adapted.Adapters
+	}
+	return t.Model.Parameters()
+}
+
+// checkLoRA refuses to resume adapters onto another base, adapters into a
+// run without them, or a whole model into a LoRA run.
+func (t *Trainer) checkLoRA(st trainerState) error {
+	switch {
+	case st.LoRASum != "" && t.adapted == nil:
+		return fmt.Errorf("it holds LoRA adapters (rank %d) for the base %s, not a whole model: resume with -lora %d on that base", st.Config.LoRA, st.LoRABase, st.Config.LoRA)
+	case st.LoRASum == "" && t.adapted != nil:
+		return fmt.Errorf("it holds a whole model, not LoRA adapters: resume without -lora")
+	case t.adapted == nil:
+		return nil
+	case st.LoRASum != t.baseSum:
+		return fmt.Errorf("its adapters were trained on the base %s (fingerprint %s), but this run's base %s has fingerprint %s (another -init, -seed or -weights?)", st.LoRABase, st.LoRASum, loraBase(t.Config), t.baseSum)
+	case st.Config.LoRAAlpha != t.Config.LoRAAlpha:
+		return fmt.Errorf("its adapters were trained with -lora-alpha %v, this run has %v (their scale would change)", st.Config.LoRAAlpha, t.Config.LoRAAlpha)
+	}
 	return nil
 }
 
@@ -242,7 +281,10 @@ func (t *Trainer) Resume(path string) error {
 	if want := modelKey(t.Config); meta["model"] != want {
 		return bad("checkpoint is for %q, this run builds %q", meta["model"], want)
 	}
-	params := t.Model.Parameters()
+	if err := t.checkLoRA(st); err != nil {
+		return bad("%v", err)
+	}
+	params := t.checkpointParams()
 	names := map[string]bool{}
 	for _, p := range params {
 		names[p.Name()] = true
@@ -271,7 +313,7 @@ func (t *Trainer) Resume(path string) error {
 	// Checked: now change state. Parameters unfrozen before the save are
 	// F32 again (they were held in the autocast dtype while frozen).
 	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
-		for _, p := range t.unfreeze {
+		for _, p := range t.frozen {
 			if err := t.trainableAgain(p); err != nil {
 				return bad("%v", err)
 			}
@@ -292,7 +334,7 @@ func (t *Trainer) Resume(path string) error {
 	}
 	// Parameters unfrozen before the save train again.
 	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
-		for _, p := range t.unfreeze {
+		for _, p := range t.frozen {
 			p.SetRequiresGrad(true)
 		}
 	}

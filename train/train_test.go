@@ -83,6 +83,8 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 		{"gpt-bf16-weights-adam8bit-step-in-backward", func(c *Config) {
 			c.Weights, c.Optim, c.Checkpoint, c.StepInBackward = "bf16", "adam8bit", "every", true
 		}},
+		{"gpt-lora-dropout-accum", func(c *Config) { c.LoRA, c.LoRADropout, c.Accum = 4, 0.1, 2 }},
+		{"gpt-lora-bf16-checkpoint", func(c *Config) { c.LoRA, c.LoRAAlpha, c.AMP, c.Checkpoint, c.Optim = 2, 4, "bf16", "every", "adamw" }},
 		{"mlp-bf16-weights-sgd", func(c *Config) {
 			*c = Default()
 			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.Weights, c.Optim = 32, 2, 16, true, 0, "bf16", "sgd"
@@ -299,9 +301,12 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 		c.Accum = 4
 		c.Freeze = []string{"blocks.0.*"}
 	})
+	add(base, func(c *Config) { c.LoRA = 4 })
+	add(base, func(c *Config) { c.LoRA, c.LoRATargets, c.AMP, c.Checkpoint, c.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2 })
+	add(mlp, func(c *Config) { c.LoRA, c.AMP = 8, "fp16" })
 	for _, c := range cases {
 		c.Steps = planSteps
-		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
+		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " lora=" + strconv.Itoa(c.LoRA) + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
 		t.Run(name, func(t *testing.T) {
 			pred, err := Plan(c)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/freeze"
+	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
@@ -60,7 +61,9 @@ type Trainer struct {
 	val      data.Dataset
 	policy   checkpoint.Policy
 	autocast device.DType
-	unfreeze []*tensor.Tensor        // frozen parameters that train again at UnfreezeAt
+	frozen   []*tensor.Tensor        // parameters -freeze or -lora froze (-freeze's train again at UnfreezeAt)
+	adapted  *lora.Adapted           // -lora: the adapters and the base
+	baseSum  string                  // -lora: the base's fingerprint (baseFingerprint), when saving or resuming
 	runID    string                  // made when a run starts fresh, kept by Resume (state.go)
 	codec    Codec                   // token tasks: text to tokens and back (generate.go)
 	bwSkip   bool                    // step in backward: the loss is not finite, update nothing
@@ -341,11 +344,11 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 
 // unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
 func (t *Trainer) unfreezeIfDue() error {
-	if t.Config.UnfreezeAt == 0 || t.step+1 != t.Config.UnfreezeAt || len(t.unfreeze) == 0 {
+	if t.Config.UnfreezeAt == 0 || t.step+1 != t.Config.UnfreezeAt || len(t.frozen) == 0 {
 		return nil
 	}
 	var newly []*tensor.Tensor
-	for _, p := range t.unfreeze {
+	for _, p := range t.frozen {
 		if !p.RequiresGrad() {
 			if err := t.trainableAgain(p); err != nil {
 				return err
@@ -454,7 +457,7 @@ func (t *Trainer) holdFrozenInAutocast() error {
 	if t.autocast == device.Invalid || t.distributed() || t.Config.Weights == "bf16" {
 		return nil
 	}
-	for _, p := range t.unfreeze {
+	for _, p := range t.frozen {
 		if p.RequiresGrad() {
 			continue
 		}

@@ -88,6 +88,10 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.StepInBackward, "step-in-backward", cfg.StepInBackward, "apply each parameter's update as soon as its gradient is final, and free the gradient (not with -accum > 1, -amp fp16, -clip or -dist)")
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
+	fs.IntVar(&cfg.LoRA, "lora", cfg.LoRA, "train low-rank adapters of this `rank` on Linear layers and freeze everything else (0: off); -save then writes the adapters only")
+	fs.Float64Var(&cfg.LoRAAlpha, "lora-alpha", cfg.LoRAAlpha, "LoRA scale numerator: the update is scaled by alpha/rank (0: alpha = rank)")
+	fs.Float64Var(&cfg.LoRADropout, "lora-dropout", cfg.LoRADropout, "dropout on the LoRA adapters' input while training")
+	fs.Var(listFlag{&cfg.LoRATargets}, "lora-targets", "comma-separated Linear layer path `patterns` to adapt, e.g. *.attn.*,*.mlp.fc (default: every Linear layer)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device: cpu or cuda (cuda needs a build with -tags cuda)")
 	fs.Var(listFlag{&cfg.Without}, "without", "comma-separated device `capabilities` whose fused kernels to leave out (their composed fallbacks run, for comparison): "+strings.Join(device.Capabilities, ", "))
 	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: on cpu, the memory this process may use less an eighth; a run whose one-example step cannot fit is refused at start)")
@@ -125,7 +129,7 @@ var flagGroups = []struct {
 	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
 	{"data", []string{"data", "tokenizer", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
-	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "device", "without", "mem-limit"}},
+	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "lora", "lora-alpha", "lora-dropout", "lora-targets", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "save-format", "resume", "init", "quiet"}},
 	{"planning", []string{"plan", "fit"}},

@@ -101,6 +101,10 @@ func TestBadInput(t *testing.T) {
 		{"zero without dist", []string{"-zero", "1"}, "-zero 1: needs -dist"},
 		{"zero stage 3", []string{"-dist", "mpi", "-zero", "3"}, "-zero 3"},
 		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
+		{"lora with freeze", []string{"-lora", "4", "-freeze", "layers.0.*"}, "-freeze layers.0.*: conflicts with -lora"},
+		{"lora target matching nothing", []string{"-lora", "4", "-lora-targets", "blocks.*"}, `pattern "blocks.*" matches no Linear layer; closest: layers.`},
+		{"lora alpha without lora", []string{"-lora-alpha", "16"}, "-lora-alpha 16: needs -lora"},
+		{"negative lora rank", []string{"-lora", "-1"}, "-lora -1: want a rank"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -382,6 +386,32 @@ func TestInitFromHuggingFace(t *testing.T) {
 	code, _, errs = runCmd(t, "-quiet", "-init", exported, "-data", shard, "-batch", "8", "-steps", "1", "-eval-every", "0")
 	if code != 0 {
 		t.Errorf("-init from the export: exit %d: %s", code, errs)
+	}
+
+	// LoRA: the checkpoint holds the adapters (a fraction of the model),
+	// resumes onto the same -init for generation, and exports merged.
+	lora := append(base, "-lora", "4", "-lora-alpha", "8", "-lora-targets", "*.attn.*,*.mlp.fc", "-lr", "0.01")
+	adapters := filepath.Join(dir, "adapters.st")
+	if code, _, errs := runCmd(t, append(lora, "-steps", "4", "-eval-every", "0", "-save", adapters)...); code != 0 {
+		t.Fatalf("LoRA fine-tuning: exit %d: %s", code, errs)
+	}
+	full, errA := os.Stat(ckpt)
+	small, errB := os.Stat(adapters)
+	if errA != nil || errB != nil || small.Size()*4 > full.Size() {
+		t.Errorf("adapter checkpoint %v bytes, whole checkpoint %v (%v, %v)", small.Size(), full.Size(), errA, errB)
+	}
+	if code, out, errs := runCmd(t, append(lora, "-resume", adapters, "-generate", "5", "-prompt", "3 1 4")...); code != 0 || len(strings.Fields(out)) != 5 {
+		t.Fatalf("generate with adapters: exit %d, printed %q: %s", code, out, errs)
+	}
+	merged := filepath.Join(dir, "merged")
+	if code, _, errs := runCmd(t, append(lora, "-resume", adapters, "-steps", "5", "-eval-every", "0", "-save-format", "hf", "-save", merged)...); code != 0 {
+		t.Fatalf("LoRA -save-format hf: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "-quiet", "-init", merged, "-data", shard, "-batch", "8", "-steps", "1", "-eval-every", "0"); code != 0 {
+		t.Errorf("-init from the merged export: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, append(base, "-resume", adapters, "-steps", "5")...); code != 2 || !strings.Contains(errs, "holds LoRA adapters (rank 4)") {
+		t.Errorf("resuming adapters without -lora: exit %d, %q", code, errs)
 	}
 	for _, c := range []struct {
 		args []string

@@ -1,0 +1,285 @@
+package lora_test
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+var gptConfig = models.GPTConfig{Layers: 2, Heads: 2, Dim: 16, Context: 12, Vocab: 19, Seed: 3}
+
+func newGPT(t *testing.T) *models.GPT {
+	t.Helper()
+	g, err := models.NewGPT(cpu.New(), gptConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nn.Release(g) })
+	return g
+}
+
+// batch is a fixed batch of tokens and next-token targets.
+func batch(t *testing.T, g *models.GPT) (tok, tgt *tensor.Tensor) {
+	t.Helper()
+	const b, n = 3, 10
+	ids := make([]int32, b*n)
+	next := make([]int32, b*n)
+	for i := range ids {
+		ids[i] = int32((7*i + i/n) % gptConfig.Vocab)
+		next[i] = int32((7*i + 7 + i/n) % gptConfig.Vocab)
+	}
+	dev := g.Tokens.Weight.Device()
+	tok, err := tensor.FromInt32(dev, ids, []int{b, n}, memory.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err = tensor.FromInt32(dev, next, []int{b, n}, memory.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tok.Release(); tgt.Release() })
+	return tok, tgt
+}
+
+// step runs forward and backward of the token loss and returns the loss.
+func step(t *testing.T, g *models.GPT, tok, tgt *tensor.Tensor) float64 {
+	t.Helper()
+	var loss float64
+	err := tensor.Step(func(s *tensor.Scope) error {
+		l := g.TokenLoss(nn.NewRun(s, 1), tok, tgt, tensor.CrossEntropyOptions{})
+		l.Backward()
+		loss = l.Item()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loss
+}
+
+// logits returns the model's logits for tok, in inference mode.
+func logits(t *testing.T, g *models.GPT, tok *tensor.Tensor) []float64 {
+	t.Helper()
+	var out []float64
+	err := tensor.Step(func(s *tensor.Scope) error {
+		out = g.Forward(nn.Eval(s), tok).Float64s()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func maxRelDiff(a, b []float64) float64 {
+	var m float64
+	for i := range a {
+		m = max(m, math.Abs(a[i]-b[i])/math.Max(1, math.Abs(b[i])))
+	}
+	return m
+}
+
+func TestAdaptedModelStartsAtItsBase(t *testing.T) {
+	g := newGPT(t)
+	tok, tgt := batch(t, g)
+	base := step(t, g, tok, tgt)
+	baseLogits := logits(t, g, tok)
+	if _, err := lora.Apply(g, nil, lora.Config{Rank: 4, Alpha: 8}); err != nil {
+		t.Fatal(err)
+	}
+	// B is zero: the adapters add exact zeros.
+	if got := step(t, g, tok, tgt); got != base {
+		t.Errorf("step-0 loss with adapters %v, base model %v", got, base)
+	}
+	if got := logits(t, g, tok); !slices.Equal(got, baseLogits) {
+		t.Errorf("logits with zero adapters differ from the base model's by %g", maxRelDiff(got, baseLogits))
+	}
+}
+
+func TestOnlyAdaptersTrain(t *testing.T) {
+	g := newGPT(t)
+	tok, tgt := batch(t, g)
+	total := nn.Count(g)
+	before := map[string][]float32{}
+	for _, p := range g.Parameters() {
+		before[p.Name()] = p.Float32s()
+	}
+	ad, err := lora.Apply(g, nil, lora.Config{Rank: 2, Targets: []string{"*.attn.*", "*.mlp.fc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Given every parameter, the optimizer keeps state for the adapters
+	// only: the base has no gradients.
+	opt, err := optim.New("adam", g.Parameters(), optim.Settings{LR: 1e-2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Release()
+	// Two blocks, three layers each: qkv [48,16], proj [16,16], fc [64,16].
+	wantLayers := []string{"blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc", "blocks.1.attn.qkv", "blocks.1.attn.proj", "blocks.1.mlp.fc"}
+	if !slices.Equal(ad.Layers, wantLayers) {
+		t.Fatalf("adapted %v, want %v", ad.Layers, wantLayers)
+	}
+	perBlock := 2*16 + 48*2 + 2*16 + 16*2 + 2*16 + 64*2 // A [2, In] and B [Out, 2] of each
+	if got, want := ad.AdapterBytes(), int64(4*2*perBlock); got != want {
+		t.Errorf("adapter bytes %d, want %d", got, want)
+	}
+	if got := nn.Count(g); got != total+2*perBlock {
+		t.Errorf("%d parameters after Apply, want %d + %d", got, total, 2*perBlock)
+	}
+	if got := len(nn.Trainable(g)); got != len(ad.Adapters) {
+		t.Errorf("%d trainable parameters, want the %d adapter matrices", got, len(ad.Adapters))
+	}
+	mem := g.Tokens.Weight.Device().Memory()
+	var losses []float64
+	for range 5 {
+		losses = append(losses, step(t, g, tok, tgt))
+		st := mem.Stats()
+		if got := st.Category(memory.Gradient).Current; got != ad.AdapterBytes() {
+			t.Errorf("gradients hold %d bytes, want the adapters' %d", got, ad.AdapterBytes())
+		}
+		if err := opt.Step(); err != nil {
+			t.Fatal(err)
+		}
+		opt.ZeroGrad()
+	}
+	// Adam: two F32 moments per adapter value, nothing for the base.
+	if got, want := mem.Stats().Category(memory.OptimizerState).Current, 2*ad.AdapterBytes(); got != want {
+		t.Errorf("optimizer state %d bytes, want %d", got, want)
+	}
+	if losses[4] >= losses[0] {
+		t.Errorf("loss did not fall: %v", losses)
+	}
+	for _, p := range ad.Base {
+		if !slices.Equal(p.Float32s(), before[p.Name()]) {
+			t.Errorf("frozen base parameter %s changed", p.Name())
+		}
+	}
+}
+
+func TestMergeComputesWhatAdaptersDo(t *testing.T) {
+	g := newGPT(t)
+	tok, tgt := batch(t, g)
+	ad, err := lora.Apply(g, nil, lora.Config{Rank: 3, Alpha: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := optim.New("adam", ad.Adapters, optim.Settings{LR: 3e-2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Release()
+	orig := map[string][]float32{}
+	for _, p := range g.Parameters() {
+		orig[p.Name()] = p.Float32s()
+	}
+	for range 4 {
+		step(t, g, tok, tgt)
+		if err := opt.Step(); err != nil {
+			t.Fatal(err)
+		}
+		opt.ZeroGrad()
+	}
+	adapted := logits(t, g, tok)
+
+	// A fresh model loaded with the export computes the same function.
+	fresh, err := models.NewGPT(g.Tokens.Weight.Device(), gptConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(fresh)
+	exp := nn.Export(g)
+	if len(exp) != len(fresh.Parameters()) {
+		t.Fatalf("export has %d tensors, the bare model %d", len(exp), len(fresh.Parameters()))
+	}
+	for i, p := range fresh.Parameters() {
+		if exp[i].Name != p.Name() || !slices.Equal(exp[i].Shape, p.Shape()) {
+			t.Fatalf("export %d is %s %v, want %s %v", i, exp[i].Name, exp[i].Shape, p.Name(), p.Shape())
+		}
+		if err := p.SetFloat32s(exp[i].Float32s()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := maxRelDiff(logits(t, fresh, tok), adapted); d > 1e-5 {
+		t.Errorf("exported model's logits differ from the adapted model's by %g", d)
+	}
+
+	if err := lora.Merge(g); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxRelDiff(logits(t, g, tok), adapted); d > 1e-5 {
+		t.Errorf("merged logits differ from adapter logits by %g", d)
+	}
+	if err := lora.Unmerge(g); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxRelDiff(logits(t, g, tok), adapted); d > 1e-5 {
+		t.Errorf("unmerged logits differ from adapter logits by %g", d)
+	}
+	for _, p := range g.Parameters() {
+		if strings.Contains(p.Name(), ".lora_") {
+			continue
+		}
+		a := make([]float64, p.Len())
+		for i, v := range p.Float32s() {
+			a[i] = float64(v)
+		}
+		b := make([]float64, p.Len())
+		for i, v := range orig[p.Name()] {
+			b[i] = float64(v)
+		}
+		if d := maxRelDiff(a, b); d > 1e-6 {
+			t.Errorf("%s after merge and unmerge is %g from the base", p.Name(), d)
+		}
+	}
+}
+
+func TestApplyErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  lora.Config
+		want string
+	}{
+		{"no-match", lora.Config{Rank: 2, Targets: []string{"blocks.*.attn.qvk"}}, `pattern "blocks.*.attn.qvk" matches no Linear layer; closest: blocks.0.attn.qkv`},
+		{"embedding-is-no-linear", lora.Config{Rank: 2, Targets: []string{"embed.tokens"}}, "matches no Linear layer"},
+		{"rank", lora.Config{Rank: 0}, `Rank is 0, want > 0`},
+		{"dropout", lora.Config{Rank: 1, Dropout: 1}, "Dropout is 1"},
+		{"alpha", lora.Config{Rank: 1, Alpha: math.NaN()}, "Alpha is NaN"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGPT(t)
+			n := len(g.Parameters())
+			_, err := lora.Apply(g, nil, c.cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if len(g.Parameters()) != n || len(nn.Trainable(g)) != n {
+				t.Errorf("a failed Apply changed the model: %d parameters, %d trainable, want %d", len(g.Parameters()), len(nn.Trainable(g)), n)
+			}
+		})
+	}
+	t.Run("twice", func(t *testing.T) {
+		g := newGPT(t)
+		if _, err := lora.Apply(g, nil, lora.Config{Rank: 2, Targets: []string{"*.mlp.fc"}}); err != nil {
+			t.Fatal(err)
+		}
+		n := len(g.Parameters())
+		_, err := lora.Apply(g, nil, lora.Config{Rank: 2, Targets: []string{"*.attn.qkv", "*.mlp.fc"}})
+		if err == nil || !strings.Contains(err.Error(), "blocks.0.mlp.fc already has an adapter") {
+			t.Fatalf("error %v, want one naming the adapted layer", err)
+		}
+		if len(g.Parameters()) != n {
+			t.Errorf("a failed Apply left %d parameters, want %d", len(g.Parameters()), n)
+		}
+	})
+}

@@ -1,0 +1,52 @@
+package nn
+
+// A Parent is a module made of other modules. Techniques that act on
+// layers of one kind wherever they sit (LoRA adapts Linear layers) find
+// them through Walk, which descends into a Parent's Children; every
+// composite module of nn and of package models is one.
+type Parent interface {
+	Module
+	// Children are the modules m is made of, in forward order. A module
+	// used twice, or reached through two paths, may be listed twice.
+	Children() []Module
+}
+
+// Walk calls visit for m and then for every module below it, depth first
+// in the order of Children (a Model that is no Parent is walked through
+// its Blocks). It stops at the first error visit returns and returns it.
+func Walk(m Module, visit func(Module) error) error {
+	if m == nil {
+		return nil
+	}
+	if err := visit(m); err != nil {
+		return err
+	}
+	var children []Module
+	switch p := m.(type) {
+	case Parent:
+		children = p.Children()
+	case Model:
+		children = p.Blocks()
+	}
+	for _, c := range children {
+		if err := Walk(c, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Children are the layers.
+func (s *Sequential) Children() []Module { return s.Layers }
+
+// Children are the layer and its pointwise tail.
+func (f *Fused) Children() []Module {
+	out := []Module{f.Layer}
+	for _, p := range f.Then {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Children are the two projections.
+func (a *CausalSelfAttention) Children() []Module { return []Module{a.QKV, a.Proj} }

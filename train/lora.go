@@ -1,0 +1,77 @@
+package train
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"strings"
+
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
+)
+
+// applyLoRA attaches -lora's adapters to the model and freezes the rest.
+// When the run saves or resumes, it first fingerprints the base, whose
+// values a LoRA checkpoint does not hold.
+func (t *Trainer) applyLoRA() error {
+	c := t.Config
+	if c.Save != "" || c.Resume != "" {
+		t.baseSum = baseFingerprint(t.Model.Parameters())
+	}
+	ad, err := lora.Apply(t.Model, nil, lora.Config{
+		Rank: c.LoRA, Alpha: c.LoRAAlpha, Dropout: c.LoRADropout, Targets: c.LoRATargets,
+		Seed: c.Seed, DType: c.paramDType(),
+	})
+	if err != nil {
+		return fmt.Errorf("-lora %d: %s", c.LoRA, strings.TrimPrefix(err.Error(), "lora: "))
+	}
+	t.adapted = ad
+	trained := nn.Count(t.Model) - countOf(ad.Base)
+	t.logf("LoRA rank %d on %d Linear layers: %d of %d parameters train (%.2f%%)",
+		c.LoRA, len(ad.Layers), trained, nn.Count(t.Model), 100*float64(trained)/float64(nn.Count(t.Model)))
+	return nil
+}
+
+func countOf(ps []*tensor.Tensor) int {
+	n := 0
+	for _, p := range ps {
+		n += p.Len()
+	}
+	return n
+}
+
+// baseFingerprint is the CRC-32C of every parameter's name, shape and
+// values as built (before a frozen base goes to 16 bits), in 8 hex digits:
+// what a LoRA checkpoint records of the base its adapters were trained
+// on, so that they are never resumed onto another.
+func baseFingerprint(params []*tensor.Tensor) string {
+	var c uint32
+	var buf [4096]byte
+	for _, p := range params {
+		c = crc32.Update(c, castagnoli, []byte(p.Name()))
+		for _, d := range p.Shape() {
+			c = crc32.Update(c, castagnoli, binary.LittleEndian.AppendUint64(nil, uint64(d)))
+		}
+		data := p.Float32s()
+		for len(data) > 0 {
+			n := min(len(data), len(buf)/4)
+			for i, v := range data[:n] {
+				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+			}
+			c = crc32.Update(c, castagnoli, buf[:4*n])
+			data = data[n:]
+		}
+	}
+	return fmt.Sprintf("%08x", c)
+}
+
+// loraBase names the base a LoRA run's adapters apply to: the -init
+// checkpoint, or the model built from the seed.
+func loraBase(c Config) string {
+	if c.Init != "" {
+		return c.Init
+	}
+	return fmt.Sprintf("%s, seed %d", modelKey(c), c.Seed)
+}
