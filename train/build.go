@@ -11,8 +11,15 @@ import (
 // buildModel makes the model a Config names, by name from models'
 // registry, for a dataset's shapes.
 func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
+	dt := cfg.paramDType()
+	if cfg.LoRA > 0 && cfg.AMP == "bf16" && cfg.Dist == "off" && cfg.Model != "cnn" { // the cnn keeps F32 parameters
+		// The base is frozen and held in bf16 (holdFrozenInAutocast):
+		// made so from the start, it never exists in F32, and an import's
+		// peak is the bf16 model plus one tensor.
+		dt = device.BF16
+	}
 	if cfg.Init != "" {
-		g, _, err := hf.LoadGPT2With(dev, cfg.Init, hf.GPT2Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: cfg.paramDType()})
+		g, _, err := hf.LoadGPT2With(dev, cfg.Init, hf.GPT2Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt})
 		if err != nil {
 			return nil, fmt.Errorf("-init %s: %v", cfg.Init, err)
 		}
@@ -21,7 +28,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 	m, err := models.New(cfg.Model, dev, models.Spec{
 		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
 		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
-		HeadChunkRows: cfg.LMHeadChunkRows, DType: cfg.paramDType(),
+		HeadChunkRows: cfg.LMHeadChunkRows, DType: dt,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model, displayPath(cfg.Data), err)

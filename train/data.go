@@ -70,7 +70,7 @@ func openData(cfg Config) (*dataset, error) {
 	path := cfg.Data
 	var tok *tokenizer.BPE
 	if cfg.Tokenizer != "" {
-		if path == "" {
+		if path == "" && cfg.Generate == 0 {
 			return nil, fmt.Errorf("-tokenizer %s: needs -data naming a text file or token shards", cfg.Tokenizer)
 		}
 		var err error
@@ -85,6 +85,11 @@ func openData(cfg Config) (*dataset, error) {
 			return nil, err
 		}
 		all, ds.tokens, ds.classes, ds.codec = t, true, t.Vocab(), idCodec{t.Vocab()}
+		if tok != nil {
+			// -generate needs no data: the synthetic task only gives the
+			// shapes, and prompts go through the tokenizer.
+			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{tok}
+		}
 	case path == "":
 		dim := 32
 		if cfg.Model == "cnn" {

@@ -3,11 +3,13 @@ package train
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/internal/sttest"
 	"github.com/memfit/memfit/memory"
@@ -162,7 +164,10 @@ func TestLoRAPlanGPT2Small(t *testing.T) {
 
 type testWriter struct{ t *testing.T }
 
-func (w *testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimRight(string(b), "\n")); return len(b), nil }
+func (w *testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
 
 // TestPlanGenerateMatchesMeasured: -plan with -generate predicts the
 // generation's peak, KV cache to the byte, as the run measures it.
@@ -188,5 +193,52 @@ func TestPlanGenerateMatchesMeasured(t *testing.T) {
 		if pred.Total != got.Total || pred.Parameter != got.Parameter {
 			t.Errorf("lora %d: predicted total %d (parameters %d), measured %d (%d)", lora, pred.Total, pred.Parameter, got.Total, got.Parameter)
 		}
+	}
+}
+
+// TestLoRAImportNeverHoldsF32Base: with -lora and -amp bf16 the imported
+// base is made in bf16, so the parameters' peak is what they hold in
+// training: no F32 copy of the model ever exists on the device.
+func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
+	tokens := make([]int32, 4000)
+	for i := range tokens {
+		tokens[i] = int32(i * 7 % 50) // within the fixture's vocabulary
+	}
+	shard := filepath.Join(t.TempDir(), "tokens.bin")
+	f, err := os.Create(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := data.WriteShard(f, tokens); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := Default()
+	cfg.Init, cfg.Data, cfg.Batch, cfg.Steps, cfg.Quiet, cfg.EvalEvery = filepath.Join("..", "hf", "testdata", "gpt2-f32"), shard, 4, 2, true, 0
+	cfg.LoRA, cfg.AMP = 4, "bf16"
+	cfg, _, err = cfg.ApplyInit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrainer(t, cfg)
+	st := tr.Device.Memory().Stats().Category(memory.Parameter)
+	var base, adapters int64
+	for _, p := range tr.adapted.Base {
+		base += p.Bytes()
+	}
+	for _, p := range tr.adapted.Adapters {
+		adapters += p.Bytes()
+		if p.DType() != tensor.F32 {
+			t.Errorf("adapter %s is %v, want f32", p.Name(), p.DType())
+		}
+	}
+	if st.Peak != base+adapters || st.Current != st.Peak {
+		t.Errorf("parameters peaked at %d bytes (now %d); the bf16 base and f32 adapters are %d", st.Peak, st.Current, base+adapters)
+	}
+	if w := tr.adapted.Base[0]; w.DType() != tensor.BF16 {
+		t.Errorf("base %s is %v, want bf16", w.Name(), w.DType())
+	}
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -302,7 +302,9 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 		c.Freeze = []string{"blocks.0.*"}
 	})
 	add(base, func(c *Config) { c.LoRA = 4 })
-	add(base, func(c *Config) { c.LoRA, c.LoRATargets, c.AMP, c.Checkpoint, c.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2 })
+	add(base, func(c *Config) {
+		c.LoRA, c.LoRATargets, c.AMP, c.Checkpoint, c.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2
+	})
 	add(mlp, func(c *Config) { c.LoRA, c.AMP = 8, "fp16" })
 	for _, c := range cases {
 		c.Steps = planSteps

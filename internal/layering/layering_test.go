@@ -31,6 +31,7 @@ var rank = map[string]int{
 	"freeze":            5,
 	"dist":              6,
 	"hf":                6,
+	"lora":              6,
 	"train":             7,
 	"cmd/train":         8,
 	"internal/layering": 9,
