@@ -144,6 +144,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch {
+	case t.Step() >= t.Total() && cfg.Resume != "" && cfg.SaveFormat == "hf" && cfg.Save != "":
+		// Nothing to train, something to export: the resumed model in
+		// Hugging Face's layout (adapters merged).
+		if err := t.Save(cfg.Save); err != nil {
+			return fail(1, err)
+		}
+		fmt.Fprintf(stderr, "train: exported %s at step %d to %s (Hugging Face layout)\n", cfg.Resume, t.Step(), cfg.Save)
+		return 0
 	case t.Step() >= t.Total() && cfg.Resume != "":
 		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Resume, t.Step(), t.Total()))
 	case t.Step() >= t.Total():
