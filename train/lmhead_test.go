@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"testing"
+
+	"github.com/memfit/memfit/memory"
 )
 
 // lmHeadRun trains cfg for its steps and returns the losses and the
@@ -106,5 +108,24 @@ func TestChunkedHeadDeterministicAndPlanned(t *testing.T) {
 				t.Errorf("plan %+v\nmeasured %+v", pred, got)
 			}
 		})
+	}
+}
+
+// TestEvaluateUsesChunkedHead: evaluation of a token model takes the
+// training loss's path, so its peak holds no [tokens, vocab] logits.
+func TestEvaluateUsesChunkedHead(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Data, cfg.ValSplit, cfg.Batch, cfg.Context = largeVocabShard(t), 0.2, 16, 64
+	tr := newTrainer(t, cfg)
+	mem := tr.Device.Memory()
+	mem.ResetPeak()
+	st, err := tr.Evaluate(context.Background())
+	if err != nil || !(st.Loss > 0) {
+		t.Fatalf("evaluate: %v, loss %v", err, st.Loss)
+	}
+	peak := mem.Stats().Requested.Peak - mem.Stats().Category(memory.Parameter).Current
+	logits := int64(cfg.Batch * cfg.Context * 50257 * 4)
+	if peak >= logits/2 {
+		t.Errorf("evaluation peaked at %d bytes beyond the parameters; the whole logits are %d", peak, logits)
 	}
 }

@@ -403,13 +403,14 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			defer in.Release()
 			defer tg.Release()
 			r := nn.Eval(s)
-			logits := t.Model.Forward(r, in)
-			defer logits.Release()
 			var l *tensor.Tensor
 			if t.task.tokens {
-				v := logits.Shape()[logits.Dim()-1]
-				l = s.CrossEntropy(s.Reshape(logits, -1, v), s.Reshape(tg, -1), tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
+				// The training loss's path: with the chunked head, no
+				// [tokens, vocab] logits exist in evaluation either.
+				l = t.loss(r, in, tg)
 			} else {
+				logits := t.Model.Forward(r, in)
+				defer logits.Release()
 				l = s.CrossEntropy(logits, tg, tensor.CrossEntropyOptions{})
 				correct += countCorrect(logits.Float32s(), b.Targets, t.task.classes)
 			}
