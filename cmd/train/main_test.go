@@ -489,8 +489,16 @@ func TestInitFromHuggingFaceLlama(t *testing.T) {
 // attention included, and a bad -kv-heads is refused.
 func TestModelLlama(t *testing.T) {
 	base := []string{"-quiet", "-model", "llama", "-layers", "1", "-width", "16", "-heads", "4", "-context", "8", "-batch", "4", "-steps", "2", "-eval-every", "0"}
-	if code, _, errs := runCmd(t, append(base, "-kv-heads", "2", "-hidden", "24")...); code != 0 {
-		t.Errorf("-model llama: exit %d: %s", code, errs)
+	ckpt := filepath.Join(t.TempDir(), "llama.st")
+	if code, _, errs := runCmd(t, append(base, "-kv-heads", "2", "-hidden", "24", "-save", ckpt)...); code != 0 {
+		t.Fatalf("-model llama: exit %d: %s", code, errs)
+	}
+	code, out, errs := runCmd(t, append(base, "-kv-heads", "2", "-hidden", "24", "-resume", ckpt, "-generate", "4", "-prompt", "1 2")...)
+	if code != 0 || len(strings.Fields(out)) != 4 {
+		t.Errorf("-resume -generate 4: exit %d, printed %q: %s", code, out, errs)
+	}
+	if code, _, errs := runCmd(t, append(base, "-kv-heads", "4", "-hidden", "24", "-resume", ckpt)...); code != 2 || !strings.Contains(errs, "kv_heads") {
+		t.Errorf("resuming with other -kv-heads: exit %d, %q; want exit 2 naming the architecture", code, errs)
 	}
 	if code, _, errs := runCmd(t, append(base, "-kv-heads", "3")...); code != 2 || !strings.Contains(errs, "-kv-heads 3") {
 		t.Errorf("-kv-heads 3 of 4 heads: exit %d, %q; want exit 2 naming -kv-heads", code, errs)
