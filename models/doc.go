@@ -81,7 +81,8 @@
 //	blocks.N.mlp.fc.weight    [4·D, D]       blocks.N.mlp.fc.bias [4·D]
 //	blocks.N.mlp.proj.weight  [D, 4·D]       blocks.N.mlp.proj.bias [D]
 //	final_norm.weight         [D]            final_norm.bias [D]
-//// Llama (N = 0 … Layers-1, D = Dim, K = KVHeads·Dim/Heads, F = Hidden;
+//
+// Llama (N = 0 … Layers-1, D = Dim, K = KVHeads·Dim/Heads, F = Hidden;
 // Hugging Face's names in hf.LoadLlama):
 //
 //	embed.tokens.weight        [Vocab, D]     also the head when TiedHead
