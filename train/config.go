@@ -376,8 +376,9 @@ func tokenModel(name string) bool { return name == "gpt" || name == "llama" }
 
 // ApplyInit takes the model from Init's checkpoint: -model gpt for a
 // GPT-2, llama for a Llama (hf.Architecture), with its layers, heads
-// (and a Llama's key/value heads and MLP width), width, context and
-// vocabulary. It returns a note when the checkpoint has no config.json
+// (and a Llama's key/value heads and MLP width), width and vocabulary,
+// and its context (a GPT-2's; for a Llama, -context up to the model's
+// max_position_embeddings). It returns a note when the checkpoint has no config.json
 // and the shape was inferred. Without Init it changes nothing.
 func (c Config) ApplyInit() (Config, string, error) {
 	if c.Init == "" {
@@ -403,7 +404,10 @@ func (c Config) ApplyInit() (Config, string, error) {
 		if err != nil {
 			return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
 		}
-		c.Layers, c.Heads, c.KVHeads, c.Width, c.Hidden, c.Context, c.Vocab = h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, h.Positions, h.Vocab
+		// A Llama has no position table: its max_position_embeddings
+		// (131072 for Llama 3.1) only bounds the sequence, so the run's
+		// windows stay -context long, at most that.
+		c.Layers, c.Heads, c.KVHeads, c.Width, c.Hidden, c.Context, c.Vocab = h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, min(c.Context, h.Positions), h.Vocab
 		note = n
 	default:
 		h, n, err := hf.ReadGPT2Config(ck)

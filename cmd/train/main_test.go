@@ -432,7 +432,7 @@ func TestInitFromHuggingFaceLlama(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"model": "llama"`, `"kv_heads": 2`, `"hidden": 40`} {
+	for _, want := range []string{`"model": "llama"`, `"kv_heads": 2`, `"hidden": 40`, `"context": 16`} {
 		if !strings.Contains(string(sum), want) {
 			t.Errorf("summary does not say %s", want)
 		}
