@@ -1,6 +1,9 @@
 package nn
 
-import "github.com/memfit/memfit/tensor"
+import (
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/tensor"
+)
 
 // RMSNorm scales each row of its input's last dimension to unit root mean
 // square, then by a learned gain (Llama's LlamaRMSNorm):
@@ -32,8 +35,8 @@ func NewRMSNorm(b *Builder, path string, dim int, eps float64) (*RMSNorm, error)
 // Forward normalises x [..., dim]. It is composed of tensor ops (so its
 // gradient is theirs): the statistics run in F32 when x is 16-bit, as
 // Hugging Face's does, and the result is x's dtype promoted with the
-// weight's (F32 for F32 weights). It saves x, the per-row 1/rms and the
-// normalised x.
+// weight's (F32 for F32 weights), or under autocast the autocast dtype.
+// It saves x, the per-row 1/rms and the normalised x.
 func (l *RMSNorm) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	defer r.Enter(moduleOf(l.Weight))()
 	xf := x
@@ -52,6 +55,14 @@ func (l *RMSNorm) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	inv.Release()
 	y := r.Mul(n, l.Weight)
 	n.Release()
+	if ac := r.AutocastDType(); ac != device.Invalid && y.DType() != tensor.F64 && y.DType() != ac {
+		// Under autocast the consumers are 16-bit products (q, k and v;
+		// gate and up): one 16-bit result serves them all, where each
+		// would otherwise cast and save its own copy (as LayerNorm does).
+		c := r.Cast(y, ac)
+		y.Release()
+		y = c
+	}
 	return y
 }
 
