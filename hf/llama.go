@@ -103,7 +103,10 @@ var llamaLayerRE = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
 
 // ReadLlamaConfig reads config.json of a Llama checkpoint and checks that
 // memfit's Llama computes what it describes (SiLU, no biases, heads of
-// hidden_size/num_attention_heads, a rope scaling it knows). Without
+// hidden_size/num_attention_heads, a rope scaling it knows); keys it
+// lacks take transformers' LlamaConfig defaults (num_key_value_heads:
+// num_attention_heads, rms_norm_eps 1e-6, rope_theta 10000,
+// max_position_embeddings 2048, tie_word_embeddings false). Without
 // config.json it infers the shape from the tensors and says so in the
 // returned note: heads of 64 (or, for narrower widths, the largest power
 // of two that divides both the width and k_proj's rows), context 2048,
