@@ -8,6 +8,16 @@
 // without the "transformer." prefix, Conv1D weights stored (in, out) and
 // transposed into memfit's (out, in) Linear weights, the head tied to the
 // token embedding, the attn.bias and attn.masked_bias buffers skipped.
+// The Llama family maps onto models.Llama (LoadLlama, SaveLlama): names
+// model.embed_tokens, model.layers.N.self_attn.{q,k,v,o}_proj,
+// model.layers.N.mlp.{gate,up,down}_proj, input_layernorm,
+// post_attention_layernorm, model.norm and lm_head (absent when
+// tie_word_embeddings); q_proj and k_proj are used as stored, since
+// memfit's rotary embeddings pair a head's halves as Hugging Face's
+// rotate_half does. Architecture tells the families apart (config.json's
+// model_type or architectures, else the tensor names); Load and Save pick
+// the family's functions.
+//
 // Every malformed file (a bad header, a missing tensor, a shape that
 // contradicts config.json, an unknown architecture) is an error naming
 // the file and the tensor.

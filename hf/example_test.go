@@ -24,3 +24,19 @@ func ExampleLoadGPT2() {
 	fmt.Println(tokens)
 	// Output: [27 32 32 32 32 32 32 32]
 }
+
+// Load picks the architecture from config.json (here a Llama with
+// grouped-query attention) and returns a model that generates.
+func ExampleLoad() {
+	m, note, err := hf.Load(cpu.New(), "testdata/llama-f32", hf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nn.Release(m)
+	tokens, err := m.Generate([]int{3, 1, 4, 1, 5}, 8, models.SampleOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%T %q %v\n", m, note, tokens)
+	// Output: *models.Llama "" [5 19 44 23 14 0 10 38]
+}

@@ -123,15 +123,18 @@ func LoadGPT2(dev device.Device, path string) (*models.GPT, string, error) {
 	return LoadGPT2With(dev, path, GPT2Options{})
 }
 
-// GPT2Options are what training adds to an imported GPT-2: dropout, the
-// seed of its masks, the head's chunking and the parameters' dtype (F32
-// when unset; BF16 rounds the weights).
-type GPT2Options struct {
+// Options are what training adds to an imported model: dropout, the seed
+// of its masks, the head's chunking and the parameters' dtype (F32 when
+// unset; BF16 rounds the weights).
+type Options struct {
 	Dropout       float64
 	Seed          uint64
 	HeadChunkRows int
 	DType         device.DType
 }
+
+// GPT2Options is the name Options had when GPT-2 was the only import.
+type GPT2Options = Options
 
 // LoadGPT2With is LoadGPT2 with options.
 func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, string, error) {
@@ -227,6 +230,28 @@ func SaveGPT2(g *models.GPT, dir string) error {
 		"n_layer": c.Layers, "n_head": c.Heads, "n_embd": c.Dim, "n_positions": c.Context, "n_ctx": c.Context,
 		"vocab_size": c.Vocab, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "tie_word_embeddings": true,
 	}
+	var params []savedTensor
+	for _, p := range nn.Export(g) { // LoRA adapters merged
+		hn, conv := gpt2Name(p.Name)
+		params = append(params, savedTensor{name: "transformer." + hn, conv: conv, p: p})
+	}
+	return writeModel(dir, cfg, params)
+}
+
+// savedTensor is a parameter as a bare model holds it (nn.Export: LoRA
+// adapters merged) under its Hugging Face name; conv: stored transposed
+// (GPT-2's Conv1D).
+type savedTensor struct {
+	name string
+	conv bool
+	p    nn.Exported
+}
+
+// writeModel writes config.json (cfg) and model.safetensors (params in
+// F32, sorted by name) into dir, each through a temporary file and a
+// rename. One tensor at a time is converted: the export holds no second
+// copy of the model.
+func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
 	cj, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return err
@@ -237,16 +262,6 @@ func SaveGPT2(g *models.GPT, dir string) error {
 		Offsets [2]int64 `json:"data_offsets"`
 	}
 	header := map[string]any{"__metadata__": map[string]string{"format": "pt", "producer": "memfit"}}
-	type param struct {
-		name string
-		conv bool
-		p    nn.Exported
-	}
-	var params []param
-	for _, p := range nn.Export(g) { // LoRA adapters merged
-		hn, conv := gpt2Name(p.Name)
-		params = append(params, param{"transformer." + hn, conv, p})
-	}
 	sort.Slice(params, func(i, j int) bool { return params[i].name < params[j].name })
 	var off int64
 	for _, p := range params {
@@ -271,7 +286,6 @@ func SaveGPT2(g *models.GPT, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	// One tensor at a time: the export holds no second copy of the model.
 	err = writeAtomic(filepath.Join(dir, "model.safetensors"), func(w io.Writer) error {
 		if _, err := w.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))); err != nil {
 			return err

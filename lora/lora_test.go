@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
@@ -15,7 +16,33 @@ import (
 	"github.com/memfit/memfit/tensor"
 )
 
-var gptConfig = models.GPTConfig{Layers: 2, Heads: 2, Dim: 16, Context: 12, Vocab: 19, Seed: 3}
+var (
+	gptConfig   = models.GPTConfig{Layers: 2, Heads: 2, Dim: 16, Context: 12, Vocab: 19, Seed: 3}
+	llamaConfig = models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 16, Hidden: 24, Context: 12, Vocab: 19, Seed: 3}
+)
+
+// lm is a language model of package models.
+type lm interface {
+	nn.Model
+	TokenLoss(r *nn.Run, tokens, targets *tensor.Tensor, o tensor.CrossEntropyOptions) *tensor.Tensor
+}
+
+// newModel builds a GPT or a Llama on dev.
+func newModel(t *testing.T, kind string, dev device.Device) lm {
+	t.Helper()
+	var m lm
+	var err error
+	if kind == "llama" {
+		m, err = models.NewLlama(dev, llamaConfig)
+	} else {
+		m, err = models.NewGPT(dev, gptConfig)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nn.Release(m) })
+	return m
+}
 
 func newGPT(t *testing.T) *models.GPT {
 	t.Helper()
@@ -28,7 +55,7 @@ func newGPT(t *testing.T) *models.GPT {
 }
 
 // batch is a fixed batch of tokens and next-token targets.
-func batch(t *testing.T, g *models.GPT) (tok, tgt *tensor.Tensor) {
+func batch(t *testing.T, g lm) (tok, tgt *tensor.Tensor) {
 	t.Helper()
 	const b, n = 3, 10
 	ids := make([]int32, b*n)
@@ -37,7 +64,7 @@ func batch(t *testing.T, g *models.GPT) (tok, tgt *tensor.Tensor) {
 		ids[i] = int32((7*i + i/n) % gptConfig.Vocab)
 		next[i] = int32((7*i + 7 + i/n) % gptConfig.Vocab)
 	}
-	dev := g.Tokens.Weight.Device()
+	dev := g.Parameters()[0].Device()
 	tok, err := tensor.FromInt32(dev, ids, []int{b, n}, memory.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +78,7 @@ func batch(t *testing.T, g *models.GPT) (tok, tgt *tensor.Tensor) {
 }
 
 // step runs forward and backward of the token loss and returns the loss.
-func step(t *testing.T, g *models.GPT, tok, tgt *tensor.Tensor) float64 {
+func step(t *testing.T, g lm, tok, tgt *tensor.Tensor) float64 {
 	t.Helper()
 	var loss float64
 	err := tensor.Step(func(s *tensor.Scope) error {
@@ -67,7 +94,7 @@ func step(t *testing.T, g *models.GPT, tok, tgt *tensor.Tensor) float64 {
 }
 
 // logits returns the model's logits for tok, in inference mode.
-func logits(t *testing.T, g *models.GPT, tok *tensor.Tensor) []float64 {
+func logits(t *testing.T, g lm, tok *tensor.Tensor) []float64 {
 	t.Helper()
 	var out []float64
 	err := tensor.Step(func(s *tensor.Scope) error {
@@ -89,19 +116,29 @@ func maxRelDiff(a, b []float64) float64 {
 }
 
 func TestAdaptedModelStartsAtItsBase(t *testing.T) {
-	g := newGPT(t)
-	tok, tgt := batch(t, g)
-	base := step(t, g, tok, tgt)
-	baseLogits := logits(t, g, tok)
-	if _, err := lora.Apply(g, nil, lora.Config{Rank: 4, Alpha: 8}); err != nil {
-		t.Fatal(err)
-	}
-	// B is zero: the adapters add exact zeros.
-	if got := step(t, g, tok, tgt); got != base {
-		t.Errorf("step-0 loss with adapters %v, base model %v", got, base)
-	}
-	if got := logits(t, g, tok); !slices.Equal(got, baseLogits) {
-		t.Errorf("logits with zero adapters differ from the base model's by %g", maxRelDiff(got, baseLogits))
+	for _, kind := range []string{"gpt", "llama"} {
+		t.Run(kind, func(t *testing.T) {
+			g := newModel(t, kind, cpu.New())
+			tok, tgt := batch(t, g)
+			base := step(t, g, tok, tgt)
+			baseLogits := logits(t, g, tok)
+			ad, err := lora.Apply(g, nil, lora.Config{Rank: 4, Alpha: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every Linear layer of the blocks: GPT's qkv, proj, fc and
+			// proj; Llama's q, k, v, o, gate, up and down.
+			if want := map[string]int{"gpt": 8, "llama": 14}[kind]; len(ad.Layers) != want {
+				t.Errorf("adapted %d layers %v, want %d", len(ad.Layers), ad.Layers, want)
+			}
+			// B is zero: the adapters add exact zeros.
+			if got := step(t, g, tok, tgt); got != base {
+				t.Errorf("step-0 loss with adapters %v, base model %v", got, base)
+			}
+			if got := logits(t, g, tok); !slices.Equal(got, baseLogits) {
+				t.Errorf("logits with zero adapters differ from the base model's by %g", maxRelDiff(got, baseLogits))
+			}
+		})
 	}
 }
 
@@ -167,7 +204,14 @@ func TestOnlyAdaptersTrain(t *testing.T) {
 }
 
 func TestMergeComputesWhatAdaptersDo(t *testing.T) {
-	g := newGPT(t)
+	for _, kind := range []string{"gpt", "llama"} {
+		t.Run(kind, func(t *testing.T) { mergeComputesWhatAdaptersDo(t, kind) })
+	}
+}
+
+func mergeComputesWhatAdaptersDo(t *testing.T, kind string) {
+	dev := cpu.New()
+	g := newModel(t, kind, dev)
 	tok, tgt := batch(t, g)
 	ad, err := lora.Apply(g, nil, lora.Config{Rank: 3, Alpha: 6})
 	if err != nil {
@@ -192,11 +236,7 @@ func TestMergeComputesWhatAdaptersDo(t *testing.T) {
 	adapted := logits(t, g, tok)
 
 	// A fresh model loaded with the export computes the same function.
-	fresh, err := models.NewGPT(g.Tokens.Weight.Device(), gptConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nn.Release(fresh)
+	fresh := newModel(t, kind, dev)
 	exp := nn.Export(g)
 	if len(exp) != len(fresh.Parameters()) {
 		t.Fatalf("export has %d tensors, the bare model %d", len(exp), len(fresh.Parameters()))

@@ -1,6 +1,6 @@
 // Package models holds ready-made models built from package nn: an MLP, a
-// LeNet-style CNN for 28×28 images and a GPT-style decoder-only
-// transformer.
+// LeNet-style CNN for 28×28 images, a GPT-style decoder-only transformer
+// and a Llama-style one.
 //
 // Each constructor takes a device and a config struct and returns the model
 // or an error naming the config field that is wrong (zero sizes, Dim not
@@ -9,6 +9,7 @@
 //	mlp, err := models.NewMLP(dev, models.MLPConfig{Widths: []int{784, 256, 10}, Dropout: 0.1, Seed: 1})
 //	cnn, err := models.NewCNN(dev, models.CNNConfig{Conv1: 6, Conv2: 16, Hidden: 120, Classes: 10, Seed: 1})
 //	gpt, err := models.NewGPT(dev, models.GPTConfig{Layers: 6, Heads: 6, Dim: 384, Context: 256, Vocab: 256, Dropout: 0.1, Seed: 1})
+//	llama, err := models.NewLlama(dev, models.LlamaConfig{Layers: 6, Heads: 8, KVHeads: 2, Dim: 512, Context: 256, Vocab: 256, Seed: 1})
 //
 // Parameters are F32 (config DType F64 is for gradient checks on CPU). Each
 // one is drawn with a seed derived from the config's Seed and the
@@ -25,7 +26,8 @@
 //     and returns logits [B, T, Vocab]. GPT.TokenLoss takes the same tokens
 //     and targets [B, T] and returns the cross-entropy without ever holding
 //     the logits whole (the trainer's default for token tasks; see
-//     tensor.LinearCrossEntropy).
+//     tensor.LinearCrossEntropy). Llama.Forward and Llama.TokenLoss take
+//     and return the same.
 //
 // Forward follows the tensor ops' error policy: an input of the wrong shape
 // (for GPT, also a sequence longer than Context) panics with *tensor.Error,
@@ -41,7 +43,8 @@
 // Every model implements nn.Model: Blocks returns its repeated blocks in
 // order and SetBlockRunner replaces the nn.RunSequential that Forward runs
 // them with (package checkpoint's policies plug in there). For the MLP and
-// the CNN the blocks are the layers; for GPT, the transformer blocks.
+// the CNN the blocks are the layers; for GPT and Llama, the transformer
+// blocks.
 //
 // # Parameter paths
 //
@@ -78,6 +81,26 @@
 //	blocks.N.mlp.fc.weight    [4·D, D]       blocks.N.mlp.fc.bias [4·D]
 //	blocks.N.mlp.proj.weight  [D, 4·D]       blocks.N.mlp.proj.bias [D]
 //	final_norm.weight         [D]            final_norm.bias [D]
+//
+// Llama (N = 0 … Layers-1, D = Dim, K = KVHeads·Dim/Heads, F = Hidden;
+// Hugging Face's names in hf.LoadLlama):
+//
+//	embed.tokens.weight        [Vocab, D]     also the head when TiedHead
+//	blocks.N.attn_norm.weight  [D]            RMSNorm gain
+//	blocks.N.attn.q.weight     [D, D]
+//	blocks.N.attn.k.weight     [K, D]
+//	blocks.N.attn.v.weight     [K, D]
+//	blocks.N.attn.o.weight     [D, D]
+//	blocks.N.mlp_norm.weight   [D]
+//	blocks.N.mlp.gate.weight   [F, D]
+//	blocks.N.mlp.up.weight     [F, D]
+//	blocks.N.mlp.down.weight   [D, F]
+//	final_norm.weight          [D]
+//	head.weight                [Vocab, D]     absent when TiedHead
+//
+// GPT and Llama generate (Generate, with a KVCache under memory.KVCache;
+// a Llama's holds its KVHeads key/value heads, rotated, not Heads) and
+// implement Generator.
 //
 // # Memory
 //

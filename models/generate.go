@@ -1,18 +1,18 @@
 package models
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
 )
 
-// KVCache holds, for every block of a GPT, the keys and values of the
+// KVCache holds, for every block of a GPT or a Llama, the keys and values of the
 // tokens generated so far, so that each new token costs one token's
 // forward instead of the whole prefix's. Its tensors are allocated once, at
 // their full length, under memory.KVCache: generation allocates nothing
@@ -33,18 +33,24 @@ func KVCacheBytes(c GPTConfig, batch, maxLen int, dtype tensor.DType) int64 {
 // (at most Context), in the dtype of the model's parameters.
 func (g *GPT) NewKVCache(batch, maxLen int) (*KVCache, error) {
 	c := g.Config
-	if batch < 1 || maxLen < 1 || maxLen > c.Context {
-		return nil, fmt.Errorf("models: gpt: a KV cache of %d rows of %d tokens (want at least 1 row, and 1 to Context %d tokens)", batch, maxLen, c.Context)
+	return newKVCache("gpt", g.Tokens.Weight, c.Layers, batch, maxLen, c.Context, []int{c.Heads, c.Dim / c.Heads})
+}
+
+// newKVCache allocates, per block, a key and a value tensor
+// [batch, heads[0], maxLen, heads[1]] on like's device in its dtype.
+func newKVCache(model string, like *tensor.Tensor, layers, batch, maxLen, context int, heads []int) (*KVCache, error) {
+	if batch < 1 || maxLen < 1 || maxLen > context {
+		return nil, fmt.Errorf("models: %s: a KV cache of %d rows of %d tokens (want at least 1 row, and 1 to Context %d tokens)", model, batch, maxLen, context)
 	}
-	dev, dt := g.Tokens.Weight.Device(), g.Tokens.Weight.DType()
+	dev, dt := like.Device(), like.DType()
 	kv := &KVCache{batch: batch, maxLen: maxLen}
-	shape := []int{batch, c.Heads, maxLen, c.Dim / c.Heads}
-	for range c.Layers {
+	shape := []int{batch, heads[0], maxLen, heads[1]}
+	for range layers {
 		for _, list := range []*[]*tensor.Tensor{&kv.keys, &kv.values} {
 			t, err := tensor.New(dev, dt, shape, memory.KVCache)
 			if err != nil {
 				kv.Release()
-				return nil, fmt.Errorf("models: gpt: KV cache: %w", err)
+				return nil, fmt.Errorf("models: %s: KV cache: %w", model, err)
 			}
 			*list = append(*list, t)
 		}
@@ -74,21 +80,7 @@ func (kv *KVCache) Release() {
 // rather than the fused causal kernel). It records no graph: r must not
 // record one (nn.Eval).
 func (g *GPT) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tensor.Tensor {
-	nn.CheckInference(r)
-	if r.Grad() {
-		panic(shapeError("gpt", "ForwardCached records no graph: run it under nn.Eval"))
-	}
-	if tokens.Dim() != 2 || tokens.Len() == 0 || (tokens.DType() != tensor.I32 && tokens.DType() != tensor.I64) {
-		panic(shapeError("gpt", "tokens %v must be non-empty i32 or i64 [batch, time]", tokens))
-	}
-	b, t := tokens.Shape()[0], tokens.Shape()[1]
-	if b != kv.batch {
-		panic(shapeError("gpt", "tokens %v: the KV cache holds %d rows", tokens, kv.batch))
-	}
-	pos := kv.len
-	if pos+t > kv.maxLen {
-		panic(shapeError("gpt", "%d tokens after %d cached exceed the KV cache's %d", t, pos, kv.maxLen))
-	}
+	pos, t := kv.check("gpt", r, tokens)
 	tok := g.Tokens.Forward(r, tokens)
 	p := r.Narrow(g.Positions.Weight, 0, pos, t)
 	x := nn.Residual(r, tok, p)
@@ -106,6 +98,25 @@ func (g *GPT) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tens
 	logits := r.Linear(n, g.Tokens.Weight, nil)
 	n.Release()
 	return logits
+}
+
+// check panics unless r records no graph and tokens [B, T] fit after the
+// cache's tokens; it returns the position of the first and T.
+func (kv *KVCache) check(model string, r *nn.Run, tokens *tensor.Tensor) (pos, t int) {
+	nn.CheckInference(r)
+	if r.Grad() {
+		panic(shapeError(model, "ForwardCached records no graph: run it under nn.Eval"))
+	}
+	checkTokens(model, tokens)
+	b, t := tokens.Shape()[0], tokens.Shape()[1]
+	if b != kv.batch {
+		panic(shapeError(model, "tokens %v: the KV cache holds %d rows", tokens, kv.batch))
+	}
+	pos = kv.len
+	if pos+t > kv.maxLen {
+		panic(shapeError(model, "%d tokens after %d cached exceed the KV cache's %d", t, pos, kv.maxLen))
+	}
+	return pos, t
 }
 
 // forwardCached is Forward for tokens at positions [pos, pos+T) of a
@@ -158,34 +169,7 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 	if pos == 0 {
 		y = r.CausalAttention(q, k, v, scale, 0, 0)
 	} else {
-		n := pos + t
-		kc, vc := r.Narrow(keys, 2, 0, n), r.Narrow(values, 2, 0, n)
-		kt := r.Transpose(kc, 2, 3)
-		s := r.ScaledMatMul(q, kt, scale) // [B, H, T, pos+T]
-		kt.Release()
-		kc.Release()
-		if t > 1 {
-			// Query i (position pos+i) sees keys up to pos+i.
-			mask := make([]float32, t*n)
-			for i := range t {
-				for j := pos + i + 1; j < n; j++ {
-					mask[i*n+j] = 1
-				}
-			}
-			m, err := tensor.FromFloat32(x.Device(), mask, []int{t, n}, memory.Temporary)
-			if err != nil {
-				panic(err)
-			}
-			masked := r.MaskedFill(s, m, math.Inf(-1))
-			m.Release()
-			s.Release()
-			s = masked
-		}
-		p := r.Softmax(s)
-		s.Release()
-		y = r.MatMul(p, vc)
-		p.Release()
-		vc.Release()
+		y = overCache(r, q, keys, values, pos, scale, nil)
 	}
 	q.Release()
 	k.Release()
@@ -197,6 +181,51 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 	out := a.Proj.Forward(r, joined)
 	joined.Release()
 	return out
+}
+
+// overCache is the attention of queries q [B, H, T, Dh] at positions
+// [pos, pos+T) over the first pos+T keys and values of a cache
+// [B, KVH, MaxLen, Dh]: a plain product and softmax (the cache's prefix
+// is not the fused causal kernel's square), with a mask when several
+// queries arrive at once. repeat, when not nil, spreads KVH cached heads
+// over the H query heads (grouped-query attention).
+func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, scale float64, repeat func(*tensor.Tensor) *tensor.Tensor) *tensor.Tensor {
+	t := q.Shape()[2]
+	n := pos + t
+	kc, vc := r.Narrow(keys, 2, 0, n), r.Narrow(values, 2, 0, n)
+	if repeat != nil {
+		kr, vr := repeat(kc), repeat(vc)
+		kc.Release()
+		vc.Release()
+		kc, vc = kr, vr
+	}
+	kt := r.Transpose(kc, 2, 3)
+	s := r.ScaledMatMul(q, kt, scale) // [B, H, T, pos+T]
+	kt.Release()
+	kc.Release()
+	if t > 1 {
+		// Query i (position pos+i) sees keys up to pos+i.
+		mask := make([]float32, t*n)
+		for i := range t {
+			for j := pos + i + 1; j < n; j++ {
+				mask[i*n+j] = 1
+			}
+		}
+		m, err := tensor.FromFloat32(q.Device(), mask, []int{t, n}, memory.Temporary)
+		if err != nil {
+			panic(err)
+		}
+		masked := r.MaskedFill(s, m, math.Inf(-1))
+		m.Release()
+		s.Release()
+		s = masked
+	}
+	p := r.Softmax(s)
+	s.Release()
+	y := r.MatMul(p, vc)
+	p.Release()
+	vc.Release()
+	return y
 }
 
 // SampleOptions choose how Generate picks each token.
@@ -222,32 +251,60 @@ type SampleOptions struct {
 // the cache (KVCacheBytes) and one step's activations. prompt and n
 // together must fit in the context.
 func (g *GPT) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
-	c := g.Config
+	return generate(g, "gpt", g.Config.Context, g.Config.Vocab, g.Tokens.Weight.Device(), prompt, n, o)
+}
+
+// ContextLen is the longest sequence the model takes (Config.Context).
+func (g *GPT) ContextLen() int { return g.Config.Context }
+
+// Generator is a token model that continues prompts: GPT and Llama.
+type Generator interface {
+	Model
+	// Generate continues prompt by n tokens (fewer at a stop token).
+	Generate(prompt []int, n int, o SampleOptions) ([]int, error)
+	// ContextLen is the longest sequence: prompt and continuation
+	// together.
+	ContextLen() int
+}
+
+var (
+	_ Generator = (*GPT)(nil)
+	_ Generator = (*Llama)(nil)
+)
+
+// cachedModel is what generate runs: a model with a KV cache.
+type cachedModel interface {
+	NewKVCache(batch, maxLen int) (*KVCache, error)
+	ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tensor.Tensor
+}
+
+// generate is Generate for any cachedModel of the given context and
+// vocabulary on dev (errors name model).
+func generate(m cachedModel, model string, context, vocab int, dev device.Device, prompt []int, n int, o SampleOptions) ([]int, error) {
 	switch {
 	case len(prompt) == 0:
-		return nil, errors.New("models: gpt: generate needs a prompt of at least one token")
+		return nil, fmt.Errorf("models: %s: generate needs a prompt of at least one token", model)
 	case n < 0:
-		return nil, fmt.Errorf("models: gpt: generate %d tokens", n)
-	case len(prompt)+n > c.Context:
-		return nil, fmt.Errorf("models: gpt: a prompt of %d tokens and %d more exceed the context of %d", len(prompt), n, c.Context)
+		return nil, fmt.Errorf("models: %s: generate %d tokens", model, n)
+	case len(prompt)+n > context:
+		return nil, fmt.Errorf("models: %s: a prompt of %d tokens and %d more exceed the context of %d", model, len(prompt), n, context)
 	case o.Temperature < 0 || math.IsNaN(o.Temperature) || o.TopK < 0 || o.TopP < 0 || o.TopP > 1 || math.IsNaN(o.TopP):
-		return nil, fmt.Errorf("models: gpt: sampling with temperature %v, top-k %d, top-p %v (want temperature >= 0, top-k >= 0, 0 <= top-p <= 1)", o.Temperature, o.TopK, o.TopP)
+		return nil, fmt.Errorf("models: %s: sampling with temperature %v, top-k %d, top-p %v (want temperature >= 0, top-k >= 0, 0 <= top-p <= 1)", model, o.Temperature, o.TopK, o.TopP)
 	}
 	for i, t := range prompt {
-		if t < 0 || t >= c.Vocab {
-			return nil, fmt.Errorf("models: gpt: prompt token %d is %d, outside the vocabulary [0, %d)", i, t, c.Vocab)
+		if t < 0 || t >= vocab {
+			return nil, fmt.Errorf("models: %s: prompt token %d is %d, outside the vocabulary [0, %d)", model, i, t, vocab)
 		}
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	kv, err := g.NewKVCache(1, len(prompt)+n)
+	kv, err := m.NewKVCache(1, len(prompt)+n)
 	if err != nil {
 		return nil, err
 	}
 	defer kv.Release()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d666974)) // "memfit"
-	dev := g.Tokens.Weight.Device()
 	var out []int
 	next := prompt
 	for len(out) < n {
@@ -264,13 +321,13 @@ func (g *GPT) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
 				return err
 			}
 			defer tok.Release()
-			logits := g.ForwardCached(nn.Eval(s), tok, kv)
+			logits := m.ForwardCached(nn.Eval(s), tok, kv)
 			last := s.Narrow(logits, 1, len(next)-1, 1)
 			row = last.Float64s()
 			return nil
 		})
 		if err != nil {
-			return out, fmt.Errorf("models: gpt: generate token %d: %w", len(out)+1, err)
+			return out, fmt.Errorf("models: %s: generate token %d: %w", model, len(out)+1, err)
 		}
 		t := sample(row, o, rng)
 		if slices.Contains(o.Stop, t) {

@@ -56,6 +56,17 @@ func TestModelGradients(t *testing.T) {
 		}, func(dev device.Device) (x, y *tensor.Tensor) {
 			return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2}, 2, 3), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0}, 2, 3)
 		}},
+		{"llama", func(dev device.Device) (nn.Module, error) {
+			return models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 8, Hidden: 6, Context: 4, Vocab: 5, Dropout: 0.2, Seed: 1, DType: tensor.F64})
+		}, func(dev device.Device) (x, y *tensor.Tensor) {
+			return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2}, 2, 3), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0}, 2, 3)
+		}},
+		{"llama/tied-llama3-rope", func(dev device.Device) (nn.Module, error) {
+			return models.NewLlama(dev, models.LlamaConfig{Layers: 1, Heads: 2, KVHeads: 1, Dim: 8, Hidden: 4, Context: 4, Vocab: 5, TiedHead: true, RopeTheta: 500000,
+				RopeScaling: nn.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 16}, NormEps: 1e-6, Seed: 2, DType: tensor.F64})
+		}, func(dev device.Device) (x, y *tensor.Tensor) {
+			return mustI32(t, dev, []int32{0, 3, 4, 1}, 1, 4), mustI32(t, dev, []int32{3, 4, 1, 2}, 1, 4)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,7 +18,7 @@ type Model interface {
 }
 
 // Spec describes a model by the knobs a run names (the train command's
-// -layers, -width, -heads, -context, -dropout and -seed) and the shapes of
+// -layers, -width, -heads, -kv-heads, -hidden, -context, -dropout and -seed) and the shapes of
 // its data; each registered builder maps them onto its own configuration.
 type Spec struct {
 	Layers, Width, Heads, Context int
@@ -32,9 +32,12 @@ type Spec struct {
 	// HeadChunkRows overrides the rows per chunk of a token model's
 	// chunked head and loss (gpt; 0: from the head's byte budget).
 	HeadChunkRows int
-	// DType of the parameters (mlp and gpt): F32 when Invalid, or BF16
-	// for weights stored in 16 bits.
+	// DType of the parameters (mlp, gpt and llama): F32 when Invalid, or
+	// BF16 for weights stored in 16 bits.
 	DType tensor.DType
+	// KVHeads and Hidden are llama's key/value heads and MLP width (0:
+	// Heads, and 8/3·Width).
+	KVHeads, Hidden int
 }
 
 // A Builder makes a model on dev from a Spec.
@@ -93,6 +96,13 @@ func init() {
 	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
 		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
 			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType}))
+	})
+	// llama: a Llama-layout decoder (RMSNorm, rotary embeddings,
+	// SwiGLU, grouped-query attention with KVHeads, an untied head) of
+	// Layers blocks, Heads heads, width Width, over Classes tokens.
+	Register("llama", func(dev device.Device, s Spec) (Model, error) {
+		return built(NewLlama(dev, LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden,
+			Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType}))
 	})
 }
 

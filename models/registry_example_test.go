@@ -17,5 +17,5 @@ func ExampleNew() {
 	}
 	defer nn.Release(m)
 	fmt.Println(nn.Count(m), models.Names()) // 4·8+8 + 8·3+3
-	// Output: 67 [cnn gpt mlp]
+	// Output: 67 [cnn gpt llama mlp]
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	if got := strings.Join(models.Names(), ","); got != "cnn,gpt,mlp" {
+	if got := strings.Join(models.Names(), ","); got != "cnn,gpt,llama,mlp" {
 		t.Errorf("Names() = %s", got)
 	}
 	dev := cpu.New()
@@ -22,6 +22,9 @@ func TestRegistry(t *testing.T) {
 		// 8·16+16 + 16·16+16 + 16·3+3
 		{"mlp", models.Spec{Layers: 2, Width: 16, InShape: []int{8}, Classes: 3}, 467},
 		{"gpt", models.Spec{Layers: 1, Width: 8, Heads: 2, Context: 4, InShape: []int{4}, Classes: 5}, -1},
+		// embedding 5·8; a block's two norms 2·8, q and o 2·8·8, k and v
+		// 2·4·8, gate, up and down 3·8·16; the final norm 8; the head 5·8
+		{"llama", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 40 + 16 + 128 + 64 + 384 + 8 + 40},
 		{"cnn", models.Spec{Width: 64, InShape: []int{1, 28, 28}, Classes: 10}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,9 +43,10 @@ func TestRegistry(t *testing.T) {
 		spec        models.Spec
 		want        string
 	}{
-		{"unknown", "rnn", models.Spec{}, "cnn, gpt, mlp"},
+		{"unknown", "rnn", models.Spec{}, "cnn, gpt, llama, mlp"},
 		{"cnn on vectors", "cnn", models.Spec{Width: 64, InShape: []int{32}, Classes: 10}, "28x28"},
 		{"gpt without heads", "gpt", models.Spec{Layers: 1, Width: 8, Context: 4, Classes: 5}, "Heads"},
+		{"llama with kv heads not dividing heads", "llama", models.Spec{Layers: 1, Width: 8, Heads: 4, KVHeads: 3, Context: 4, Classes: 5}, "KVHeads"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := models.New(tc.model, dev, tc.spec)

@@ -59,6 +59,18 @@ func TestModelsLearn(t *testing.T) {
 			},
 			steps: 120, lr: 0.3, threshold: 0.05 * math.Log(16), // ln(16) = 2.77: chance
 		},
+		{
+			name: "llama/repeating-pattern",
+			build: func(dev *cpu.Device) (nn.Module, error) {
+				return models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Context: 16, Vocab: 16, Seed: 1})
+			},
+			batch: func(t *testing.T, dev *cpu.Device) batchFunc {
+				rng := rand.New(rand.NewPCG(5, 6))
+				pattern := []int32{3, 14, 7, 0, 11, 5, 9, 2}
+				return func(int) (x, y *tensor.Tensor) { return cycle(t, dev, rng, pattern, 8, 16) }
+			},
+			steps: 120, lr: 0.3, threshold: 0.05 * math.Log(16),
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,7 +26,11 @@
 //
 // Linear, Conv2d, MaxPool2d, AvgPool2d, Flatten, LayerNorm, Embedding,
 // CausalSelfAttention, the pointwise layers ReLU, GELU, Tanh and Dropout,
-// Sequential and Fused; losses CrossEntropy and MSE. Dropout masks are a
+// Sequential and Fused; losses CrossEntropy and MSE. Llama's layers:
+// RMSNorm, Rotary (rotary position embeddings in Hugging Face's
+// rotate_half layout, with Llama 3's "llama3" frequency scaling), SwiGLU
+// and GroupedQueryAttention; they are composed of tensor ops, so their
+// gradients are the ops' (each is checked against finite differences). Dropout masks are a
 // function of Run.Seed and the layer's path, regenerated in backward rather
 // than stored, and identical when checkpointing recomputes a block.
 //

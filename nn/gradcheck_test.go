@@ -196,6 +196,28 @@ var layerCases = []layerCase{
 	{name: "attention/dropout", build: func(b *nn.Builder) (nn.Module, error) {
 		return nn.NewCausalSelfAttention(b, "attn", nn.AttentionConfig{Dim: 4, Heads: 1, Dropout: 0.2, QKV: nn.Normal(0, 0.5), Proj: nn.Normal(0, 0.5)})
 	}, in: []int{2, 3, 4}, want: []int{2, 3, 4}, train: true, inPlace: true},
+	{name: "rms_norm", build: func(b *nn.Builder) (nn.Module, error) {
+		l, err := nn.NewRMSNorm(b, "norm", 6, 1e-5)
+		if err == nil {
+			perturb(l.Weight, 1, 0.3)
+		}
+		return l, err
+	}, in: []int{2, 3, 6}, want: []int{2, 3, 6}},
+	{name: "rotary", build: rotaryModule(nn.RotaryConfig{HeadDim: 6, Theta: 10000}, 5), in: []int{2, 2, 3, 6}, want: []int{2, 2, 3, 6}},
+	{name: "rotary/llama3", build: rotaryModule(nn.RotaryConfig{HeadDim: 8, Theta: 500000,
+		Scaling: nn.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 64}}, 3), in: []int{1, 2, 4, 8}, want: []int{1, 2, 4, 8}},
+	{name: "swiglu", build: func(b *nn.Builder) (nn.Module, error) {
+		return nn.NewSwiGLU(b, "mlp", nn.SwiGLUConfig{Dim: 4, Hidden: 6, Weight: nn.Normal(0, 0.5)})
+	}, in: []int{2, 3, 4}, want: []int{2, 3, 4}},
+	{name: "gqa", build: func(b *nn.Builder) (nn.Module, error) {
+		return nn.NewGroupedQueryAttention(b, "attn", nn.GQAConfig{Dim: 8, Heads: 4, KVHeads: 2, Rotary: nn.RotaryConfig{HeadDim: 2, Theta: 10000}, Weight: nn.Normal(0, 0.5)})
+	}, in: []int{2, 4, 8}, want: []int{2, 4, 8}},
+	{name: "gqa/mqa-dropout", build: func(b *nn.Builder) (nn.Module, error) {
+		return nn.NewGroupedQueryAttention(b, "attn", nn.GQAConfig{Dim: 8, Heads: 2, KVHeads: 1, Dropout: 0.2, Rotary: nn.RotaryConfig{HeadDim: 4, Theta: 100}, Weight: nn.Normal(0, 0.5)})
+	}, in: []int{2, 3, 8}, want: []int{2, 3, 8}, train: true},
+	{name: "gqa/mha", build: func(b *nn.Builder) (nn.Module, error) {
+		return nn.NewGroupedQueryAttention(b, "attn", nn.GQAConfig{Dim: 6, Heads: 3, Rotary: nn.RotaryConfig{HeadDim: 2, Theta: 10000}, Weight: nn.Normal(0, 0.5)})
+	}, in: []int{1, 5, 6}, want: []int{1, 5, 6}},
 	{name: "sequential", build: func(b *nn.Builder) (nn.Module, error) {
 		c, err := nn.NewConv2d(b, "layers.0", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 3, Pad: 1})
 		if err != nil {
@@ -217,6 +239,24 @@ var layerCases = []layerCase{
 	{name: "loss/mse/sum", build: newLoss(func(s *tensor.Scope, x, y *tensor.Tensor) *tensor.Tensor {
 		return nn.MSE(s, x, y, nn.SumReduction)
 	}, randTarget(3, 4)), in: []int{3, 4}, want: []int{}},
+}
+
+// rotaryMod applies rotary embeddings at a fixed starting position.
+type rotaryMod struct {
+	rope *nn.Rotary
+	pos  int
+}
+
+func (m rotaryMod) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+	return m.rope.Apply(r, x, m.pos)
+}
+func (rotaryMod) Parameters() []*tensor.Tensor { return nil }
+
+func rotaryModule(c nn.RotaryConfig, pos int) func(*nn.Builder) (nn.Module, error) {
+	return func(*nn.Builder) (nn.Module, error) {
+		rope, err := nn.NewRotary(c)
+		return rotaryMod{rope, pos}, err
+	}
 }
 
 func randTarget(shape ...int) func(b *nn.Builder) *tensor.Tensor {

@@ -50,3 +50,9 @@ func (f *Fused) Children() []Module {
 
 // Children are the two projections.
 func (a *CausalSelfAttention) Children() []Module { return []Module{a.QKV, a.Proj} }
+
+// Children are the four projections.
+func (a *GroupedQueryAttention) Children() []Module { return []Module{a.Q, a.K, a.V, a.O} }
+
+// Children are the gate, up and down projections.
+func (m *SwiGLU) Children() []Module { return []Module{m.Gate, m.Up, m.Down} }

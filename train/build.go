@@ -19,7 +19,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		dt = device.BF16
 	}
 	if cfg.Init != "" {
-		g, _, err := hf.LoadGPT2With(dev, cfg.Init, hf.GPT2Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt})
+		g, _, err := hf.Load(dev, cfg.Init, hf.Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt})
 		if err != nil {
 			return nil, fmt.Errorf("-init %s: %v", cfg.Init, err)
 		}
@@ -28,7 +28,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 	m, err := models.New(cfg.Model, dev, models.Spec{
 		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
 		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
-		HeadChunkRows: cfg.LMHeadChunkRows, DType: dt,
+		HeadChunkRows: cfg.LMHeadChunkRows, DType: dt, KVHeads: cfg.KVHeads, Hidden: cfg.Hidden,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model, displayPath(cfg.Data), err)

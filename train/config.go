@@ -21,12 +21,16 @@ import (
 // keys are stable (the -summary file embeds the resolved Config).
 type Config struct {
 	// Model
-	Model   string  `json:"model"`   // a registered model: mlp, cnn or gpt
-	Layers  int     `json:"layers"`  // hidden layers (mlp), blocks (gpt)
-	Width   int     `json:"width"`   // hidden width (mlp), model dimension (gpt), channels (cnn)
-	Heads   int     `json:"heads"`   // attention heads (gpt)
-	Context int     `json:"context"` // tokens per sequence (gpt)
+	Model   string  `json:"model"`   // a registered model: mlp, cnn, gpt or llama
+	Layers  int     `json:"layers"`  // hidden layers (mlp), blocks (gpt, llama)
+	Width   int     `json:"width"`   // hidden width (mlp), model dimension (gpt, llama), channels (cnn)
+	Heads   int     `json:"heads"`   // attention heads (gpt, llama)
+	Context int     `json:"context"` // tokens per sequence (gpt, llama)
 	Dropout float64 `json:"dropout"`
+	// KVHeads and Hidden are llama's key/value heads (grouped-query
+	// attention; 0: Heads) and SwiGLU width (0: 8/3·Width).
+	KVHeads int `json:"kv_heads,omitempty"`
+	Hidden  int `json:"hidden,omitempty"`
 
 	// Data
 	Data     string  `json:"data"` // path; "" is the embedded synthetic task
@@ -103,9 +107,9 @@ type Config struct {
 	Fit  int64 `json:"fit"` // budget in bytes; 0: off
 
 	// Init starts from a pretrained model instead of random weights: a
-	// Hugging Face GPT-2 checkpoint (a directory with config.json and
-	// model.safetensors, or a .safetensors file). The model's shape and
-	// vocabulary come from it (ApplyInit).
+	// Hugging Face GPT-2 or Llama checkpoint (a directory with config.json
+	// and model.safetensors or its shards, or a .safetensors file). The
+	// model, its shape and vocabulary come from it (ApplyInit).
 	Init string `json:"init,omitempty"`
 	// Tokenizer turns a text -data file into tokens (a file or directory
 	// tokenizer.Open reads: GPT-2's byte-level BPE); the model's vocabulary
@@ -114,8 +118,8 @@ type Config struct {
 	Tokenizer string `json:"tokenizer,omitempty"`
 	// SaveFormat is what -save writes: "memfit" (the default: weights,
 	// optimizer and loop state in one file, resumable) or "hf" (the
-	// model's weights in Hugging Face's GPT-2 layout, a directory with
-	// config.json and model.safetensors; not resumable).
+	// model's weights in Hugging Face's GPT-2 or Llama layout, a
+	// directory with config.json and model.safetensors; not resumable).
 	SaveFormat string `json:"save_format,omitempty"`
 	// Vocab, when set, is a token model's vocabulary (else the data's).
 	Vocab int `json:"vocab,omitempty"`
@@ -158,7 +162,7 @@ const (
 
 // Resolved fills the fields whose defaults depend on the model: a zero LR
 // becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt; 1e-2, the paper's
-// relative-step ceiling, with -optim adafactor); an empty LMHead (a
+// relative-step ceiling, with -optim adafactor; llama takes gpt's); an empty LMHead (a
 // Config from before it existed) is chunked.
 func (c Config) Resolved() Config {
 	if c.LMHead == "" {
@@ -171,7 +175,7 @@ func (c Config) Resolved() Config {
 		switch c.Model {
 		case "cnn":
 			c.LR = DefaultLRCNN
-		case "gpt":
+		case "gpt", "llama":
 			c.LR = DefaultLRGPT
 		default:
 			c.LR = DefaultLRMLP
@@ -195,8 +199,12 @@ func (c *Config) Validate() error {
 		return bad("width", c.Width, "want at least 1")
 	case c.Heads < 1:
 		return bad("heads", c.Heads, "want at least 1")
-	case c.Model == "gpt" && c.Width%c.Heads != 0:
+	case tokenModel(c.Model) && c.Width%c.Heads != 0:
 		return bad("heads", c.Heads, fmt.Sprintf("must divide -width %d", c.Width))
+	case c.KVHeads < 0 || (c.KVHeads > 0 && c.Heads%c.KVHeads != 0):
+		return bad("kv-heads", c.KVHeads, fmt.Sprintf("must divide -heads %d (0: as many as -heads)", c.Heads))
+	case c.Hidden < 0:
+		return bad("hidden", c.Hidden, "want 0 (8/3 of -width) or more")
 	case c.Context < 1:
 		return bad("context", c.Context, "want at least 1")
 	case !(c.Dropout >= 0 && c.Dropout < 1): // NaN fails every comparison
@@ -257,8 +265,8 @@ func (c *Config) Validate() error {
 	switch c.SaveFormat {
 	case "", "memfit":
 	case "hf":
-		if c.Model != "gpt" {
-			return bad("save-format", c.SaveFormat, "Hugging Face's layout is written for -model gpt (GPT-2)")
+		if !tokenModel(c.Model) {
+			return bad("save-format", c.SaveFormat, "Hugging Face's layout is written for -model gpt (GPT-2) and -model llama")
 		}
 	default:
 		return bad("save-format", c.SaveFormat, "unknown format (want memfit or hf)")
@@ -291,8 +299,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Generate < 0:
 		return bad("generate", strconv.Itoa(c.Generate), "want a number of tokens, or 0 to train")
-	case c.Generate > 0 && c.Model != "gpt":
-		return bad("generate", strconv.Itoa(c.Generate), "generation needs a token model (-model gpt)")
+	case c.Generate > 0 && !tokenModel(c.Model):
+		return bad("generate", strconv.Itoa(c.Generate), "generation needs a token model (-model gpt or llama)")
 	case c.Generate > 0 && c.Prompt == "":
 		return bad("generate", strconv.Itoa(c.Generate), "needs -prompt (the text to continue)")
 	case c.Temperature < 0 || math.IsNaN(c.Temperature):
@@ -399,27 +407,53 @@ func orList(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// ApplyInit takes the model's shape from Init's checkpoint: -model gpt,
-// its layers, heads, width, context and vocabulary. It returns a note
-// when the checkpoint has no config.json and the shape was inferred.
-// Without Init it changes nothing.
+// tokenModel reports whether a registered model takes token sequences.
+func tokenModel(name string) bool { return name == "gpt" || name == "llama" }
+
+// ApplyInit takes the model from Init's checkpoint: -model gpt for a
+// GPT-2, llama for a Llama (hf.Architecture), with its layers, heads
+// (and a Llama's key/value heads and MLP width), width and vocabulary,
+// and its context (a GPT-2's; for a Llama, -context up to the model's
+// max_position_embeddings). It returns a note when the checkpoint has no config.json
+// and the shape was inferred. Without Init it changes nothing.
 func (c Config) ApplyInit() (Config, string, error) {
 	if c.Init == "" {
 		return c, "", nil
-	}
-	if c.Model != "gpt" && c.Model != "" && c.Model != Default().Model {
-		return c, "", fmt.Errorf("-init %s: a GPT-2 checkpoint, which -model %s is not", c.Init, c.Model)
 	}
 	ck, err := hf.Open(c.Init)
 	if err != nil {
 		return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
 	}
 	defer ck.Close()
-	h, note, err := hf.ReadGPT2Config(ck)
+	arch, err := hf.Architecture(ck)
 	if err != nil {
 		return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
 	}
-	c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Vocab = "gpt", h.Layers, h.Heads, h.Dim, h.Positions, h.Vocab
+	model := map[string]string{"gpt2": "gpt", "llama": "llama"}[arch]
+	if c.Model != model && c.Model != "" && c.Model != Default().Model {
+		return c, "", fmt.Errorf("-init %s: a %s checkpoint, which -model %s is not (it is -model %s)", c.Init, arch, c.Model, model)
+	}
+	var note string
+	switch arch {
+	case "llama":
+		h, n, err := hf.ReadLlamaConfig(ck)
+		if err != nil {
+			return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
+		}
+		// A Llama has no position table: its max_position_embeddings
+		// (131072 for Llama 3.1) only bounds the sequence, so the run's
+		// windows stay -context long, at most that.
+		c.Layers, c.Heads, c.KVHeads, c.Width, c.Hidden, c.Context, c.Vocab = h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, min(c.Context, h.Positions), h.Vocab
+		note = n
+	default:
+		h, n, err := hf.ReadGPT2Config(ck)
+		if err != nil {
+			return c, "", fmt.Errorf("-init %s: %v", c.Init, err)
+		}
+		c.Layers, c.Heads, c.Width, c.Context, c.Vocab = h.Layers, h.Heads, h.Dim, h.Positions, h.Vocab
+		note = n
+	}
+	c.Model = model
 	if c.Tokenizer == "" {
 		if st, err := os.Stat(c.Init); err == nil && st.IsDir() {
 			for _, f := range []string{"tokenizer.json", "encoder.json", "vocab.json"} {

@@ -79,7 +79,7 @@ func openData(cfg Config) (*dataset, error) {
 		}
 	}
 	switch {
-	case path == "" && cfg.Model == "gpt":
+	case path == "" && tokenModel(cfg.Model):
 		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Context, Seed: cfg.Seed})
 		if err != nil {
 			return nil, err
@@ -203,7 +203,7 @@ func openData(cfg Config) (*dataset, error) {
 			ds.codec = c
 		}
 	}
-	if ds.tokens != (cfg.Model == "gpt") {
+	if ds.tokens != tokenModel(cfg.Model) {
 		kind := "images or vectors"
 		if ds.tokens {
 			kind = "tokens"

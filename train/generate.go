@@ -64,11 +64,11 @@ func (idCodec) Decode(t []int) string {
 // and returns the continuation as text: the prompt is encoded as the
 // training data is (bytes for a text file, token ids otherwise), run once,
 // and each new token costs one token's forward through a KV cache
-// (models.GPT.Generate). No graph is recorded.
+// (models.Generator: GPT, Llama). No graph is recorded.
 func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string, error) {
-	g, ok := t.Model.(*models.GPT)
+	g, ok := t.Model.(models.Generator)
 	if !ok || t.codec == nil {
-		return "", fmt.Errorf("-generate: needs a token model (-model gpt), not %T", t.Model)
+		return "", fmt.Errorf("-generate: needs a token model (-model gpt or llama), not %T", t.Model)
 	}
 	ids, err := t.codec.Encode(prompt)
 	if err != nil {
@@ -77,7 +77,7 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 	if len(ids) == 0 {
 		return "", errors.New("-prompt: no tokens")
 	}
-	if max := g.Config.Context; len(ids)+n > max {
+	if max := g.ContextLen(); len(ids)+n > max {
 		// The newest tokens matter most: keep the end of a long prompt.
 		if n >= max {
 			return "", fmt.Errorf("-generate %d: at most %d tokens fit in the context of %d after one of prompt", n, max-1, max)
@@ -111,7 +111,7 @@ func (t *Trainer) evalSample() string {
 	default:
 		return ""
 	}
-	g, ok := t.Model.(*models.GPT)
+	g, ok := t.Model.(models.Generator)
 	if !ok {
 		return ""
 	}
@@ -130,8 +130,8 @@ func (t *Trainer) evalSample() string {
 	case *data.Window:
 		in = w.Input
 	}
-	n := min(evalSampleTokens, g.Config.Context-1)
-	p := min(len(in), evalSamplePrompt, g.Config.Context-n)
+	n := min(evalSampleTokens, g.ContextLen()-1)
+	p := min(len(in), evalSamplePrompt, g.ContextLen()-n)
 	if p < 1 || n < 1 {
 		return ""
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // TokenLosser is a model that computes its token loss from its hidden
-// states without materialising the logits (models.GPT, through
+// states without materialising the logits (models.GPT and models.Llama, through
 // tensor.LinearCrossEntropy). For token tasks the trainer uses it unless
 // Config.LMHead is "full", which takes Forward's logits and CrossEntropy
 // (the composed path, kept for comparison).

@@ -17,7 +17,6 @@ import (
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/hf"
-	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
@@ -67,6 +66,8 @@ func modelKey(c Config) string {
 	switch c.Model {
 	case "gpt":
 		return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", c.Layers, c.Width, c.Heads, c.Context)
+	case "llama":
+		return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", c.Layers, c.Width, c.Heads, c.KVHeads, c.Hidden, c.Context)
 	case "cnn":
 		return fmt.Sprintf("cnn width=%d", c.Width)
 	}
@@ -132,14 +133,10 @@ func checksumBytes(run string, b []byte) string {
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
 	if t.Config.SaveFormat == "hf" {
-		g, ok := t.Model.(*models.GPT)
-		if !ok {
-			return fmt.Errorf("save %s: -save-format hf needs a GPT, not %T", path, t.Model)
-		}
 		if t.rank != 0 {
 			return nil
 		}
-		if err := hf.SaveGPT2(g, path); err != nil {
+		if err := hf.Save(t.Model, path); err != nil {
 			return fmt.Errorf("save %s: %v", path, err)
 		}
 		return nil

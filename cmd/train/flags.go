@@ -56,11 +56,13 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(out)
 	// model
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "model: mlp, cnn or gpt")
-	fs.IntVar(&cfg.Layers, "layers", cfg.Layers, "hidden layers (mlp) or transformer blocks (gpt)")
-	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt) or width/64 and width/32 channels and a width/8 hidden layer (cnn)")
-	fs.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads (gpt)")
-	fs.IntVar(&cfg.Context, "context", cfg.Context, "tokens per sequence (gpt)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model: mlp, cnn, gpt or llama")
+	fs.IntVar(&cfg.Layers, "layers", cfg.Layers, "hidden layers (mlp) or transformer blocks (gpt, llama)")
+	fs.IntVar(&cfg.Width, "width", cfg.Width, "hidden width (mlp), model dimension (gpt, llama) or width/64 and width/32 channels and a width/8 hidden layer (cnn)")
+	fs.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads (gpt, llama)")
+	fs.IntVar(&cfg.KVHeads, "kv-heads", cfg.KVHeads, "key/value heads of grouped-query attention (llama; must divide -heads; 0: as many as -heads)")
+	fs.IntVar(&cfg.Hidden, "hidden", cfg.Hidden, "SwiGLU MLP width (llama; 0: 8/3 of -width, rounded up to a multiple of 8)")
+	fs.IntVar(&cfg.Context, "context", cfg.Context, "tokens per sequence (gpt, llama)")
 	fs.Float64Var(&cfg.Dropout, "dropout", cfg.Dropout, "dropout probability")
 	// data
 	fs.StringVar(&cfg.Data, "data", cfg.Data, "IDX file or directory, text file, token-shard glob or image folder (default: the embedded synthetic task)")
@@ -72,7 +74,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "optimizer steps (0: use -epochs)")
 	fs.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "passes over the data when -steps is 0")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "examples per optimizer step")
-	fs.Float64Var(&cfg.LR, "lr", cfg.LR, "learning rate (0: 0.001 for mlp, 0.002 for cnn, 0.0003 for gpt; 0.01, the relative-step ceiling, for adafactor)")
+	fs.Float64Var(&cfg.LR, "lr", cfg.LR, "learning rate (0: 0.001 for mlp, 0.002 for cnn, 0.0003 for gpt and llama; 0.01, the relative-step ceiling, for adafactor)")
 	fs.StringVar(&cfg.Optim, "optim", cfg.Optim, "optimizer: sgd, adam, adamw, adam8bit, adamw8bit (8-bit moments) or adafactor (factored second moment)")
 	fs.Float64Var(&cfg.WD, "wd", cfg.WD, "weight decay")
 	fs.Float64Var(&cfg.Clip, "clip", cfg.Clip, "clip gradients to this global norm (0: off)")
@@ -83,7 +85,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.AMP, "amp", cfg.AMP, "mixed precision: off, fp16 (with loss scaling) or bf16")
 	fs.IntVar(&cfg.Accum, "accum", cfg.Accum, "micro-batches per optimizer step (gradient accumulation)")
 	fs.StringVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "activation checkpointing: off, every, sqrt, N segments or a budget such as 300MiB")
-	fs.StringVar(&cfg.LMHead, "lm-head", cfg.LMHead, "language-model head and loss (gpt): chunked (over rows: the logits never exist whole) or full")
+	fs.StringVar(&cfg.LMHead, "lm-head", cfg.LMHead, "language-model head and loss (gpt, llama): chunked (over rows: the logits never exist whole) or full")
 	fs.StringVar(&cfg.Weights, "weights", "f32", "parameter dtype: f32, or bf16 (no f32 master copy; updates rounded stochastically)")
 	fs.BoolVar(&cfg.StepInBackward, "step-in-backward", cfg.StepInBackward, "apply each parameter's update as soon as its gradient is final, and free the gradient (not with -accum > 1, -amp fp16, -clip or -dist)")
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
@@ -105,13 +107,13 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Summary, "summary", cfg.Summary, "write a JSON summary of the run to this file")
 	fs.StringVar(&cfg.Save, "save", cfg.Save, "save the final state (weights as safetensors) to this path")
 	fs.IntVar(&cfg.SaveEvery, "save-every", cfg.SaveEvery, "also save every N steps (needs -save)")
-	fs.StringVar(&cfg.SaveFormat, "save-format", "memfit", "what -save writes: memfit (resumable state) or hf (the weights in Hugging Face's GPT-2 layout, a directory)")
-	fs.StringVar(&cfg.Init, "init", cfg.Init, "start from a pretrained GPT-2 in Hugging Face's layout (a `path`: directory with config.json and model.safetensors, or a .safetensors file); sets -model gpt and its shape")
+	fs.StringVar(&cfg.SaveFormat, "save-format", "memfit", "what -save writes: memfit (resumable state) or hf (the weights in Hugging Face's GPT-2 or Llama layout, a directory)")
+	fs.StringVar(&cfg.Init, "init", cfg.Init, "start from a pretrained GPT-2 or Llama in Hugging Face's layout (a `path`: directory with config.json and model.safetensors or its shards, or a .safetensors file); sets -model gpt or llama and its shape")
 	fs.StringVar(&cfg.Resume, "resume", cfg.Resume, "resume from a state saved with -save")
 	fs.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "no progress bar")
 	// planning
 	fs.BoolVar(&cfg.Plan, "plan", cfg.Plan, "print the predicted peak memory by category and exit")
-	fs.IntVar(&cfg.Generate, "generate", cfg.Generate, "instead of training, print the continuation of -prompt by `n` tokens (with -resume; -model gpt)")
+	fs.IntVar(&cfg.Generate, "generate", cfg.Generate, "instead of training, print the continuation of -prompt by `n` tokens (with -resume or -init; -model gpt or llama)")
 	fs.StringVar(&cfg.Prompt, "prompt", cfg.Prompt, "the `text` -generate continues (a text corpus: bytes; token data: token ids separated by spaces)")
 	fs.Float64Var(&cfg.Temperature, "temperature", cfg.Temperature, "sampling temperature for -generate (0: greedy)")
 	fs.IntVar(&cfg.TopK, "top-k", cfg.TopK, "sample among the `k` most likely tokens (0: all)")
@@ -126,7 +128,7 @@ var flagGroups = []struct {
 	title string
 	names []string
 }{
-	{"model", []string{"model", "layers", "width", "heads", "context", "dropout"}},
+	{"model", []string{"model", "layers", "width", "heads", "kv-heads", "hidden", "context", "dropout"}},
 	{"data", []string{"data", "tokenizer", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
 	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "lora", "lora-alpha", "lora-dropout", "lora-targets", "device", "without", "mem-limit"}},

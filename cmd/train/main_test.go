@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -427,6 +428,110 @@ func TestInitFromHuggingFace(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, %q; want exit 2 naming %s", c.args, code, errs, c.want)
 		}
+	}
+}
+
+// A Llama in Hugging Face's layout starts a run (-init): -model llama and
+// its shape (grouped-query attention, untied head) come from config.json;
+// training continues from its weights, the saved state generates, the
+// fine-tuned weights export in the Llama layout (-save-format hf) and
+// start a run again.
+func TestInitFromHuggingFaceLlama(t *testing.T) {
+	dir := t.TempDir()
+	shard := filepath.Join(dir, "tokens.bin")
+	hdr := make([]byte, 1024)
+	n := 3000
+	binary.LittleEndian.PutUint32(hdr[0:], 20240520)
+	binary.LittleEndian.PutUint32(hdr[4:], 1)
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(n))
+	toks := make([]byte, 2*n)
+	for i := range n {
+		binary.LittleEndian.PutUint16(toks[2*i:], uint16((i*7)%50))
+	}
+	if err := os.WriteFile(shard, append(hdr, toks...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fixture := filepath.Join("..", "..", "hf", "testdata", "llama-f32")
+	ckpt := filepath.Join(dir, "ft.st")
+	base := []string{"-quiet", "-init", fixture, "-data", shard, "-batch", "4", "-context", "16"}
+	code, _, errs := runCmd(t, append(base, "-steps", "3", "-eval-every", "0", "-save", ckpt, "-summary", filepath.Join(dir, "summary.json"))...)
+	if code != 0 {
+		t.Fatalf("fine-tuning: exit %d: %s", code, errs)
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"model": "llama"`, `"kv_heads": 2`, `"hidden": 40`, `"context": 16`} {
+		if !strings.Contains(string(sum), want) {
+			t.Errorf("summary does not say %s", want)
+		}
+	}
+	code, out, errs := runCmd(t, append(base, "-resume", ckpt, "-generate", "5", "-prompt", "3 1 4")...)
+	if code != 0 || len(strings.Fields(out)) != 5 {
+		t.Fatalf("generate after -init: exit %d, printed %q: %s", code, out, errs)
+	}
+	// Greedy generation straight from the imported weights: PyTorch's
+	// tokens (hf/testdata's reference).
+	code, out, errs = runCmd(t, "-quiet", "-init", fixture, "-data", shard, "-batch", "4", "-generate", "20", "-prompt", "3 1 4 1 5")
+	if code != 0 {
+		t.Fatalf("generate from -init: exit %d: %s", code, errs)
+	}
+	var ref struct{ Greedy []int }
+	b, err := os.ReadFile(filepath.Join(fixture, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Trim(fmt.Sprint(ref.Greedy), "[]"); strings.TrimSpace(out) != want {
+		t.Errorf("-generate 20 from the Llama fixture printed %q, PyTorch %q", strings.TrimSpace(out), want)
+	}
+	exported := filepath.Join(dir, "exported")
+	code, _, errs = runCmd(t, append(base, "-steps", "2", "-eval-every", "0", "-save-format", "hf", "-save", exported)...)
+	if code != 0 {
+		t.Fatalf("-save-format hf: exit %d: %s", code, errs)
+	}
+	cfg, err := os.ReadFile(filepath.Join(exported, "config.json"))
+	if err != nil || !strings.Contains(string(cfg), "LlamaForCausalLM") {
+		t.Errorf("-save-format hf wrote config.json %s (%v), want a LlamaForCausalLM", cfg, err)
+	}
+	code, _, errs = runCmd(t, "-quiet", "-init", exported, "-data", shard, "-batch", "4", "-context", "16", "-steps", "1", "-eval-every", "0")
+	if code != 0 {
+		t.Errorf("-init from the export: exit %d: %s", code, errs)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-init", fixture, "-model", "gpt"}, "-model gpt"},
+		{[]string{"-init", fixture, "-model", "cnn"}, "-model cnn"},
+	} {
+		code, _, errs := runCmd(t, append([]string{"-quiet", "-steps", "1"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming %s", c.args, code, errs, c.want)
+		}
+	}
+}
+
+// -model llama trains from scratch with the shape flags, grouped-query
+// attention included, and a bad -kv-heads is refused.
+func TestModelLlama(t *testing.T) {
+	base := []string{"-quiet", "-model", "llama", "-layers", "1", "-width", "16", "-heads", "4", "-context", "8", "-batch", "4", "-steps", "2", "-eval-every", "0"}
+	ckpt := filepath.Join(t.TempDir(), "llama.st")
+	if code, _, errs := runCmd(t, append(base, "-kv-heads", "2", "-hidden", "24", "-save", ckpt)...); code != 0 {
+		t.Fatalf("-model llama: exit %d: %s", code, errs)
+	}
+	code, out, errs := runCmd(t, append(base, "-kv-heads", "2", "-hidden", "24", "-resume", ckpt, "-generate", "4", "-prompt", "1 2")...)
+	if code != 0 || len(strings.Fields(out)) != 4 {
+		t.Errorf("-resume -generate 4: exit %d, printed %q: %s", code, out, errs)
+	}
+	if code, _, errs := runCmd(t, append(base, "-kv-heads", "4", "-hidden", "24", "-resume", ckpt)...); code != 2 || !strings.Contains(errs, "kv_heads") {
+		t.Errorf("resuming with other -kv-heads: exit %d, %q; want exit 2 naming the architecture", code, errs)
+	}
+	if code, _, errs := runCmd(t, append(base, "-kv-heads", "3")...); code != 2 || !strings.Contains(errs, "-kv-heads 3") {
+		t.Errorf("-kv-heads 3 of 4 heads: exit %d, %q; want exit 2 naming -kv-heads", code, errs)
 	}
 }
 

@@ -1,0 +1,160 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// RopeScaling stretches rotary embeddings to contexts longer than a model
+// was pretrained on. Type "" (or "default") is none; "llama3" is Llama
+// 3.1's rule (Hugging Face's rope_type "llama3"), which divides the
+// frequencies of long wavelengths by Factor, keeps short ones, and blends
+// linearly in between:
+//
+//	wavelen = 2π / f
+//	wavelen < OriginalContext/HighFreqFactor: f
+//	wavelen > OriginalContext/LowFreqFactor:  f / Factor
+//	otherwise, with s = (OriginalContext/wavelen - LowFreqFactor) / (HighFreqFactor - LowFreqFactor):
+//	                                          (1-s)·f/Factor + s·f
+//
+// (Hugging Face's _compute_llama3_parameters; its attention factor is 1,
+// so cos and sin are not rescaled.)
+type RopeScaling struct {
+	Type                          string
+	Factor                        float64
+	LowFreqFactor, HighFreqFactor float64
+	OriginalContext               int // original_max_position_embeddings
+}
+
+// RotaryConfig configures rotary position embeddings over heads of
+// HeadDim (even) elements.
+type RotaryConfig struct {
+	HeadDim int
+	Theta   float64 // the base of the frequencies (rope_theta; Llama 2: 10000, Llama 3: 500000)
+	Scaling RopeScaling
+}
+
+// Rotary applies rotary position embeddings (RoPE) in Hugging Face's
+// "rotate_half" layout, the one Llama checkpoints' q_proj and k_proj are
+// stored for: element j of a head's first half is paired with element j
+// of its second half (not with its neighbour, as the original paper's
+// interleaved layout does), and the pair at position p is rotated by the
+// angle p·f_j:
+//
+//	out = x·cos + rotate_half(x)·sin,  rotate_half(x) = concat(-x₂, x₁)
+//
+// with cos and sin [T, HeadDim] repeating the HeadDim/2 angles twice. It
+// has no parameters: the frequencies are fixed at construction.
+type Rotary struct {
+	HeadDim int
+	// invFreq are the frequencies f_j = Theta^(-2j/HeadDim) (scaled),
+	// rounded to float32 as Hugging Face computes them.
+	invFreq []float32
+}
+
+// NewRotary computes the frequencies of c.
+func NewRotary(c RotaryConfig) (*Rotary, error) {
+	if c.HeadDim < 2 || c.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("nn: rotary: HeadDim %d must be even and at least 2", c.HeadDim)
+	}
+	if !(c.Theta > 1) || math.IsInf(c.Theta, 0) {
+		return nil, fmt.Errorf("nn: rotary: Theta %v must be a finite base > 1", c.Theta)
+	}
+	half := c.HeadDim / 2
+	inv := make([]float32, half)
+	for j := range inv {
+		// HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
+		e := float32(2*j) / float32(c.HeadDim)
+		inv[j] = float32(1 / float64(float32(math.Pow(c.Theta, float64(e)))))
+	}
+	switch s := c.Scaling; s.Type {
+	case "", "default":
+	case "llama3":
+		if !(s.Factor >= 1) || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalContext < 1 {
+			return nil, fmt.Errorf("nn: rotary: llama3 scaling %+v: want factor >= 1, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings >= 1", s)
+		}
+		old := float64(s.OriginalContext)
+		lowWave, highWave := old/s.LowFreqFactor, old/s.HighFreqFactor
+		for j, f32 := range inv {
+			f := float64(f32)
+			wave := 2 * math.Pi / f
+			switch {
+			case wave < highWave:
+				// High frequencies (short wavelengths) stay.
+			case wave > lowWave:
+				inv[j] = float32(f / s.Factor)
+			default:
+				sm := (old/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				inv[j] = float32((1-sm)*f/s.Factor + sm*f)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("nn: rotary: rope scaling type %q (memfit knows llama3)", s.Type)
+	}
+	return &Rotary{HeadDim: c.HeadDim, invFreq: inv}, nil
+}
+
+// InvFreq returns a copy of the (scaled) frequencies f_j.
+func (p *Rotary) InvFreq() []float32 { return append([]float32(nil), p.invFreq...) }
+
+// Tables returns cos and sin [T, HeadDim] for positions pos..pos+T-1 in
+// row-major order. The angle is the float32 product of position and
+// frequency, as Hugging Face forms it; cos and sin are then exact to
+// float64.
+func (p *Rotary) Tables(pos, t int) (cos, sin []float64) {
+	d, half := p.HeadDim, p.HeadDim/2
+	cos, sin = make([]float64, t*d), make([]float64, t*d)
+	for i := range t {
+		for j, f := range p.invFreq {
+			a := float64(float32(pos+i) * f)
+			c, s := math.Cos(a), math.Sin(a)
+			cos[i*d+j], cos[i*d+half+j] = c, c
+			sin[i*d+j], sin[i*d+half+j] = s, s
+		}
+	}
+	return cos, sin
+}
+
+// Apply rotates x [..., T, HeadDim] whose T rows are the positions
+// pos..pos+T-1 (pos > 0 for tokens after a KV cache's). cos and sin are
+// made on x's device in x's dtype (as Hugging Face casts them to the
+// query's), so the result is x's dtype. It is composed of Narrow, Neg,
+// Concat, Mul and Add: the gradient is theirs.
+func (p *Rotary) Apply(r *Run, x *tensor.Tensor, pos int) *tensor.Tensor {
+	n := x.Dim()
+	if n < 2 || x.Shape()[n-1] != p.HeadDim || pos < 0 {
+		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [..., time, %d] (at position %d)", x, p.HeadDim, pos)})
+	}
+	t, half := x.Shape()[n-2], p.HeadDim/2
+	cv, sv := p.Tables(pos, t)
+	table := func(v []float64) *tensor.Tensor {
+		c, err := tensor.New(x.Device(), x.DType(), []int{t, p.HeadDim}, memory.Activation)
+		if err == nil {
+			err = c.SetFloat64s(v)
+		}
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	cos, sin := table(cv), table(sv)
+	defer cos.Release()
+	defer sin.Release()
+	x1 := r.Narrow(x, n-1, 0, half)
+	x2 := r.Narrow(x, n-1, half, half)
+	n2 := r.Neg(x2)
+	x2.Release()
+	rot := r.Concat(n-1, n2, x1)
+	n2.Release()
+	x1.Release()
+	a := r.Mul(x, cos)
+	b := r.Mul(rot, sin)
+	rot.Release()
+	out := r.Add(a, b)
+	a.Release()
+	b.Release()
+	return out
+}
