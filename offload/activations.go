@@ -72,7 +72,7 @@ type group struct {
 	id      int64
 	entries []*entry
 	bytes   int64 // packed bytes of the group
-	fetched bool // prefetch already ran for this group
+	fetched bool  // prefetch already ran for this group
 }
 
 // entry is one moved storage: its host copy, and its device copy while

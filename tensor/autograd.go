@@ -33,7 +33,7 @@ type node struct {
 	// its packed form; saved[i] is then nil except while the node runs
 	// in backward (unpack puts a handle there, freeSaved or
 	// dropUnpacked takes it away).
-	packed []Packed
+	packed   []Packed
 	backward func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor
 	// addInto, where set, adds the gradient backward would pass to the
 	// node's single input straight into dst, a gradient already
