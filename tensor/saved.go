@@ -182,3 +182,17 @@ func copyBuffer(ddev device.Device, dst device.Buffer, sdev device.Device, src d
 		}
 	}
 }
+
+// CopyStorageFrom overwrites t's whole storage with src's, which may be
+// on another device and must be as large: how an updated host copy of a
+// parameter is written back (optimizer offload). It counts as an in-place
+// write of t.
+func (t *Tensor) CopyStorageFrom(src *Tensor) {
+	t.mustLive("CopyStorageFrom")
+	src.mustLive("CopyStorageFrom")
+	if n, m := t.StorageBytes(), src.StorageBytes(); n != m {
+		panic(errorf("CopyStorageFrom", "%s: storage of %d bytes, source %s has %d", t.describe(), n, src.describe(), m))
+	}
+	copyBuffer(t.st.dev, t.st.buf, src.st.dev, src.st.buf, t.StorageBytes())
+	t.st.version.Add(1)
+}
