@@ -144,6 +144,13 @@ type PeakBytes struct {
 	Activation     int64 `json:"activation"`
 	Temporary      int64 `json:"temporary"`
 	Data           int64 `json:"data"`
+	// Host memory with -offload: the host allocator's peaks (all its
+	// bytes are offloaded state), absent otherwise.
+	HostTotal          int64 `json:"host_total,omitempty"`
+	HostParameter      int64 `json:"host_parameter,omitempty"` // master weights
+	HostGradient       int64 `json:"host_gradient,omitempty"`
+	HostOptimizerState int64 `json:"host_optimizer_state,omitempty"`
+	HostActivation     int64 `json:"host_activation,omitempty"`
 }
 
 func peakBytes(st memory.Stats) PeakBytes {
