@@ -58,8 +58,8 @@ type Config struct {
 	// StepInBackward applies each parameter's optimizer update as soon as
 	// its gradient is final during backward, and frees the gradient at
 	// once (stepbw.go).
-	StepInBackward bool   `json:"step_in_backward,omitempty"`
-	UnfreezeAt     int    `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
+	StepInBackward bool `json:"step_in_backward,omitempty"`
+	UnfreezeAt     int  `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
 	// Offload keeps state in host memory (package offload): "off" (or
 	// empty), "activations" (what autograd saves moves to the host and
 	// back for backward), "optimizer" (master weights and optimizer state
@@ -71,8 +71,8 @@ type Config struct {
 	// memfit has now, so prefetching overlaps nothing and 0 (the default)
 	// gives the lowest peak; each block of window adds one block's
 	// activations to it.
-	OffloadPrefetch int `json:"offload_prefetch,omitempty"`
-	Device         string `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
+	OffloadPrefetch int    `json:"offload_prefetch,omitempty"`
+	Device          string `json:"device"` // a registered device: cpu, or cuda in a build with the cuda tag
 	// Without names device capabilities to hide (device.Capabilities):
 	// their composed fallbacks run instead, for comparison or to take a
 	// fused kernel out of a run.
