@@ -100,6 +100,10 @@ func TestBadInput(t *testing.T) {
 		{"unknown dist engine", []string{"-dist", "nccl"}, "-dist nccl: unknown engine"},
 		{"zero without dist", []string{"-zero", "1"}, "-zero 1: needs -dist"},
 		{"zero stage 3", []string{"-dist", "mpi", "-zero", "3"}, "-zero 3"},
+		{"unknown offload", []string{"-offload", "gradients"}, "-offload gradients: unknown"},
+		{"negative offload prefetch", []string{"-offload", "activations", "-offload-prefetch", "-1"}, "-offload-prefetch -1"},
+		{"offload optimizer stepping in backward", []string{"-offload", "optimizer", "-step-in-backward"}, "-step-in-backward"},
+		{"offload optimizer with freeze", []string{"-offload", "all", "-freeze", "layers.0.*"}, "-freeze"},
 		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
 	}
 	for _, c := range cases {
