@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/offload"
@@ -20,16 +21,20 @@ import (
 // weights and the optimizer's state there, and the step target below
 // runs the update there after unscaling and clipping on the device.
 
-// hostFor returns the device offloaded state lives on for a run on dev.
-func hostFor(dev device.Device) (device.Device, error) {
+// hostFor returns the device offloaded state lives on for a run on dev:
+// a CPU device (on the GPU's pinned memory when dev offers it), or a
+// meta device while planning.
+func hostFor(dev device.Device) device.Device {
 	if dev.Name() == "meta" {
-		return meta.New(0), nil
+		return meta.New(0)
 	}
-	h, err := device.Open("cpu", device.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("-offload: host memory: %v", err)
+	var opts []cpu.Option
+	if hm, ok := dev.(device.HostMemory); ok {
+		// A GPU's page-locked memory: its copies to and from the GPU
+		// are DMA, without a bounce through pageable memory.
+		opts = append(opts, cpu.HostMemory(hm))
 	}
-	return h, nil
+	return cpu.New(opts...)
 }
 
 // setupOffload makes the host device and the offloaders the Config asks
@@ -37,9 +42,7 @@ func hostFor(dev device.Device) (device.Device, error) {
 // It runs where assemble would build the optimizer.
 func (t *Trainer) setupOffload(cfg Config) error {
 	var err error
-	if t.host, err = hostFor(t.Device); err != nil {
-		return err
-	}
+	t.host = hostFor(t.Device)
 	if cfg.OffloadsActivations() {
 		if t.acts, err = offload.NewActivations(t.host, cfg.OffloadPrefetch); err != nil {
 			return fmt.Errorf("-offload: %v", err)
