@@ -175,7 +175,10 @@ type Choice struct {
 // GPT reference, BENCHMARKS.md) and then adafactor (factored second
 // moment, no first moment; within 3%), each again over the same
 // accumulation, autocast and checkpointing candidates. SGD is never
-// swapped for another algorithm. It says why when nothing fits.
+// swapped for another algorithm. Last of all it offloads state to host
+// memory (-offload all, or activations where the optimizer cannot be
+// offloaded): exact, but every step copies activations or gradients and
+// parameters over and back. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
