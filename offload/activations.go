@@ -40,8 +40,9 @@ import (
 // The device peak of the saved activations is then at most the largest
 // block's plus the Window blocks after it, instead of all of them;
 // results are bit for bit those without offload (the bytes are copied,
-// never converted). An Activations serves one goroutine (the scope's) at
-// a time.
+// never converted). With tensor.RetainGraph a restored storage stays on
+// the device until the graph's last backward. An Activations serves one
+// goroutine (the scope's) at a time.
 type Activations struct {
 	host   device.Device
 	window int

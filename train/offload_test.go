@@ -40,6 +40,10 @@ func offloadCases() []struct {
 		})
 		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Offload, c.AMP, c.OffloadPrefetch = off, "fp16", 1 })
 	}
+	add("gpt/activations/step-in-backward-freeze", gpt, func(c *Config) {
+		c.Offload, c.StepInBackward, c.Freeze = "activations", true, []string{"blocks.0.*"}
+	})
+	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) { c.Offload, c.LMHead, c.Optim = "activations", "full", "adam8bit" })
 	add("gpt/all/adafactor-sqrt-prefetch2", gpt, func(c *Config) {
 		c.Offload, c.Optim, c.Checkpoint, c.OffloadPrefetch = "all", "adafactor", "sqrt", 2
 	})
