@@ -40,6 +40,9 @@ func offloadCases() []struct {
 		})
 		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Offload, c.AMP, c.OffloadPrefetch = off, "fp16", 1 })
 	}
+	cnn := Default()
+	cnn.Model, cnn.Width, cnn.Batch, cnn.Quiet, cnn.EvalEvery, cnn.ValSplit = "cnn", 32, 8, true, 0, 0.05
+	add("cnn/all", cnn, func(c *Config) { c.Offload = "all" })
 	add("gpt/activations/step-in-backward-freeze", gpt, func(c *Config) {
 		c.Offload, c.StepInBackward, c.Freeze = "activations", true, []string{"blocks.0.*"}
 	})
