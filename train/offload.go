@@ -25,7 +25,10 @@ import (
 // a CPU device (on the GPU's pinned memory when dev offers it), or a
 // meta device while planning.
 func hostFor(dev device.Device) device.Device {
-	if dev.Name() == "meta" {
+	// The allocator's device, not dev.Name(): a plan for a device that
+	// lacks capabilities runs on a meta device behind device.Without,
+	// whose name says what it hides.
+	if dev.Memory().Device() == "meta" {
 		return meta.New(0)
 	}
 	var opts []cpu.Option

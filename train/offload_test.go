@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -161,6 +163,28 @@ func TestOffloadPlanMatchesMeasured(t *testing.T) {
 					got.HostTotal, got.HostParameter, got.HostGradient, got.HostOptimizerState, got.HostActivation)
 			}
 		})
+	}
+}
+
+// TestPlanOffloadStaysOnMeta: a plan that hides capabilities (a meta
+// device behind device.Without) still puts the host on a meta device:
+// planning allocates nothing real.
+func TestPlanOffloadStaysOnMeta(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Offload, cfg.Without = "all", []string{device.CapAttention}
+	cfg = cfg.Resolved()
+	ds, err := openData(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := device.Without(meta.New(0), cfg.Without...)
+	tr, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if got := tr.Host().Memory().Device(); got != "meta" {
+		t.Errorf("planning host is a %s device", got)
 	}
 }
 
