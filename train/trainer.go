@@ -212,6 +212,12 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if c.Optim == "sgd" {
 		tried = append(tried, "-optim")
 	}
+	if c.OffloadsActivations() {
+		tried = append(tried, "-offload activations")
+	}
+	if c.OffloadsOptimizer() {
+		tried = append(tried, "-offload optimizer")
+	}
 	oom.Tried = tried
 }
 
