@@ -274,3 +274,15 @@ func Adam8bitStep(d Device, param, grad, m, v, mScale, vScale View, h AdamHyper)
 	}
 	composedAdam8bitStep(d, param, grad, m, v, mScale, vScale, h)
 }
+
+// HostMemory is a capability of a device whose memory the host cannot
+// address (CUDA): it hands out host memory that the device copies to and
+// from fastest (page-locked, "pinned"). A CPU device built on it
+// (cpu.HostMemory) holds state offloaded from the device (package
+// offload), whose copies then need no staging.
+type HostMemory interface {
+	// AllocHost returns n bytes of such memory.
+	AllocHost(n int) ([]byte, error)
+	// FreeHost returns memory AllocHost gave.
+	FreeHost(b []byte) error
+}

@@ -26,7 +26,8 @@ type OOMError struct {
 	Err error
 	// Tried names the options already in effect when the request failed,
 	// by flag ("-accum", "-checkpoint", "-amp", "-batch" once micro-batches
-	// are single examples): the hint leaves them out rather than suggest
+	// are single examples; "-offload activations" and "-offload optimizer"
+	// by what they move): the hint leaves them out rather than suggest
 	// what has just failed. The allocator leaves it empty; the trainer
 	// fills it in.
 	Tried []string

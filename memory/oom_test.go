@@ -47,7 +47,7 @@ func TestOOMMessage(t *testing.T) {
 		FormatBytes(6*GiB-s.Reserved.Current) + " free",
 		FormatBytes(s.Reserved.Current) + " reserved)",
 		"activation 3.10 GiB, parameter 900.00 MiB, gradient 300.00 MiB, temporary 1000 B",
-		"try: -checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch",
+		"try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("OOM message lacks %q:\n%s", want, msg)
@@ -69,8 +69,8 @@ func TestOOMHint(t *testing.T) {
 		largest Category
 		hint    string
 	}{
-		{Activation, "-checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch"},
-		{OptimizerState, "-optim sgd or -freeze"},
+		{Activation, "-checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations"},
+		{OptimizerState, "-optim sgd, -freeze <modules> or -offload optimizer"},
 		{Gradient, "-freeze <modules> or -amp"},
 		{Parameter, "a smaller model or -freeze"},
 		{Data, "lower -prefetch"},
@@ -111,11 +111,12 @@ func TestOOMHintLeavesOutWhatWasTried(t *testing.T) {
 		tried []string
 		want  string
 	}{
-		{nil, "; try: -checkpoint sqrt, -amp bf16, -accum 4 or a smaller -batch"},
-		{[]string{"-accum"}, "; try: -checkpoint sqrt, -amp bf16 or a smaller -batch"},
-		{[]string{"-accum", "-batch"}, "; try: -checkpoint sqrt or -amp bf16"},
-		{[]string{"-accum", "-batch", "-checkpoint"}, "; try: -amp bf16"},
-		{[]string{"-accum", "-batch", "-checkpoint", "-amp"}, "; -accum, -batch, -checkpoint, -amp did not make it fit: try a smaller model or -batch"},
+		{nil, "; try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations"},
+		{[]string{"-accum"}, "; try: -checkpoint sqrt, -amp bf16, a smaller -batch or -offload activations"},
+		{[]string{"-accum", "-batch"}, "; try: -checkpoint sqrt, -amp bf16 or -offload activations"},
+		{[]string{"-accum", "-batch", "-checkpoint"}, "; try: -amp bf16 or -offload activations"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp"}, "; try: -offload activations"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp", "-offload activations"}, "; -accum, -batch, -checkpoint, -amp, -offload activations did not make it fit: try a smaller model or -batch"},
 	} {
 		t.Run(strings.Join(tc.tried, ","), func(t *testing.T) {
 			e := &OOMError{Requested: MiB, Size: MiB, Capacity: 64 * MiB, Device: "meta", Tried: tc.tried}

@@ -25,6 +25,15 @@ type node struct {
 	edges    []edge
 	saved    []*Tensor
 	versions []int64 // storage version of each saved tensor when saved
+	// savedSt is the storage each saved tensor was taken from: the
+	// version check reads it even when a SavedHooks packed the tensor
+	// away and the node holds no reference to that storage.
+	savedSt []*storage
+	// packed holds, where a scope's SavedHooks packed saved tensor i,
+	// its packed form; saved[i] is then nil except while the node runs
+	// in backward (unpack puts a handle there, freeSaved or
+	// dropUnpacked takes it away).
+	packed   []Packed
 	backward func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor
 	// addInto, where set, adds the gradient backward would pass to the
 	// node's single input straight into dst, a gradient already
@@ -70,7 +79,14 @@ func (n *node) freeSaved() {
 	for _, t := range n.saved {
 		t.Release()
 	}
+	for _, p := range n.packed {
+		if p != nil {
+			p.Release()
+		}
+	}
 	n.saved = nil
+	n.packed = nil
+	n.savedSt = nil
 	n.backward = nil
 	n.freed = true
 }
@@ -164,10 +180,7 @@ func (s *Scope) record(out *Tensor, op string, inputs []*Tensor, save []*Tensor,
 		}
 		n.edges[i] = e
 	}
-	for _, t := range save {
-		n.saved = append(n.saved, t.share())
-		n.versions = append(n.versions, t.st.version.Load())
-	}
+	n.save(s.hooks, save)
 	out.node = n
 }
 
@@ -177,9 +190,13 @@ func (n *node) checkSaved() {
 	if n.freed {
 		panic(errorf("backward", "%s: trying to backward through the graph a second time (its saved tensors were freed; pass RetainGraph to the first Backward)", n.op))
 	}
-	for i, t := range n.saved {
-		if v := t.st.version.Load(); v != n.versions[i] {
-			panic(errorf("backward", "%s: saved tensor %d (%s) was modified by an in-place operation after it was saved (version %d, now %d)", n.op, i, t.describe(), n.versions[i], v))
+	for i, st := range n.savedSt {
+		if v := st.version.Load(); v != n.versions[i] {
+			what := "packed by a SavedHooks"
+			if t := n.saved[i]; t != nil {
+				what = t.describe()
+			}
+			panic(errorf("backward", "%s: saved tensor %d (%s) was modified by an in-place operation after it was saved (version %d, now %d)", n.op, i, what, n.versions[i], v))
 		}
 	}
 }
@@ -283,6 +300,7 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 			// (a version error, out of memory) still releases it.
 			n.checkSaved()
 			if !n.accumulateInPlace(g, grads) {
+				n.unpack()
 				inGrads = n.backward(bs, g, n.saved)
 			}
 			g.Release()
@@ -335,6 +353,8 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 		}
 		if !cfg.retain {
 			n.freeSaved()
+		} else {
+			n.dropUnpacked()
 		}
 	}
 }

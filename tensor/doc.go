@@ -22,6 +22,13 @@
 // In a NoGrad scope nothing is saved, so a forward pass needs memory for the
 // largest layer rather than for the whole network.
 //
+// Saved-tensor hooks: every tensor a recording op saves passes through the
+// Pack of the scope's SavedHooks (SaveHooks), which may keep it in a form
+// of its own — package offload copies activations to host memory — and
+// backward calls Unpack just before the node that saved it runs. Version
+// checks still apply to packed tensors. CopyStorage, Alias and StorageKey
+// are what such hooks move storages between devices with.
+//
 // Debugging memory: TrackLeaks records where each live tensor was made
 // (LeakReport lists them with file:line); a GrowthDetector watches
 // allocated bytes at step boundaries and names the creation sites of what

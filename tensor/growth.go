@@ -221,6 +221,10 @@ func graphHeld(ts []*Tensor) (nodes int, saved int64) {
 		stack = stack[:len(stack)-1]
 		nodes++
 		for _, s := range n.saved {
+			if s == nil {
+				// Packed away by a SavedHooks: not on this device.
+				continue
+			}
 			if seenStorage[s.st] {
 				continue
 			}

@@ -26,6 +26,8 @@ type Scope struct {
 	// module is the layer whose forward is running (Enter), named on the
 	// blocks of what ops return while allocation sites are recorded.
 	module string
+	// hooks packs what recording ops save for backward (SaveHooks).
+	hooks SavedHooks
 }
 
 // ScopeOption configures a Scope.
@@ -68,7 +70,7 @@ func (s *Scope) AutocastDType() DType { return s.autocast }
 // With returns a child scope with the options applied, sharing nothing but
 // the modes it does not override; its tensors are owned by the child.
 func (s *Scope) With(opts ...ScopeOption) *Scope {
-	c := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: true}
+	c := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: true, hooks: s.hooks}
 	for _, o := range opts {
 		o(c)
 	}
@@ -83,7 +85,7 @@ func (s *Scope) With(opts ...ScopeOption) *Scope {
 // nothing; close s.
 func (s *Scope) WithModes(opts ...ScopeOption) *Scope {
 	h := s.owning()
-	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h, module: s.module}
+	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h, module: s.module, hooks: s.hooks}
 	for _, o := range opts {
 		o(v)
 	}

@@ -70,9 +70,21 @@ type Config struct {
 	// StepInBackward applies each parameter's optimizer update as soon as
 	// its gradient is final during backward, and frees the gradient at
 	// once (stepbw.go).
-	StepInBackward bool   `json:"step_in_backward,omitempty"`
-	UnfreezeAt     int    `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
-	Device         string `json:"device"`      // a registered device: cpu, or cuda in a build with the cuda tag
+	StepInBackward bool `json:"step_in_backward,omitempty"`
+	UnfreezeAt     int  `json:"unfreeze_at"` // step at which frozen parameters train again; 0: never
+	// Offload keeps state in host memory (package offload): "off" (or
+	// empty), "activations" (what autograd saves moves to the host and
+	// back for backward), "optimizer" (master weights and optimizer state
+	// on the host, the update computed there) or "all" (both).
+	Offload string `json:"offload,omitempty"`
+	// OffloadPrefetch is how many blocks' activations backward brings
+	// back ahead of the block it differentiates (with -offload
+	// activations). Copies complete before they return on every device
+	// memfit has now, so prefetching overlaps nothing and 0 (the default)
+	// gives the lowest peak; each block of window adds one block's
+	// activations to it.
+	OffloadPrefetch int    `json:"offload_prefetch,omitempty"`
+	Device          string `json:"device"` // a registered device: cpu, or cuda in a build with the cuda tag
 	// Without names device capabilities to hide (device.Capabilities):
 	// their composed fallbacks run instead, for comparison or to take a
 	// fused kernel out of a run.
@@ -334,6 +346,9 @@ func (c *Config) Validate() error {
 	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
 		return err
 	}
+	if err := c.validateOffload(); err != nil {
+		return err
+	}
 	if c.UnfreezeAt > 0 && len(c.Freeze) == 0 {
 		return bad("unfreeze-at", c.UnfreezeAt, "nothing is frozen (set -freeze)")
 	}
@@ -465,4 +480,40 @@ func (c Config) ApplyInit() (Config, string, error) {
 		}
 	}
 	return c, note, nil
+}
+
+// OffloadsActivations reports whether -offload moves activations.
+func (c Config) OffloadsActivations() bool { return c.Offload == "activations" || c.Offload == "all" }
+
+// OffloadsOptimizer reports whether -offload moves the optimizer.
+func (c Config) OffloadsOptimizer() bool { return c.Offload == "optimizer" || c.Offload == "all" }
+
+// validateOffload checks -offload and what it cannot be combined with.
+func (c Config) validateOffload() error {
+	bad := func(v any, want string) error { return fmt.Errorf("-offload %v: %s", v, want) }
+	switch c.Offload {
+	case "", "off", "activations", "optimizer", "all":
+	default:
+		return bad(c.Offload, "unknown (want off, activations, optimizer or all)")
+	}
+	if c.OffloadPrefetch < 0 {
+		return fmt.Errorf("-offload-prefetch %d: want 0 or more blocks", c.OffloadPrefetch)
+	}
+	if !c.OffloadsOptimizer() {
+		return nil
+	}
+	// The host optimizer is built over host copies of the trainable
+	// parameters, once: what changes that set, shards it or updates on
+	// the device is refused rather than half supported.
+	switch {
+	case c.StepInBackward:
+		return bad(c.Offload, "conflicts with -step-in-backward (the update runs on the host after backward)")
+	case c.Dist != "off":
+		return bad(c.Offload, "the optimizer is not offloaded under -dist yet (use -zero to shard it, or -offload activations)")
+	case len(c.Freeze) > 0:
+		return bad(c.Offload, "the optimizer is not offloaded with -freeze yet (use -offload activations)")
+	case c.Weights == "bf16":
+		return bad(c.Offload, "the optimizer is not offloaded with -weights bf16 yet (use -offload activations)")
+	}
+	return nil
 }

@@ -45,6 +45,11 @@ func TestTechniquesMatchCPU(t *testing.T) {
 		{"gpt checkpoint+accum+bf16", 5e-3, func(c *Config) { c.Checkpoint = "sqrt"; c.Accum = 2; c.AMP = "bf16" }, gpt},
 		{"gpt freeze", 1e-4, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} }, gpt},
 		{"gpt freeze bf16 (frozen held in bf16)", 5e-3, func(c *Config) { c.Freeze, c.AMP = []string{"embed.*", "blocks.0.*"}, "bf16" }, gpt},
+		{"gpt offload all", 1e-4, func(c *Config) { c.Offload = "all" }, gpt},
+		{"gpt offload activations checkpoint bf16 prefetch", 5e-3, func(c *Config) {
+			c.Offload, c.Checkpoint, c.AMP, c.OffloadPrefetch = "activations", "every", "bf16", 1
+		}, gpt},
+		{"mlp offload optimizer fp16", 5e-3, func(c *Config) { c.Offload, c.AMP = "optimizer", "fp16" }, mlp},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +114,14 @@ func TestTechniquesMatchCPU(t *testing.T) {
 			}
 			if d := math.Abs(float64(g.Activation-c.Activation)) / float64(c.Activation); d > 0.05 {
 				t.Errorf("peak activation bytes: cuda %d, cpu %d", g.Activation, c.Activation)
+			}
+			// Offloaded state: the same bytes on the host (pinned memory
+			// for the GPU run), activations within the same tolerance.
+			if c.HostParameter != g.HostParameter || c.HostGradient != g.HostGradient || c.HostOptimizerState != g.HostOptimizerState {
+				t.Errorf("host peak P/G/S bytes: cuda %d/%d/%d, cpu %d/%d/%d", g.HostParameter, g.HostGradient, g.HostOptimizerState, c.HostParameter, c.HostGradient, c.HostOptimizerState)
+			}
+			if d := math.Abs(float64(g.HostActivation - c.HostActivation)); d > 0.05*float64(c.HostActivation) {
+				t.Errorf("host activation bytes: cuda %d, cpu %d", g.HostActivation, c.HostActivation)
 			}
 			t.Logf("weights relative difference %.2g; loss %.5f (cpu %.5f); peak activation cuda %d cpu %d; total cuda %d cpu %d", rel, gpuLoss[len(gpuLoss)-1], cpuLoss[len(cpuLoss)-1], g.Activation, c.Activation, g.Total, c.Total)
 			gpuTr.Close()

@@ -114,6 +114,9 @@ func (t *Trainer) stepTarget() amp.Optimizer {
 	if t.zero != nil {
 		return zeroTarget{t.zero}
 	}
+	if t.offOpt != nil {
+		return offloadTarget{t.offOpt, t.Opt}
+	}
 	return t.Opt
 }
 
@@ -127,6 +130,10 @@ func (t *Trainer) clipGradNorm(maxNorm float64) (float64, error) {
 	if t.zero != nil {
 		return t.zero.ClipGradNorm(maxNorm)
 	}
+	if t.offOpt != nil {
+		// The gradients are the device's until the step moves them.
+		return optim.ClipGradNorm(t.offOpt.Params(), maxNorm)
+	}
 	return t.Opt.ClipGradNorm(maxNorm) // after DDP's average every rank holds the same gradients
 }
 
@@ -134,6 +141,9 @@ func (t *Trainer) clipGradNorm(maxNorm float64) (float64, error) {
 func (t *Trainer) gradNorm() (float64, error) {
 	if t.zero != nil {
 		return t.zero.GradNorm()
+	}
+	if t.offOpt != nil {
+		return optim.GradNorm(t.offOpt.Params())
 	}
 	return optim.GradNorm(t.Opt.Params())
 }
@@ -145,6 +155,9 @@ func (t *Trainer) zeroGrad() {
 		return
 	}
 	t.Opt.ZeroGrad()
+	if t.offOpt != nil {
+		t.offOpt.ZeroGrad()
+	}
 }
 
 // exportOptimizer is the full optimizer state; under ZeRO a collective.

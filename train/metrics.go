@@ -145,6 +145,13 @@ type PeakBytes struct {
 	Temporary      int64 `json:"temporary"`
 	Data           int64 `json:"data"`
 	KVCache        int64 `json:"kv_cache,omitempty"` // generation's key/value cache
+	// Host memory with -offload: the host allocator's peaks (all its
+	// bytes are offloaded state), absent otherwise.
+	HostTotal          int64 `json:"host_total,omitempty"`
+	HostParameter      int64 `json:"host_parameter,omitempty"` // master weights
+	HostGradient       int64 `json:"host_gradient,omitempty"`
+	HostOptimizerState int64 `json:"host_optimizer_state,omitempty"`
+	HostActivation     int64 `json:"host_activation,omitempty"`
 }
 
 func peakBytes(st memory.Stats) PeakBytes {

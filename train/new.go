@@ -130,8 +130,15 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 			return fail(err)
 		}
 	}
-	if t.Opt, err = newOptimizer(cfg, model.Parameters()); err != nil {
-		return fail(err)
+	if cfg.Offload != "" && cfg.Offload != "off" {
+		if err := t.setupOffload(cfg); err != nil {
+			return fail(err)
+		}
+	}
+	if t.offOpt == nil {
+		if t.Opt, err = newOptimizer(cfg, model.Parameters()); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.Steps > 0 {
 		t.total = cfg.Steps
@@ -192,13 +199,24 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	default:
 		t.policy = checkpoint.Off
 	}
-	model.SetBlockRunner(t.policy.Runner())
+	if t.acts != nil {
+		model.SetBlockRunner(t.acts.Runner(t.policy.Runner()))
+	} else {
+		model.SetBlockRunner(t.policy.Runner())
+	}
 	if cfg.StepInBackward {
 		t.armStepInBackward()
 	}
 	if cfg.Resume != "" {
 		if err := t.Resume(cfg.Resume); err != nil {
 			return fail(err)
+		}
+		if t.offOpt != nil {
+			// The weights were loaded on the device: the host's
+			// copies follow.
+			if err := t.offOpt.Pull(); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	return t, nil
@@ -230,6 +248,7 @@ func (t *Trainer) Close() {
 	case t.Opt != nil:
 		t.Opt.Release()
 	}
+	t.closeOffload()
 	if t.Model != nil {
 		for _, p := range t.Model.Parameters() {
 			p.Release()

@@ -141,6 +141,12 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	if cfg.Weights == "bf16" {
 		fmt.Fprintf(w, "; bf16 weights")
 	}
+	if cfg.Offload != "" && cfg.Offload != "off" {
+		fmt.Fprintf(w, "; offload %s", cfg.Offload)
+		if cfg.OffloadsActivations() {
+			fmt.Fprintf(w, " (prefetch %d)", cfg.OffloadPrefetch)
+		}
+	}
 	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
 	rows := []struct {
 		name string
@@ -163,6 +169,22 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
 	}
 	fmt.Fprintf(w, "%-16s %14s  (peak of the sum; categories peak at different times)\n", "total", memory.FormatBytes(p.Total))
+	if p.HostTotal == 0 {
+		return
+	}
+	fmt.Fprintf(w, "host memory (-offload %s)\n", cfg.Offload)
+	for _, r := range []struct {
+		name string
+		v    int64
+	}{
+		{memory.Parameter.String(), p.HostParameter},
+		{memory.Gradient.String(), p.HostGradient},
+		{memory.OptimizerState.String(), p.HostOptimizerState},
+		{memory.Activation.String(), p.HostActivation},
+	} {
+		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
+	}
+	fmt.Fprintf(w, "%-16s %14s\n", "total", memory.FormatBytes(p.HostTotal))
 }
 
 // Choice is a configuration Fit found, with its predicted peak.
@@ -184,7 +206,10 @@ type Choice struct {
 // GPT reference, BENCHMARKS.md) and then adafactor (factored second
 // moment, no first moment; within 3%), each again over the same
 // accumulation, autocast and checkpointing candidates. SGD is never
-// swapped for another algorithm. It says why when nothing fits.
+// swapped for another algorithm. Last of all it offloads state to host
+// memory (-offload all, or activations where the optimizer cannot be
+// offloaded): exact, but every step copies activations or gradients and
+// parameters over and back. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
@@ -219,9 +244,46 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 			}
 		}
 	}
+	// Last, state in host memory: exact, but every step copies the
+	// activations or the gradients and parameters over and back.
+	for _, w := range weights {
+		for _, opt := range fitOptimizers(cfg) {
+			c := cfg
+			c.Weights = w
+			if opt != cfg.Optim {
+				c.Optim = opt
+				if opt == "adafactor" {
+					c.LR = DefaultLRAdafactor
+				}
+			}
+			c, ok := offloadCandidate(c)
+			if !ok {
+				break
+			}
+			found, ok, err := fitWith(c, cfg, ds, budget, &best)
+			if err != nil || ok {
+				return found, err
+			}
+		}
+	}
 	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-optim %s -accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",
 		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Config.Optim, best.Config.Accum, best.Config.Checkpoint, best.Config.AMP,
 		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState))
+}
+
+// offloadCandidate is cfg with everything offloaded that its other
+// settings allow, or false when it offloads already or can offload
+// nothing more.
+func offloadCandidate(cfg Config) (Config, bool) {
+	if cfg.Offload != "" && cfg.Offload != "off" {
+		return cfg, false
+	}
+	c := cfg
+	c.Offload = "all"
+	if c.validateOffload() != nil {
+		c.Offload = "activations"
+	}
+	return c, true
 }
 
 // fitOptimizers lists the optimizers Fit tries, in order: the one asked
@@ -255,7 +317,7 @@ func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice,
 		for _, ck := range ckpts {
 			for _, a := range amps {
 				sibs := []bool{cfg.StepInBackward}
-				if !cfg.StepInBackward && accum == 1 && a != "fp16" && cfg.Clip == 0 && cfg.Dist == "off" {
+				if !cfg.StepInBackward && accum == 1 && a != "fp16" && cfg.Clip == 0 && cfg.Dist == "off" && !cfg.OffloadsOptimizer() {
 					sibs = append(sibs, true)
 				}
 				for _, sib := range sibs {

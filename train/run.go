@@ -173,6 +173,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	r.Temporary = max(r.Temporary, p.Temporary)
 	r.Data = max(r.Data, p.Data)
 	r.KVCache = max(r.KVCache, p.KVCache)
+	t.noteHostPeaks()
 }
 
 // Peaks are the per-category peaks over the steps run so far.

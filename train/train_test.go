@@ -306,6 +306,7 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 		c.LoRA, c.LoRATargets, c.AMP, c.Checkpoint, c.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2
 	})
 	add(mlp, func(c *Config) { c.LoRA, c.AMP = 8, "fp16" })
+	add(base, func(c *Config) { c.LoRA, c.Offload, c.AMP = 4, "all", "bf16" })
 	for _, c := range cases {
 		c.Steps = planSteps
 		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " lora=" + strconv.Itoa(c.LoRA) + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)

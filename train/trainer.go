@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/offload"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
@@ -69,6 +70,11 @@ type Trainer struct {
 	bwSkip   bool                    // step in backward: the loss is not finite, update nothing
 	bwErr    error                   // step in backward: the first failing update
 	bwDone   map[*tensor.Tensor]bool // step in backward: parameters updated in this step
+
+	// Offloading (offload.go): the host device and what lives there.
+	host   device.Device
+	acts   *offload.Activations
+	offOpt *offload.Optimizer
 
 	// Data parallelism (dist.go): nil comm is one process.
 	comm        dist.Comm
@@ -209,6 +215,12 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if c.Optim == "sgd" {
 		tried = append(tried, "-optim")
 	}
+	if c.OffloadsActivations() {
+		tried = append(tried, "-offload activations")
+	}
+	if c.OffloadsOptimizer() {
+		tried = append(tried, "-offload optimizer")
+	}
 	oom.Tried = tried
 }
 
@@ -247,6 +259,9 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	var opts []tensor.ScopeOption
 	if t.autocast != device.Invalid {
 		opts = append(opts, tensor.Autocast(t.autocast))
+	}
+	if t.acts != nil {
+		opts = append(opts, tensor.SaveHooks(t.acts))
 	}
 	i := 0
 	var scale func(s *tensor.Scope, l *tensor.Tensor) *tensor.Tensor

@@ -88,6 +88,8 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.LMHead, "lm-head", cfg.LMHead, "language-model head and loss (gpt, llama): chunked (over rows: the logits never exist whole) or full")
 	fs.StringVar(&cfg.Weights, "weights", "f32", "parameter dtype: f32, or bf16 (no f32 master copy; updates rounded stochastically)")
 	fs.BoolVar(&cfg.StepInBackward, "step-in-backward", cfg.StepInBackward, "apply each parameter's update as soon as its gradient is final, and free the gradient (not with -accum > 1, -amp fp16, -clip or -dist)")
+	fs.StringVar(&cfg.Offload, "offload", "off", "keep state in host memory: off, activations (saved for backward, brought back block by block), optimizer (state and master weights; the update runs on the CPU) or all")
+	fs.IntVar(&cfg.OffloadPrefetch, "offload-prefetch", cfg.OffloadPrefetch, "with -offload activations: blocks brought back ahead of the one backward is in (copies are synchronous now, so 0 gives the lowest peak)")
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.IntVar(&cfg.LoRA, "lora", cfg.LoRA, "train low-rank adapters of this `rank` on Linear layers and freeze everything else (0: off); -save then writes the adapters only")
@@ -131,7 +133,7 @@ var flagGroups = []struct {
 	{"model", []string{"model", "layers", "width", "heads", "kv-heads", "hidden", "context", "dropout"}},
 	{"data", []string{"data", "tokenizer", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
-	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "freeze", "unfreeze-at", "lora", "lora-alpha", "lora-dropout", "lora-targets", "device", "without", "mem-limit"}},
+	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "offload", "offload-prefetch", "freeze", "unfreeze-at", "lora", "lora-alpha", "lora-dropout", "lora-targets", "device", "without", "mem-limit"}},
 	{"distributed", []string{"dist", "zero"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "save-format", "resume", "init", "quiet"}},
 	{"planning", []string{"plan", "fit"}},

@@ -24,6 +24,12 @@ type Option func(*Device)
 // tests can meet out-of-memory on a machine with plenty.
 func Capacity(n int64) Option { return func(d *Device) { d.raw.capacity = n } }
 
+// HostMemory makes the device take its memory from h instead of the
+// operating system's anonymous mappings: page-locked memory a GPU device
+// allocates (device.HostMemory), so that a CPU device holding state
+// offloaded from that GPU is copied to and from at full speed.
+func HostMemory(h device.HostMemory) Option { return func(d *Device) { d.raw.segs.src = h } }
+
 // Threads sets how many goroutines one kernel may use (default GOMAXPROCS).
 func Threads(n int) Option { return func(d *Device) { d.threads = max(n, 1) } }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -27,8 +28,32 @@ type hostRaw struct {
 
 // segTable maps each segment's address to its bytes. It is apart from
 // hostRaw so that the cleanup registered in newHostRaw can reach it
-// without keeping the hostRaw alive.
-type segTable struct{ m map[memory.Ptr][]byte }
+// without keeping the hostRaw alive. src, when set, is where segments
+// come from instead of the OS's anonymous mappings (HostMemory).
+type segTable struct {
+	m   map[memory.Ptr][]byte
+	src device.HostMemory
+}
+
+// alloc and free take a segment from, and give it back to, the table's
+// source.
+func (t *segTable) alloc(n int) ([]byte, error) {
+	if t.src != nil {
+		return t.src.AllocHost(n)
+	}
+	return sysAlloc(n)
+}
+
+func (t *segTable) free(b []byte) {
+	if t.src != nil {
+		// A source that fails to free has lost track of memory it
+		// gave; nothing here can recover it, and the bytes are no
+		// longer used.
+		_ = t.src.FreeHost(b)
+		return
+	}
+	sysFree(b)
+}
 
 func newHostRaw(capacity int64) *hostRaw {
 	r := &hostRaw{capacity: capacity, segs: &segTable{m: make(map[memory.Ptr][]byte)}}
@@ -40,7 +65,7 @@ func newHostRaw(capacity int64) *hostRaw {
 	// hostRaw through its allocator, so no live block's memory is unmapped.
 	runtime.AddCleanup(r, func(t *segTable) {
 		for p, b := range t.m {
-			sysFree(b)
+			t.free(b)
 			delete(t.m, p)
 		}
 	}, r.segs)
@@ -56,7 +81,7 @@ func (r *hostRaw) Alloc(size int64) (memory.Ptr, error) {
 	if size <= 0 || int64(int(size)) != size {
 		return 0, fmt.Errorf("cpu: cannot reserve a segment of %d bytes", size)
 	}
-	buf, err := sysAlloc(int(size))
+	buf, err := r.segs.alloc(int(size))
 	if err != nil {
 		return 0, fmt.Errorf("cpu: reserving a segment of %s: %w", memory.FormatBytes(size), err)
 	}
@@ -75,7 +100,7 @@ func (r *hostRaw) Free(p memory.Ptr) {
 	}
 	r.used -= int64(len(buf))
 	delete(r.segs.m, p)
-	sysFree(buf)
+	r.segs.free(buf)
 }
 
 func (r *hostRaw) Capacity() int64 { return r.capacity }

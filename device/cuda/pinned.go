@@ -139,3 +139,37 @@ func (d *Device) CopyAsync(dst device.Buffer, off int64, src *PinnedBuffer, srcO
 	src.copied = true
 	return nil
 }
+
+var _ device.HostMemory = (*Device)(nil)
+
+// AllocHost returns n bytes of page-locked host memory (cuMemHostAlloc),
+// for a CPU device that holds state offloaded from this GPU
+// (cpu.HostMemory): copies between it and the GPU are DMA without a bounce
+// through pageable memory. It is taken from the host and not counted by
+// this device's allocator (the CPU device's allocator counts it).
+func (d *Device) AllocHost(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%s: pinned host memory of %d bytes", d.name, n)
+	}
+	var p unsafe.Pointer
+	if err := d.w.do(func() error {
+		var err error
+		p, err = hostAlloc(n)
+		return err
+	}); err != nil {
+		return nil, d.wrap("cuMemHostAlloc", err)
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// FreeHost frees memory AllocHost returned.
+func (d *Device) FreeHost(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&b[0])
+	if err := d.w.do(func() error { return hostFree(p) }); err != nil {
+		return d.wrap("cuMemHostFree", err)
+	}
+	return nil
+}

@@ -29,6 +29,7 @@ var rank = map[string]int{
 	"checkpoint":        5,
 	"accumulate":        5,
 	"freeze":            5,
+	"offload":           5,
 	"dist":              6,
 	"hf":                6,
 	"lora":              6,

@@ -1,0 +1,278 @@
+package train
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/meta"
+	"github.com/memfit/memfit/memory"
+)
+
+// offloadCases are configurations trained with and without -offload.
+func offloadCases() []struct {
+	name string
+	cfg  Config
+} {
+	mlp := Default()
+	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit, mlp.Dropout = 3, 64, 32, true, 0, 0.05, 0.1
+	gpt := tinyGPT()
+	gpt.Layers = 3
+	var cases []struct {
+		name string
+		cfg  Config
+	}
+	add := func(name string, base Config, f func(*Config)) {
+		c := base
+		f(&c)
+		cases = append(cases, struct {
+			name string
+			cfg  Config
+		}{name, c})
+	}
+	for _, off := range []string{"activations", "optimizer", "all"} {
+		add("mlp/"+off, mlp, func(c *Config) { c.Offload = off })
+		add("gpt/"+off, gpt, func(c *Config) { c.Offload = off })
+		add("gpt/"+off+"/bf16-checkpoint-accum-clip", gpt, func(c *Config) {
+			c.Offload, c.AMP, c.Checkpoint, c.Accum, c.Clip, c.Optim = off, "bf16", "every", 2, 1, "adamw"
+		})
+		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Offload, c.AMP, c.OffloadPrefetch = off, "fp16", 1 })
+	}
+	cnn := Default()
+	cnn.Model, cnn.Width, cnn.Batch, cnn.Quiet, cnn.EvalEvery, cnn.ValSplit = "cnn", 32, 8, true, 0, 0.05
+	add("cnn/all", cnn, func(c *Config) { c.Offload = "all" })
+	add("gpt/activations/step-in-backward-freeze", gpt, func(c *Config) {
+		c.Offload, c.StepInBackward, c.Freeze = "activations", true, []string{"blocks.0.*"}
+	})
+	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) { c.Offload, c.LMHead, c.Optim = "activations", "full", "adam8bit" })
+	add("gpt/all/adafactor-sqrt-prefetch2", gpt, func(c *Config) {
+		c.Offload, c.Optim, c.Checkpoint, c.OffloadPrefetch = "all", "adafactor", "sqrt", 2
+	})
+	return cases
+}
+
+// TestOffloadMatchesPlainRun: each step's loss and the final weights are
+// bit for bit those of the run without offload; the optimizer's state is
+// on the host (none on the device) with the master weights; the device
+// holds fewer activation bytes; between steps nothing but parameters
+// (and state) is left on either allocator.
+func TestOffloadMatchesPlainRun(t *testing.T) {
+	for _, tc := range offloadCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(cfg Config) (*Trainer, []float64) {
+				cfg.Steps = 3
+				tr := newTrainer(t, cfg)
+				var losses []float64
+				tr.Hooks.AfterStep = func(tr *Trainer, r Record) error {
+					losses = append(losses, r.Loss)
+					// Between steps: no activation, gradient or
+					// temporary left on either side.
+					for _, a := range []*memory.Allocator{tr.Device.Memory(), hostMem(tr)} {
+						if a == nil {
+							continue
+						}
+						st := a.Stats()
+						for _, c := range []memory.Category{memory.Activation, memory.Gradient, memory.Temporary} {
+							if n := st.Category(c).Current; n != 0 {
+								t.Errorf("step %d: %d %s bytes left", r.Step, n, c)
+							}
+						}
+					}
+					return nil
+				}
+				if _, err := tr.Run(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return tr, losses
+			}
+			plain := tc.cfg
+			plain.Offload = ""
+			pTr, pLoss := run(plain)
+			oTr, oLoss := run(tc.cfg)
+			if !slices.Equal(bits64(oLoss), bits64(pLoss)) {
+				t.Errorf("losses %v, without offload %v", oLoss, pLoss)
+			}
+			sameWeights(t, weights(t, pTr), weights(t, oTr))
+			p, o := pTr.Peaks(), oTr.Peaks()
+			if oTr.Config.OffloadsOptimizer() {
+				if o.OptimizerState != 0 || o.HostOptimizerState != p.OptimizerState || o.HostParameter != p.Parameter {
+					t.Errorf("optimizer state on the device %d, on the host %d (want %d), masters %d (want %d)", o.OptimizerState, o.HostOptimizerState, p.OptimizerState, o.HostParameter, p.Parameter)
+				}
+				if o.HostGradient != p.Gradient {
+					t.Errorf("host gradient peak %d, want the device's gradients %d", o.HostGradient, p.Gradient)
+				}
+			}
+			if oTr.Config.OffloadsActivations() {
+				if o.HostActivation == 0 || o.Activation >= p.Activation {
+					t.Errorf("activation peak on the device %d (without offload %d), on the host %d", o.Activation, p.Activation, o.HostActivation)
+				}
+			} else if o.HostActivation != 0 {
+				t.Errorf("%d activation bytes on the host without -offload activations", o.HostActivation)
+			}
+			t.Logf("device peak %d → %d (activations %d → %d, optimizer state %d → %d); host %d", p.Total, o.Total, p.Activation, o.Activation, p.OptimizerState, o.OptimizerState, o.HostTotal)
+		})
+	}
+}
+
+func bits64(xs []float64) []uint64 {
+	var b []uint64
+	for _, x := range xs {
+		b = append(b, math.Float64bits(x))
+	}
+	return b
+}
+
+func hostMem(tr *Trainer) *memory.Allocator {
+	if tr.Host() == nil {
+		return nil
+	}
+	return tr.Host().Memory()
+}
+
+// TestOffloadPlanMatchesMeasured: -plan with -offload predicts the
+// device's peak within the tolerance of TestPlanMatchesMeasuredPeak, and
+// the host's bytes by category exactly.
+func TestOffloadPlanMatchesMeasured(t *testing.T) {
+	for _, tc := range offloadCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.Steps = planSteps
+			pred, err := Plan(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := newTrainer(t, c)
+			if _, err := tr.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := tr.Peaks()
+			if d := math.Abs(float64(pred.Total - got.Total)); d > 0.05*float64(got.Total) {
+				t.Errorf("predicted device peak %d, measured %d (%.1f%% off)", pred.Total, got.Total, 100*d/float64(got.Total))
+			}
+			if pred.OptimizerState != got.OptimizerState || pred.Parameter != got.Parameter || pred.Gradient != got.Gradient {
+				t.Errorf("predicted P/G/S %d/%d/%d bytes, measured %d/%d/%d", pred.Parameter, pred.Gradient, pred.OptimizerState, got.Parameter, got.Gradient, got.OptimizerState)
+			}
+			if pred.HostTotal != got.HostTotal || pred.HostParameter != got.HostParameter || pred.HostGradient != got.HostGradient ||
+				pred.HostOptimizerState != got.HostOptimizerState || pred.HostActivation != got.HostActivation {
+				t.Errorf("host: predicted %d (P/G/S/A %d/%d/%d/%d), measured %d (%d/%d/%d/%d)",
+					pred.HostTotal, pred.HostParameter, pred.HostGradient, pred.HostOptimizerState, pred.HostActivation,
+					got.HostTotal, got.HostParameter, got.HostGradient, got.HostOptimizerState, got.HostActivation)
+			}
+		})
+	}
+}
+
+// TestPlanOffloadStaysOnMeta: a plan that hides capabilities (a meta
+// device behind device.Without) still puts the host on a meta device:
+// planning allocates nothing real.
+func TestPlanOffloadStaysOnMeta(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Offload, cfg.Without = "all", []string{device.CapAttention}
+	cfg = cfg.Resolved()
+	ds, err := openData(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := device.Without(meta.New(0), cfg.Without...)
+	tr, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if got := tr.Host().Memory().Device(); got != "meta" {
+		t.Errorf("planning host is a %s device", got)
+	}
+}
+
+// TestFitOffloadsLast: a budget below every candidate that keeps state on
+// the device, but above one that offloads, is met by offloading; a
+// budget met without offloading is met without.
+func TestFitOffloadsLast(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Layers, cfg.Optim = 32, 64, 4, 0, 8, "sgd"
+	plan := func(ck, w, off string) int64 {
+		c := cfg
+		c.Accum, c.Checkpoint, c.AMP, c.Weights, c.Offload = cfg.Batch, ck, "bf16", w, off
+		p, err := Plan(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Total
+	}
+	onDevice := min(plan("every", "f32", ""), plan("every", "bf16", ""), plan("sqrt", "bf16", ""))
+	offloaded := plan("off", "bf16", "activations")
+	if offloaded >= onDevice {
+		t.Fatalf("offloading's plan %d is not below the device's smallest %d", offloaded, onDevice)
+	}
+	got, err := Fit(cfg, offloaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Config.OffloadsActivations() || got.Peak.Total > offloaded {
+		t.Errorf("Fit(%d) chose -offload %q with peak %d", offloaded, got.Config.Offload, got.Peak.Total)
+	}
+	if got, err := Fit(cfg, onDevice); err != nil || got.Config.Offload != "" {
+		t.Errorf("Fit(%d) chose -offload %q (%v); it fits without", onDevice, got.Config.Offload, err)
+	}
+}
+
+// TestOffloadResume: a run resumed with the optimizer offloaded continues
+// bit for bit (the host copies follow the loaded weights).
+func TestOffloadResume(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Offload, cfg.Optim, cfg.Dropout = "all", "adamw", 0
+	dir := t.TempDir()
+	full := cfg
+	full.Steps = 4
+	fTr := newTrainer(t, full)
+	if _, err := fTr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	half := cfg
+	half.Steps, half.Save = 2, filepath.Join(dir, "ck.safetensors")
+	if _, err := newTrainer(t, half).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rest := cfg
+	rest.Steps, rest.Resume = 4, half.Save
+	rTr := newTrainer(t, rest)
+	if _, err := rTr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sameWeights(t, weights(t, fTr), weights(t, rTr))
+}
+
+func TestOffloadValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"unknown", func(c *Config) { c.Offload = "gradients" }, "-offload gradients: unknown"},
+		{"negative prefetch", func(c *Config) { c.Offload, c.OffloadPrefetch = "activations", -1 }, "-offload-prefetch -1"},
+		{"step in backward", func(c *Config) { c.Offload, c.StepInBackward = "optimizer", true }, "-step-in-backward"},
+		{"dist", func(c *Config) { c.Offload, c.Dist = "all", "mpi" }, "-dist"},
+		{"freeze", func(c *Config) { c.Offload, c.Freeze = "optimizer", []string{"layers.0.*"} }, "-freeze"},
+		{"bf16 weights", func(c *Config) { c.Offload, c.Weights = "all", "bf16" }, "-weights bf16"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Default()
+			c.mod(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Validate: %v, want an error mentioning %q", err, c.want)
+			}
+		})
+	}
+	for _, ok := range []string{"", "off", "activations", "optimizer", "all"} {
+		cfg := Default()
+		cfg.Offload = ok
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("-offload %q: %v", ok, err)
+		}
+	}
+}
