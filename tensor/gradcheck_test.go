@@ -74,6 +74,16 @@ var gradCases = []gradCase{
 	{name: "causal_matmul", inputs: []input{in("", 2, 5, 5), in("", 2, 5, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		return s.CausalMatMul(s.CausalMask(x[0], 0), x[1])
 	}},
+	{name: "causal_attention/fused", inputs: []input{in("", 2, 2, 7, 3), in("", 2, 2, 7, 3), in("", 2, 2, 7, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		return s.CausalAttention(x[0], x[1], x[2], 0.5, 0, 0)
+	}},
+	// Grouped-query attention's shared key/value heads, broadcast to the
+	// query heads without a copy: zero strides in the head dimension.
+	{name: "causal_attention/fused-broadcast-kv-heads", inputs: []input{in("", 1, 2, 5, 4), in("", 1, 1, 1, 5, 4), in("", 1, 1, 1, 5, 4)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+		k := s.Reshape(s.Expand(x[1], 1, 1, 2, 5, 4), 1, 2, 5, 4)
+		v := s.Reshape(s.Expand(x[2], 1, 1, 2, 5, 4), 1, 2, 5, 4)
+		return s.CausalAttention(x[0], k, v, 0.5, 0, 0)
+	}},
 	{name: "causal_attention", inputs: []input{in("", 2, 2, 17, 3), in("", 2, 2, 17, 3), in("", 2, 2, 17, 3)}, fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 		p := s.Softmax(s.CausalScores(x[0], x[1], 0.5, math.Inf(-1)))
 		return s.CausalMatMul(p, x[2])

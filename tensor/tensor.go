@@ -252,7 +252,17 @@ func mustAllocLike(dev device.Device, dtype DType, like *Tensor, cat memory.Cate
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(like.strides[b], like.strides[a]) })
+	// Broadcast dimensions (stride 0) go outermost: placed by their
+	// stride, innermost, they would leave the last dimension strided,
+	// and kernels that read rows of contiguous elements (attention's)
+	// would write the wrong elements.
+	key := func(d int) int {
+		if like.strides[d] == 0 && like.shape[d] > 1 {
+			return math.MaxInt
+		}
+		return like.strides[d]
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(key(b), key(a)) })
 	phys := make([]int, r)
 	for i, d := range order {
 		phys[i] = like.shape[d]
