@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"math"
 	"strings"
 
 	"github.com/memfit/memfit/lora"
@@ -48,21 +47,12 @@ func countOf(ps []*tensor.Tensor) int {
 // on, so that they are never resumed onto another.
 func baseFingerprint(params []*tensor.Tensor) string {
 	var c uint32
-	var buf [4096]byte
 	for _, p := range params {
 		c = crc32.Update(c, castagnoli, []byte(p.Name()))
 		for _, d := range p.Shape() {
 			c = crc32.Update(c, castagnoli, binary.LittleEndian.AppendUint64(nil, uint64(d)))
 		}
-		data := p.Float32s()
-		for len(data) > 0 {
-			n := min(len(data), len(buf)/4)
-			for i, v := range data[:n] {
-				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
-			}
-			c = crc32.Update(c, castagnoli, buf[:4*n])
-			data = data[n:]
-		}
+		c = updateFloat32s(c, p.Float32s())
 	}
 	return fmt.Sprintf("%08x", c)
 }

@@ -110,7 +110,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // run: a tensor copied together with its checksum from another run's
 // checkpoint does not pass as this run's.
 func checksum(run string, data []float32) string {
-	c := crc32.Update(0, castagnoli, []byte(run))
+	return fmt.Sprintf("%08x", updateFloat32s(crc32.Update(0, castagnoli, []byte(run)), data))
+}
+
+// updateFloat32s continues the CRC-32C c over the values' little-endian
+// bytes, a block at a time.
+func updateFloat32s(c uint32, data []float32) uint32 {
 	var buf [4096]byte
 	for len(data) > 0 {
 		n := min(len(data), len(buf)/4)
@@ -120,7 +125,7 @@ func checksum(run string, data []float32) string {
 		c = crc32.Update(c, castagnoli, buf[:4*n])
 		data = data[n:]
 	}
-	return fmt.Sprintf("%08x", c)
+	return c
 }
 
 // checksumBytes is checksum for bytes (the trainer JSON).
