@@ -347,15 +347,12 @@ func TestGenerateFromCheckpoint(t *testing.T) {
 	}
 }
 
-// A GPT-2 in Hugging Face's layout starts a run (-init): its shape comes
-// from config.json, training continues from its weights, and the saved
-// state generates.
-func TestInitFromHuggingFace(t *testing.T) {
-	dir := t.TempDir()
-	// Token ids below the fixture's vocabulary of 50, as an llm.c shard.
+// fixtureShard writes n token ids below the hf fixtures' vocabulary of 50
+// as an llm.c shard in dir.
+func fixtureShard(t *testing.T, dir string, n int) string {
+	t.Helper()
 	shard := filepath.Join(dir, "tokens.bin")
 	hdr := make([]byte, 1024)
-	n := 5000
 	binary.LittleEndian.PutUint32(hdr[0:], 20240520)
 	binary.LittleEndian.PutUint32(hdr[4:], 1)
 	binary.LittleEndian.PutUint32(hdr[8:], uint32(n))
@@ -366,6 +363,15 @@ func TestInitFromHuggingFace(t *testing.T) {
 	if err := os.WriteFile(shard, append(hdr, toks...), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return shard
+}
+
+// A GPT-2 in Hugging Face's layout starts a run (-init): its shape comes
+// from config.json, training continues from its weights, and the saved
+// state generates.
+func TestInitFromHuggingFace(t *testing.T) {
+	dir := t.TempDir()
+	shard := fixtureShard(t, dir, 5000)
 	fixture := filepath.Join("..", "..", "hf", "testdata", "gpt2-f32")
 	ckpt := filepath.Join(dir, "ft.st")
 	base := []string{"-quiet", "-init", fixture, "-data", shard, "-batch", "8"}
@@ -442,19 +448,7 @@ func TestInitFromHuggingFace(t *testing.T) {
 // start a run again.
 func TestInitFromHuggingFaceLlama(t *testing.T) {
 	dir := t.TempDir()
-	shard := filepath.Join(dir, "tokens.bin")
-	hdr := make([]byte, 1024)
-	n := 3000
-	binary.LittleEndian.PutUint32(hdr[0:], 20240520)
-	binary.LittleEndian.PutUint32(hdr[4:], 1)
-	binary.LittleEndian.PutUint32(hdr[8:], uint32(n))
-	toks := make([]byte, 2*n)
-	for i := range n {
-		binary.LittleEndian.PutUint16(toks[2*i:], uint16((i*7)%50))
-	}
-	if err := os.WriteFile(shard, append(hdr, toks...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	shard := fixtureShard(t, dir, 3000)
 	fixture := filepath.Join("..", "..", "hf", "testdata", "llama-f32")
 	ckpt := filepath.Join(dir, "ft.st")
 	base := []string{"-quiet", "-init", fixture, "-data", shard, "-batch", "4", "-context", "16"}
