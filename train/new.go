@@ -185,7 +185,11 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	default:
 		t.policy = checkpoint.Off
 	}
-	model.SetBlockRunner(t.policy.Runner())
+	if t.zero3 != nil {
+		model.SetBlockRunner(t.zero3.Runner(t.policy.Runner()))
+	} else {
+		model.SetBlockRunner(t.policy.Runner())
+	}
 	if cfg.StepInBackward {
 		t.armStepInBackward()
 	}
@@ -218,6 +222,8 @@ func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error)
 // belongs to the caller.
 func (t *Trainer) Close() {
 	switch {
+	case t.zero3 != nil:
+		t.zero3.Release() // and the shard optimizer, t.Opt
 	case t.zero != nil:
 		t.zero.Release() // and the shard optimizer, t.Opt
 	case t.Opt != nil:

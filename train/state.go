@@ -19,6 +19,7 @@ import (
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
 )
 
 // A checkpoint is one safetensors file, written atomically (temporary
@@ -125,6 +126,12 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
+	// Under ZeRO-3 the whole model is gathered on every rank for the
+	// save: rank 0 writes it, and the others take part in the gathers.
+	return t.withFullParams(func() error { return t.save(path) })
+}
+
+func (t *Trainer) save(path string) error {
 	if t.Config.SaveFormat == "hf" {
 		g, ok := t.Model.(*models.GPT)
 		if !ok {
@@ -277,9 +284,16 @@ func (t *Trainer) Resume(path string) error {
 			}
 		}
 	}
-	for _, p := range params {
-		if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
+	if t.zero3 != nil {
+		// Each rank keeps its shards of the checkpoint's weights.
+		if err := t.zero3.LoadFull(func(p *tensor.Tensor) []float32 { return weights[p.Name()].Data }); err != nil {
 			return bad("%v", err)
+		}
+	} else {
+		for _, p := range params {
+			if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
+				return bad("%v", err)
+			}
 		}
 	}
 	if weightDType(st.Config.Weights) != weightDType(t.Config.Weights) {

@@ -72,6 +72,7 @@ type Trainer struct {
 	rank, ranks int
 	ddp         *dist.DDP
 	zero        *dist.ZeRO
+	zero3       *dist.ZeRO3
 
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
@@ -258,6 +259,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		// Each rank draws its own dropout masks (rank 0 those of a
 		// one-process run): the same masks on every rank's different
 		// examples would correlate the replicas' noise.
+		t.beforeForward()
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
 		l := t.loss(r, m.Inputs, m.Targets)
@@ -276,7 +278,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		}
 		t.bwErr, t.bwSkip = nil, false
 		clear(t.bwDone)
-		return res, err
+		return res, t.distErr(err)
 	}
 	if t.distributed() {
 		// The mean over the ranks: what is logged, and what the
@@ -336,7 +338,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		return target.Step()
 	})
 	t.zeroGrad()
-	return res, err
+	return res, t.distErr(err)
 }
 
 // unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
@@ -399,6 +401,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			}
 			defer in.Release()
 			defer tg.Release()
+			t.beforeForward()
 			r := nn.Eval(s)
 			logits := t.Model.Forward(r, in)
 			defer logits.Release()
@@ -451,7 +454,7 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 // Not with data parallelism, whose replicas lay the parameters out as
 // they were built.
 func (t *Trainer) holdFrozenInAutocast() error {
-	if t.autocast == device.Invalid || t.distributed() || t.Config.Weights == "bf16" {
+	if t.autocast == device.Invalid || t.distributed() || t.zero3 != nil || t.Config.Weights == "bf16" {
 		return nil
 	}
 	for _, p := range t.unfreeze {
