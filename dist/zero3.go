@@ -512,13 +512,15 @@ func (z *ZeRO3) ReduceGradients() error {
 		}
 		g.fired = 0
 	}
-	var has []float32
+	// What each rank lacks, reduced by Min (see syncPresence: a plan's
+	// collectives return zeros, which read as present everywhere).
+	var missing []float32
 	for _, g := range z.groups {
 		for _, h := range g.had {
-			has = append(has, b2f(h))
+			missing = append(missing, b2f(!h))
 		}
 	}
-	has, err := allReduceHost(z.comm, z.dev, has, Max)
+	missing, err := allReduceHost(z.comm, z.dev, missing, Min)
 	if err != nil {
 		return fmt.Errorf("dist: zero3: %w", err)
 	}
@@ -534,7 +536,7 @@ func (z *ZeRO3) ReduceGradients() error {
 		defer s.Close()
 		for j, v := range z.views {
 			pc := z.viewOf[j]
-			if pc.g.grad == nil || has[at[pc.g]+pc.seg.i] == 0 {
+			if pc.g.grad == nil || missing[at[pc.g]+pc.seg.i] != 0 {
 				v.SetGrad(nil)
 				continue
 			}
