@@ -14,6 +14,7 @@ import (
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/nn"
 )
 
 // runRanks trains cfg on every rank of an in-process group (one goroutine
@@ -357,5 +358,51 @@ func TestCloseIsIdempotent(t *testing.T) {
 		if n := tr.Device.Memory().Allocated(); n != 0 {
 			t.Errorf("rank %d: %d bytes allocated after Close", r, n)
 		}
+	}
+}
+
+// TestZero3MemoryAndPlan is issue 25's memory acceptance: with the
+// parameters sharded (-zero 3) over N ranks, a rank's peak of parameters
+// + gradients + optimizer state, measured by its allocator, is at most
+// 16·P/N bytes (Adam: 4 parameter, 4 gradient, 8 state) plus twice the
+// largest block's parameters (4 bytes each: the block whole, and its
+// gradient until it is reduced), and -plan -dist mpi -ranks N predicts it
+// within 5% without running the ranks.
+func TestZero3MemoryAndPlan(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Workers, cfg.Zero = 0, 3, 4, 1, 3
+	for _, ranks := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
+			_, sums := runRanks(t, cfg, ranks, nil)
+			whole := cfg
+			whole.Zero = 0
+			ref := newTrainer(t, whole) // the same model, whole, to count
+			var P, block int64
+			for _, p := range ref.Model.Parameters() {
+				P += int64(p.Len())
+			}
+			for _, b := range ref.Model.(nn.Model).Blocks() {
+				block = max(block, int64(nn.Count(b)))
+			}
+			bound := 16*P/int64(ranks) + 2*4*block
+			pc := cfg
+			pc.Dist, pc.Ranks = "mpi", ranks
+			plan, err := Plan(pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, s := range sums {
+				got := s.PeakBytes.ModelState
+				t.Logf("rank %d: model state peak %d B (parameters %d, gradients %d, optimizer state %d); 16P/N %d, bound %d, plan %d",
+					r, got, s.PeakBytes.Parameter, s.PeakBytes.Gradient, s.PeakBytes.OptimizerState, 16*P/int64(ranks), bound, plan.ModelState)
+				if got > bound {
+					t.Errorf("rank %d: model state peaked at %d B, above 16·P/N + 2·4·(largest block) = %d B", r, got, bound)
+				}
+			}
+			got := sums[0].PeakBytes.ModelState // the plan is rank 0's
+			if d := math.Abs(float64(plan.ModelState-got)) / float64(got); d > 0.05 {
+				t.Errorf("plan predicts %d B of model state for rank 0, measured %d B (%.1f%% off)", plan.ModelState, got, 100*d)
+			}
+		})
 	}
 }

@@ -144,6 +144,11 @@ type PeakBytes struct {
 	Activation     int64 `json:"activation"`
 	Temporary      int64 `json:"temporary"`
 	Data           int64 `json:"data"`
+	// ModelState is the peak of parameters + gradients + optimizer state
+	// at one moment (ZeRO's "model states"): less than the sum of their
+	// own peaks when they peak apart, as under ZeRO-3, where a block is
+	// whole while its gradient is, but not while the optimizer steps.
+	ModelState int64 `json:"model_state"`
 }
 
 func peakBytes(st memory.Stats) PeakBytes {

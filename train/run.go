@@ -172,6 +172,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	r.Activation = max(r.Activation, p.Activation)
 	r.Temporary = max(r.Temporary, p.Temporary)
 	r.Data = max(r.Data, p.Data)
+	r.ModelState = max(r.ModelState, t.stepModelState)
 }
 
 // Peaks are the per-category peaks over the steps run so far.

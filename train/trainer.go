@@ -82,8 +82,11 @@ type Trainer struct {
 	lastLoss  float64
 	lastEval  EvalStats
 	runPeaks  PeakBytes
-	samples   int64
-	trainTime time.Duration
+	// stepModelState is the last step's peak of the model states
+	// (PeakBytes.ModelState), from a watermark around tryStep.
+	stepModelState int64
+	samples        int64
+	trainTime      time.Duration
 }
 
 // task says how a batch becomes a loss: classification (one label per
@@ -220,6 +223,11 @@ func (t *Trainer) shaped(b *data.Batch) *data.Batch {
 }
 
 func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
+	w := t.Device.Memory().NewWatermark()
+	defer func() {
+		t.stepModelState = w.PeakOfModelState()
+		w.Close()
+	}()
 	var res stepResult
 	in, tg, err := t.shaped(b).ToDevice(t.Device)
 	if err != nil {
