@@ -349,14 +349,16 @@ func TestDistRequiresRanks(t *testing.T) {
 // TestCloseIsIdempotent: Close frees every byte, and a second Close (a
 // deferred one after an explicit one) does nothing — with ZeRO too.
 func TestCloseIsIdempotent(t *testing.T) {
-	cfg := tinyGPT()
-	cfg.Steps, cfg.Zero = 2, 2
-	trs, _ := runRanks(t, cfg, 2, nil)
-	for r, tr := range trs {
-		tr.Close()
-		tr.Close()
-		if n := tr.Device.Memory().Allocated(); n != 0 {
-			t.Errorf("rank %d: %d bytes allocated after Close", r, n)
+	for _, zero := range []int{2, 3} {
+		cfg := tinyGPT()
+		cfg.Steps, cfg.Zero = 2, zero
+		trs, _ := runRanks(t, cfg, 2, nil)
+		for r, tr := range trs {
+			tr.Close()
+			tr.Close()
+			if n := tr.Device.Memory().Allocated(); n != 0 {
+				t.Errorf("zero %d, rank %d: %d bytes allocated after Close", zero, r, n)
+			}
 		}
 	}
 }
@@ -373,7 +375,31 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Workers, cfg.Zero = 0, 3, 4, 1, 3
 	for _, ranks := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
-			_, sums := runRanks(t, cfg, ranks, nil)
+			// Between steps a rank holds its shards of the parameters and
+			// of the optimizer state, nothing else: no gradient, no
+			// gathered block, no activation or temporary left behind.
+			var mu sync.Mutex
+			between := map[int][]memory.Stats{}
+			_, sums := runRanks(t, cfg, ranks, func(tr *Trainer) {
+				tr.Hooks.AfterStep = func(tr *Trainer, _ Record) error {
+					mu.Lock()
+					defer mu.Unlock()
+					between[tr.rank] = append(between[tr.rank], tr.Device.Memory().Stats())
+					return nil
+				}
+			})
+			for r, sts := range between {
+				for i, st := range sts {
+					for _, c := range []memory.Category{memory.Gradient, memory.Activation, memory.Temporary} {
+						if n := st.Category(c).Current; n != 0 {
+							t.Errorf("rank %d, after step %d: %d bytes of %v", r, i+1, n, c)
+						}
+					}
+					if i > 0 && st.Requested.Current != sts[1].Requested.Current {
+						t.Errorf("rank %d: %d bytes after step %d, %d after step 2", r, st.Requested.Current, i+1, sts[1].Requested.Current)
+					}
+				}
+			}
 			whole := cfg
 			whole.Zero = 0
 			ref := newTrainer(t, whole) // the same model, whole, to count
@@ -402,6 +428,57 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 			got := sums[0].PeakBytes.ModelState // the plan is rank 0's
 			if d := math.Abs(float64(plan.ModelState-got)) / float64(got); d > 0.05 {
 				t.Errorf("plan predicts %d B of model state for rank 0, measured %d B (%.1f%% off)", plan.ModelState, got, 100*d)
+			}
+		})
+	}
+}
+
+// TestZero3SaveResumeAcrossRankCounts: a -zero 3 run over 2 ranks saves
+// the whole model (gathered) and the whole optimizer state; it resumes on
+// 4 ranks of -zero 3 and on one process, each ending where 12 steps of
+// one process end. With 8-bit AdamW too, whose shards begin on its
+// blocks' boundaries (1e-4: see TestDistSaveResumeAcrossRankCounts).
+func TestZero3SaveResumeAcrossRankCounts(t *testing.T) {
+	for _, tc := range []struct {
+		optim string
+		tol   float64
+	}{{"adamw", 1e-5}, {"adamw8bit", 1e-4}} {
+		t.Run(tc.optim, func(t *testing.T) {
+			cfg := tinyGPT()
+			cfg.Dropout, cfg.Workers, cfg.Steps, cfg.Optim = 0, 1, 12, tc.optim
+			one := cfg
+			one.Batch = 8
+			ref := newTrainer(t, one)
+			if _, err := ref.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want := flatWeights(ref)
+
+			first := cfg
+			first.Batch, first.Zero, first.Steps, first.Save = 4, 3, 5, filepath.Join(t.TempDir(), "ck")
+			runRanks(t, first, 2, nil)
+
+			four := cfg
+			four.Batch, four.Zero, four.Resume = 2, 3, first.Save
+			trs, _ := runRanks(t, four, 4, func(tr *Trainer) {
+				if tr.Step() != 5 {
+					t.Errorf("rank %d resumed at step %d, want 5", tr.rank, tr.Step())
+				}
+			})
+			for r, tr := range trs {
+				if d := relDiff(flatWeights(tr), want); d > tc.tol {
+					t.Errorf("2 ranks then 4 (ZeRO 3), rank %d: parameters differ from 12 steps of one process by %.2g", r, d)
+				}
+			}
+
+			single := one
+			single.Resume = first.Save
+			tr := newTrainer(t, single)
+			if _, err := tr.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if d := relDiff(flatWeights(tr), want); d > tc.tol {
+				t.Errorf("2 ranks (ZeRO 3) then one process: parameters differ by %.2g", d)
 			}
 		})
 	}

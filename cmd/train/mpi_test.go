@@ -102,7 +102,7 @@ var small = []string{"-quiet", "-model", "gpt", "-layers", "2", "-width", "32", 
 	"-eval-every", "0", "-workers", "1", "-steps", "20"}
 
 // TestMPIMatchesOneProcess: 2 ranks of -batch 4 under mpirun end where one
-// process of -batch 8 ends, with -zero 0, 1 and 2: the GPT in f32, the MLP
+// process of -batch 8 ends, with -zero 0, 1, 2 and 3: the GPT in f32, the MLP
 // in bf16 (Adam, 1e-5), and the GPT in bf16 with accumulation (SGD, 1e-4;
 // see train's TestDistEquivalence). 16-bit cases compare with one process
 // taking the same micro-batches.
@@ -130,7 +130,7 @@ func TestMPIMatchesOneProcess(t *testing.T) {
 			t.Fatalf("%s, one process: exit %d\n%s", tc.name, code, stderr.String())
 		}
 		want := readWeights(t, one)
-		for _, zero := range []string{"0", "1", "2"} {
+		for _, zero := range []string{"0", "1", "2", "3"} {
 			path := filepath.Join(dir, "two-"+zero+".safetensors")
 			args := append(append(append([]string{}, small...), tc.extra...), "-batch", "4", "-dist", "mpi", "-zero", zero, "-save", path)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -146,14 +146,21 @@ func TestMPIMatchesOneProcess(t *testing.T) {
 	}
 }
 
-// TestMPIRankDeath kills rank 1 mid-run: the job must end non-zero within
-// 60 s naming the dead rank, the last checkpoint must stay valid, and one
-// process must resume from it.
+// TestMPIRankDeath kills rank 1 mid-run (-zero 2, and -zero 3, whose
+// ranks hold only shards of the weights): the job must end non-zero
+// within 60 s naming the dead rank, the last checkpoint must stay valid,
+// and one process must resume from it.
 func TestMPIRankDeath(t *testing.T) {
+	for _, zero := range []string{"2", "3"} {
+		t.Run("zero "+zero, func(t *testing.T) { testMPIRankDeath(t, zero) })
+	}
+}
+
+func testMPIRankDeath(t *testing.T, zero string) {
 	bin := mpiBinary(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.safetensors")
-	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "2",
+	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", zero,
 		"-steps", "100000", "-save", state, "-save-every", "10")
 	cmd, out := startJob(t, 2, bin, args...)
 	waitFor(t, "a checkpoint", out, func() bool {
