@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
@@ -73,8 +74,11 @@ type ZeRO3 struct {
 	chunk  int // elements per rank of a host gather (checkpoints)
 	err    error
 	// Gathers counts the all-gathers of groups since construction, and
-	// Reductions their reduce-scatters (tests and benchmarks read them).
-	Gathers, Reductions int
+	// Reductions their reduce-scatters; GatherTime and ReduceTime are the
+	// wall time spent in them (packing included): what prefetching
+	// with an asynchronous engine could hide at most.
+	Gathers, Reductions    int
+	GatherTime, ReduceTime time.Duration
 }
 
 // group3 is one group of parameters sharded together.
@@ -271,6 +275,8 @@ func (z *ZeRO3) gather(g *group3) error {
 	if !g.full.Evicted() {
 		return nil
 	}
+	start := time.Now()
+	defer func() { z.GatherTime += time.Since(start) }()
 	err := g.full.Rematerialize(func() error {
 		return tensor.Catch(func() error { return z.comm.AllGather(g.full, g.shard) })
 	})
@@ -300,6 +306,8 @@ func (z *ZeRO3) evict(g *group3) {
 // reduce reduce-scatters the gradients g's parameters hold (none: zeros)
 // into g.grad, averaged over the ranks, and releases them.
 func (z *ZeRO3) reduce(g *group3) error {
+	start := time.Now()
+	defer func() { z.ReduceTime += time.Since(start) }()
 	n := z.comm.Size()
 	err := tensor.Catch(func() error {
 		in, err := tensor.New(z.dev, tensor.F32, []int{n * g.S}, memory.Temporary)

@@ -20,7 +20,7 @@ import (
 // runRanks trains cfg on every rank of an in-process group (one goroutine
 // and one CPU device per rank) and returns each rank's trainer after Run,
 // with its summary; fn, if set, runs on each trainer before Run.
-func runRanks(t *testing.T, cfg Config, n int, fn func(*Trainer)) ([]*Trainer, []Summary) {
+func runRanks(t testing.TB, cfg Config, n int, fn func(*Trainer)) ([]*Trainer, []Summary) {
 	t.Helper()
 	comms := dist.NewLocal(n, dist.Timeout(60*time.Second))
 	trs := make([]*Trainer, n)
