@@ -598,14 +598,16 @@ func (z *ZeRO3) UpdateScaled(gradScale float64) error {
 	return nil
 }
 
-// ZeroGrad releases every gradient: the shard gradients and whatever a
-// failed pass left in the parameters. Call it after each step, taken or
-// skipped.
+// ZeroGrad releases every gradient — the shard gradients and whatever a
+// failed pass left in the parameters — and evicts every group a failed
+// pass left gathered (after an update its values would be stale). Call
+// it after each step, taken or skipped.
 func (z *ZeRO3) ZeroGrad() {
 	for _, v := range z.views {
 		v.SetGrad(nil)
 	}
 	for _, g := range z.groups {
+		_ = g.full.Evict() // made by Flatten: cannot fail
 		if g.grad != nil {
 			g.grad.Release()
 			g.grad = nil
