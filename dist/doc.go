@@ -166,7 +166,10 @@
 // head and final norm), gathered again when the blocks' backward ends
 // (for layers before the blocks whose backward reads their weights) and
 // reduced and evicted for good when its parameters report their
-// gradients complete. ReduceGradients (after the last micro-batch) reduces
+// gradients complete. So the root is gathered three times per
+// micro-batch; a GPT's layers before the blocks (embedding lookups) read
+// no weights in backward, and a model that said so could spare the third
+// gather — not done: for GPT-2 the token embedding is the largest group. ReduceGradients (after the last micro-batch) reduces
 // whatever a group still holds, evicts everything and hands the shard
 // views their gradients; Update steps them. GatherAll makes the whole
 // model exist for a moment (saving, exporting); LoadFull writes each

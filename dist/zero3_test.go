@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/accumulate"
@@ -57,6 +58,8 @@ type gptRun struct {
 	// training; save, when set, gets them after training.
 	resumeFrom *fullState
 	save       func(fullState)
+	// frozen lists parameter path prefixes that do not train.
+	frozen []string
 }
 
 // fullState is a whole-model checkpoint held in memory.
@@ -80,6 +83,13 @@ func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
 		return nil, err
 	}
 	defer nn.Release(model)
+	for _, p := range model.Parameters() {
+		for _, f := range run.frozen {
+			if strings.HasPrefix(p.Name(), f) {
+				p.SetRequiresGrad(false)
+			}
+		}
+	}
 	newOpt := run.optimizer
 	if newOpt == nil {
 		newOpt = gptAdamW
@@ -209,13 +219,16 @@ func TestZero3Equivalence(t *testing.T) {
 		{"4 ranks, checkpoint sqrt", 4, gptRun{checkpoint: checkpoint.Sqrt}},
 		{"2 ranks, accumulation 2", 2, gptRun{accum: 2}},
 		{"2 ranks, checkpoint and accumulation", 2, gptRun{accum: 2, checkpoint: checkpoint.Every}},
+		// Block 0 and the embeddings frozen: block 1's input needs no
+		// gradient, so its backward ends by its parameters' hooks.
+		{"4 ranks, frozen embeddings and first block", 4, gptRun{frozen: []string{"embed.", "blocks.0."}}},
 		{"2 ranks, sgd", 2, gptRun{optimizer: func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 			return optim.NewSGD(ps, optim.SGD{LR: 0.05, Momentum: 0.9})
 		}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			want, err := trainGPT(nil, gptRun{accum: tc.run.accum, checkpoint: tc.run.checkpoint, optimizer: tc.run.optimizer}, gpt3Steps)
+			want, err := trainGPT(nil, gptRun{accum: tc.run.accum, checkpoint: tc.run.checkpoint, optimizer: tc.run.optimizer, frozen: tc.run.frozen}, gpt3Steps)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -381,4 +394,47 @@ func relL2(a, b []float32) float64 {
 // -accum 1, no ranks at all).
 func gptAdamW(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 	return optim.NewAdamW(ps, optim.AdamW{LR: 1e-3, WeightDecay: 0.01})
+}
+
+// TestZero3ParametersNeedTheRunner: once sharded, a parameter holds no
+// memory outside its block's gather; a forward that bypasses the runner
+// is an error naming the parameter, not a read of freed memory, and leaks
+// nothing.
+func TestZero3ParametersNeedTheRunner(t *testing.T) {
+	checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+		dev := cpu.New(cpu.Threads(1))
+		model, err := models.NewGPT(dev, gpt3)
+		if err != nil {
+			return err
+		}
+		defer nn.Release(model)
+		z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{}, gptAdamW)
+		if err != nil {
+			return err
+		}
+		defer z.Release()
+		x, y, err := gptBatch(dev, 0, 0, 2)
+		if err != nil {
+			return err
+		}
+		defer x.Release()
+		defer y.Release()
+		before := dev.Memory().Stats().Requested.Current
+		err = tensor.Step(func(s *tensor.Scope) error {
+			if err := z.BeforeForward(); err != nil {
+				return err
+			}
+			model.TokenLoss(nn.NewRun(s, 0), x, y, tensor.CrossEntropyOptions{}) // no z.Runner installed
+			return nil
+		})
+		var te *tensor.Error
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), "blocks.0.") || !strings.Contains(err.Error(), "evicted") {
+			return fmt.Errorf("a forward without the runner: %v; want a *tensor.Error naming a parameter of blocks.0 as evicted", err)
+		}
+		z.ZeroGrad() // evicts the root BeforeForward gathered
+		if after := dev.Memory().Stats().Requested.Current; after != before {
+			return fmt.Errorf("%d bytes before the failed forward, %d after", before, after)
+		}
+		return nil
+	}))
 }
