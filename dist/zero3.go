@@ -249,16 +249,6 @@ func (z *ZeRO3) Shard() []*tensor.Tensor { return z.views }
 // error itself, wrapping a *RankError that names the rank at fault.
 func (z *ZeRO3) Err() error { return z.err }
 
-// LargestGroup is the number of elements of the largest group gathered
-// whole (Size·S of it, padding included).
-func (z *ZeRO3) LargestGroup() int {
-	m := 0
-	for _, g := range z.groups {
-		m = max(m, z.comm.Size()*g.S)
-	}
-	return m
-}
-
 // fail records err and panics with it as a *tensor.Error, the way an
 // error leaves a forward or backward pass.
 func (z *ZeRO3) fail(err error) {
@@ -745,7 +735,3 @@ func allReduceHost(c Comm, dev device.Device, v []float32, op Op) ([]float32, er
 
 // Rank is this rank's number.
 func (z *ZeRO3) Rank() int { return z.comm.Rank() }
-
-// LocalElements is the number of elements of this rank's shards (Σ S over
-// the groups, padding included): the P/Size of its 16·P/Size bytes.
-func (z *ZeRO3) LocalElements() int64 { return int64(z.local) }

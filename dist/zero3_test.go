@@ -438,3 +438,36 @@ func TestZero3ParametersNeedTheRunner(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestZero3GatherCounts: a block is gathered before its forward and again
+// before its backward (and once more for its recomputation under
+// checkpointing; the last segment is not recomputed), and reduced once;
+// the root is gathered before the forward, after the blocks and after
+// their backward, and reduced twice (the head's gradient when backward
+// reaches the blocks, the embeddings' at the end).
+func TestZero3GatherCounts(t *testing.T) {
+	L := gpt3.Layers
+	for _, tc := range []struct {
+		name               string
+		policy             checkpoint.Policy
+		gathers, reduction int
+	}{
+		{"no checkpointing", checkpoint.Off, 2*L + 3, L + 2},
+		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, L + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErrs(t, runRanks(dist.NewLocal(2), func(c dist.Comm) error {
+				var g0, r0 int
+				var errs []error
+				run := gptRun{zero3: true, checkpoint: tc.policy, measure: func(step int, _ int64, z *dist.ZeRO3) {
+					if g, r := z.Gathers-g0, z.Reductions-r0; g != tc.gathers || r != tc.reduction {
+						errs = append(errs, fmt.Errorf("step %d: %d gathers and %d reductions, want %d and %d", step, g, r, tc.gathers, tc.reduction))
+					}
+					g0, r0 = z.Gathers, z.Reductions
+				}}
+				_, err := trainGPT(c, run, 3)
+				return errors.Join(append(errs, err)...)
+			}))
+		})
+	}
+}
