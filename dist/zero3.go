@@ -59,8 +59,10 @@ import (
 // Collectives are issued from the training goroutine, at the moment they
 // are needed (the engines are synchronous: NewLocal and MPI block until
 // every rank has joined). Gathering the next block while the current one
-// computes needs an asynchronous engine; gather is the one place it would
-// start (see Prefetch).
+// computes needs an asynchronous engine; the method gather is the one
+// place it would start. Every rank must run the same graph (the same
+// model, batch shapes, checkpoint policy and frozen parameters), since
+// the hooks issue the collectives in the order the graph reaches them.
 type ZeRO3 struct {
 	comm   Comm
 	dev    device.Device
@@ -307,8 +309,9 @@ func (z *ZeRO3) reduce(g *group3) error {
 		defer in.Release()
 		s := tempScope()
 		defer s.Close()
-		// Copy and release one gradient at a time: the full gradients
-		// and the bucket overlap by one parameter, not by the group.
+		// Each full gradient is released as soon as it is packed, so
+		// Gradient falls while the bucket (memory.Temporary, the
+		// group's size) fills.
 		for _, i := range g.trainIdx {
 			p := g.f.params[i]
 			d := s.Narrow(in, 0, g.f.off[i], p.Len())
@@ -362,15 +365,16 @@ func (z *ZeRO3) finish(g *group3) {
 	z.evict(g)
 }
 
-// gradReady is the OnGradReady hook of g's trainable parameters: the
-// group ends when all have reported, unless its input node ends it.
+// gradReady is the OnGradReady hook of g's trainable parameters. Where
+// no input node ends the group (the root; a block whose input needs no
+// gradient), the last of them to report does: no node of the pass writes
+// their gradients or reads their weights after that. For a GPT's root
+// that is the embeddings' gradients, at the very end of backward.
 func (z *ZeRO3) gradReady(g *group3) {
 	g.fired++
 	if g.fired < len(g.trainIdx) || g.viaInput {
 		return
 	}
-	// For the root: what it still holds (the embeddings' gradients) is
-	// final, and its weights are not needed any more.
 	z.finish(g)
 }
 
