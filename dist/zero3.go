@@ -600,8 +600,8 @@ func (z *ZeRO3) ZeroGrad() {
 	for _, v := range z.views {
 		v.SetGrad(nil)
 	}
+	z.Evict()
 	for _, g := range z.groups {
-		_ = g.full.Evict() // made by Flatten: cannot fail
 		if g.grad != nil {
 			g.grad.Release()
 			g.grad = nil
@@ -666,6 +666,31 @@ func (z *ZeRO3) GatherAll(fn func() error) error {
 		}
 	}
 	return fn()
+}
+
+// Evict frees every group left gathered: after an evaluation, whose
+// forwards end with the root group whole (the head needs it).
+func (z *ZeRO3) Evict() {
+	for _, g := range z.groups {
+		_ = g.full.Evict() // made by Flatten: cannot fail
+	}
+}
+
+// GatherEach makes each group's parameters whole in turn, calls fn with
+// them, and evicts them before the next group: what a checkpoint needs
+// with one group whole at a time on the device. A collective.
+func (z *ZeRO3) GatherEach(fn func(params []*tensor.Tensor) error) error {
+	for _, g := range z.groups {
+		if err := z.gather(g); err != nil {
+			return err
+		}
+		err := fn(g.f.params)
+		_ = g.full.Evict() // made by Flatten: cannot fail
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LoadFull sets the parameters from whole-model values (a checkpoint):

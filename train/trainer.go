@@ -398,6 +398,9 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	if t.autocast != device.Invalid {
 		opts = append(opts, tensor.Autocast(t.autocast))
 	}
+	if t.zero3 != nil {
+		defer t.zero3.Evict() // the forwards leave the root group whole
+	}
 	for b, err := range loader.All(ctx) {
 		if err != nil {
 			return st, err
