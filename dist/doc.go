@@ -171,9 +171,11 @@
 // no weights in backward, and a model that said so could spare the third
 // gather — not done: for GPT-2 the token embedding is the largest group. ReduceGradients (after the last micro-batch) reduces
 // whatever a group still holds, evicts everything and hands the shard
-// views their gradients; Update steps them. GatherAll makes the whole
-// model exist for a moment (saving, exporting); LoadFull writes each
-// rank's shards from whole-model values; ExportFull and ImportFull are
+// views their gradients; Update steps them. GatherEach makes each group
+// whole in turn (a checkpoint's weights, one group on the device at a
+// time), GatherAll the whole model for a moment (an exporter that reads
+// the model), Evict frees what an evaluation left gathered; LoadFull
+// writes each rank's shards from whole-model values; ExportFull and ImportFull are
 // ZeRO's, so checkpoints are the same whatever the stage and rank count.
 //
 // Memory per rank (Adam, F32): 16·P/N for the shards, plus the group
