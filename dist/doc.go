@@ -186,7 +186,11 @@
 // N = 2 (16P/N = 321,792; bound 16P/N + 8·B = 423,424) and 249,824 B at
 // N = 4 (bound 262,528); train's -plan -ranks N predicts it exactly
 // (TestZero3MemoryAndPlan). The model is still built whole on every rank
-// before it is sharded, so a model must fit one rank once, at start.
+// before it is sharded, so a model must fit one rank once, at start. With
+// 8-bit Adam every parameter starts on a 2048-element block, as in ZeRO;
+// under stage 3 the gaps are memory (shards and gathered groups, up to
+// 2047 elements per parameter): nothing for GPT-2's matrices, more than
+// the model itself for a test GPT of width 32.
 //
 // Every gather and reduction is a blocking collective issued when it is
 // needed: NewLocal and MPI are synchronous (every call returns when the
