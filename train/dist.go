@@ -226,15 +226,6 @@ func (t *Trainer) beforeForward() {
 	}
 }
 
-// withFullParams runs fn with every parameter whole: under ZeRO-3 the
-// shards are gathered for fn (a collective: every rank calls it).
-func (t *Trainer) withFullParams(fn func() error) error {
-	if t.zero3 == nil {
-		return fn()
-	}
-	return t.zero3.GatherAll(fn)
-}
-
 // distErr prefers the error ZeRO-3 kept from a failed collective (it
 // wraps the *dist.RankError naming the rank at fault) to the panic that
 // carried it out of a forward or backward.
