@@ -167,9 +167,10 @@
 // (for layers before the blocks whose backward reads their weights) and
 // reduced and evicted for good when its parameters report their
 // gradients complete. So the root is gathered three times per
-// micro-batch; a GPT's layers before the blocks (embedding lookups) read
-// no weights in backward, and a model that said so could spare the third
-// gather — not done: for GPT-2 the token embedding is the largest group. ReduceGradients (after the last micro-batch) reduces
+// micro-batch, or twice with ZeRO3Config.LookupsBeforeBlocks (what train
+// sets for a GPT, whose layers before the blocks are embedding lookups
+// that read no weights in backward; for GPT-2 the token embedding is the
+// largest group). ReduceGradients (after the last micro-batch) reduces
 // whatever a group still holds, evicts everything and hands the shard
 // views their gradients; Update steps them. GatherEach makes each group
 // whole in turn (a checkpoint's weights, one group on the device at a

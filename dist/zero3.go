@@ -75,6 +75,8 @@ type ZeRO3 struct {
 	local  int // Σ S over the groups: a rank's elements
 	chunk  int // elements per rank of a host gather (checkpoints)
 	err    error
+	// lookups is ZeRO3Config.LookupsBeforeBlocks.
+	lookups bool
 	// Gathers counts the all-gathers of groups since construction, and
 	// Reductions their reduce-scatters; GatherTime and ReduceTime are the
 	// wall time spent in them (packing included): what prefetching
@@ -110,6 +112,14 @@ type ZeRO3Config struct {
 	// BucketBytes bounds the host staging of ExportFull's gathers (0:
 	// DefaultBucketBytes).
 	BucketBytes int64
+	// LookupsBeforeBlocks says that the layers run before the blocks
+	// read none of the root group's weights in backward (a GPT's token
+	// and position embeddings: lookups and a sum), so the root is not
+	// gathered again once the blocks' backward ends: one gather of the
+	// root per micro-batch fewer, and for GPT-2 the token embedding is
+	// the largest group. Set wrongly, the backward fails with an error
+	// naming the evicted parameter; it never reads freed memory.
+	LookupsBeforeBlocks bool
 }
 
 // NewZeRO3 shards model's parameters (F32, on one device, the same model
@@ -136,7 +146,7 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 		return nil, err
 	}
 	n, r := c.Size(), c.Rank()
-	z := &ZeRO3{comm: c, dev: dev, byMod: map[nn.Module]*group3{}}
+	z := &ZeRO3{comm: c, dev: dev, byMod: map[nn.Module]*group3{}, lookups: cfg.LookupsBeforeBlocks}
 	z.chunk = max(bucketElems(cfg.BucketBytes)/n, 1)
 	if err := broadcastFlat(c, dev, newFlat(params), z.chunk*n, 0); err != nil {
 		return nil, fmt.Errorf("dist: zero3: %w", err)
@@ -446,7 +456,7 @@ func (z *ZeRO3) Runner(inner nn.BlockRunner) nn.BlockRunner {
 		in := x
 		if root != nil {
 			z.evict(root)
-			if rec && x.RequiresGrad() {
+			if rec && x.RequiresGrad() && !z.lookups {
 				// Layers before the blocks may read their weights in
 				// backward: gather the root when the blocks' backward
 				// has ended.

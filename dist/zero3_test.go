@@ -56,6 +56,7 @@ type gptRun struct {
 	measure func(step int, peak int64, z *dist.ZeRO3)
 	// resumeFrom, when set, loads weights and optimizer state before
 	// training; save, when set, gets them after training.
+	lookups    bool // ZeRO3Config.LookupsBeforeBlocks
 	resumeFrom *fullState
 	save       func(fullState)
 	// frozen lists parameter path prefixes that do not train.
@@ -99,7 +100,7 @@ func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
 		z   *dist.ZeRO3
 	)
 	if run.zero3 {
-		if z, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{}, newOpt); err != nil {
+		if z, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{LookupsBeforeBlocks: run.lookups}, newOpt); err != nil {
 			return nil, err
 		}
 		defer z.Release()
@@ -218,6 +219,7 @@ func TestZero3Equivalence(t *testing.T) {
 		{"2 ranks, checkpoint every block", 2, gptRun{checkpoint: checkpoint.Every}},
 		{"4 ranks, checkpoint sqrt", 4, gptRun{checkpoint: checkpoint.Sqrt}},
 		{"2 ranks, accumulation 2", 2, gptRun{accum: 2}},
+		{"2 ranks, accumulation 2, lookups before the blocks", 2, gptRun{accum: 2, lookups: true}},
 		{"2 ranks, checkpoint and accumulation", 2, gptRun{accum: 2, checkpoint: checkpoint.Every}},
 		// Block 0 and the embeddings frozen: block 1's input needs no
 		// gradient, so its backward ends by its parameters' hooks.
@@ -451,15 +453,17 @@ func TestZero3GatherCounts(t *testing.T) {
 		name               string
 		policy             checkpoint.Policy
 		gathers, reduction int
+		lookups            bool // the root is not gathered after the blocks' backward
 	}{
-		{"no checkpointing", checkpoint.Off, 2*L + 3, L + 2},
-		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, L + 2},
+		{"no checkpointing", checkpoint.Off, 2*L + 3, L + 2, false},
+		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, L + 2, false},
+		{"lookups before the blocks", checkpoint.Off, 2*L + 2, L + 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkErrs(t, runRanks(dist.NewLocal(2), func(c dist.Comm) error {
 				var g0, r0 int
 				var errs []error
-				run := gptRun{zero3: true, checkpoint: tc.policy, measure: func(step int, _ int64, z *dist.ZeRO3) {
+				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, measure: func(step int, _ int64, z *dist.ZeRO3) {
 					if g, r := z.Gathers-g0, z.Reductions-r0; g != tc.gathers || r != tc.reduction {
 						errs = append(errs, fmt.Errorf("step %d: %d gathers and %d reductions, want %d and %d", step, g, r, tc.gathers, tc.reduction))
 					}

@@ -6,6 +6,7 @@ import (
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
@@ -43,7 +44,10 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		if !ok {
 			return fmt.Errorf("-zero 3: the model (%T) has no blocks to shard by", t.Model)
 		}
-		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{}, newOpt)
+		// A GPT's layers before its blocks are embedding lookups,
+		// whose backward reads no weights.
+		_, gpt := t.Model.(*models.GPT)
+		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{LookupsBeforeBlocks: gpt}, newOpt)
 		if err != nil {
 			return fmt.Errorf("-zero 3: %v", err)
 		}
