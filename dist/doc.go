@@ -1,7 +1,8 @@
 // Package dist owns data-parallel training: a small collective interface
-// (Comm), its engines, gradient averaging across replicas (DDP) and an
+// (Comm), its engines, gradient averaging across replicas (DDP), an
 // optimizer sharded across ranks (ZeRO stages 1 and 2) whose state can be
-// gathered whole for a checkpoint. Dealing the data out to the ranks is
+// gathered whole for a checkpoint, and parameters sharded across ranks
+// (ZeRO stage 3), gathered block by block as the model runs. Dealing the data out to the ranks is
 // the data loader's job (data.LoaderConfig's Rank and Ranks); the training
 // loop that combines them is train.NewDistributed, and `train -dist mpi`.
 //
@@ -15,6 +16,8 @@
 //   - NewMPI, with the build tag mpi: MPI_COMM_WORLD through cgo to Open
 //     MPI (Debian: apt-get install libopenmpi-dev openmpi-bin), for CPU
 //     ranks on one or many machines launched with mpirun;
+//   - NewMeta(rank, n): one rank of n that exchanges nothing, for planning
+//     one rank's memory on the meta device (train's -plan -ranks N);
 //   - NewNCCL, with the build tag cuda: NCCL over one GPU per rank,
 //     bootstrapped through another Comm (MPI) that carries NCCL's unique
 //     id. Collectives run on the tensors' GPU memory directly, on the
@@ -49,7 +52,7 @@
 // MPI runs with MPI_THREAD_FUNNELED: every MPI call runs on one goroutine
 // locked to the thread that initialised MPI, and MPI_ERRORS_RETURN makes
 // MPI errors returned errors. Compile-check and run the two-rank check
-// (collectives, then DDP and ZeRO 1 and 2 against single-process training):
+// (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training):
 //
 //	go vet -tags mpi ./dist/...
 //	go build -tags mpi -o /tmp/mpicheck ./dist/internal/mpicheck
@@ -122,6 +125,85 @@
 // ImportFull takes this rank's range of such a state, so a checkpoint
 // resumes on any number of ranks, with or without ZeRO.
 //
+// # ZeRO stage 3
+//
+// NewZeRO3 shards the parameters themselves (PyTorch's FSDP). It cuts
+// them into groups — one per block of an nn.Model (Blocks), and the root
+// group of the parameters outside the blocks (a GPT's embeddings and
+// final norm) — and moves each group into one flat storage
+// (tensor.Flatten): the parameters stay the model's tensors, with their
+// names and hooks, as views of it. Each group is laid out as ZeRO lays out
+// the whole model (padded to N·S, aligned to the optimizer's blocks) and
+// rank r keeps elements [r·S, (r+1)·S) in a shard of its own; the flat
+// storage is evicted (tensor.Evict: its memory freed, every handle on it
+// still valid, any use an error naming the tensor) except while the group
+// runs. The optimizer is built over views of the shards, one per owned
+// piece of a trainable parameter, as for ZeRO.
+//
+// Runner wraps the model's block runner (a checkpoint policy, or
+// nn.RunSequential); each block runs as:
+//
+//	forward:  all-gather the group into its storage (Rematerialize) → the
+//	          block → evict
+//	backward: an autograd node on the block's output gathers the group
+//	          again before the block's backward; one on its input (or,
+//	          when the input needs no gradient, the parameters'
+//	          OnGradReady hooks) sees it end: the group's gradients are
+//	          reduce-scattered (Avg) into this rank's shard gradient
+//	          (memory.Gradient, S elements, summed over micro-batches),
+//	          each full gradient released as it is packed, and the group
+//	          evicted.
+//
+// A recomputed segment (activation checkpointing) gathers for its
+// recomputation as for a forward. Rematerialize keeps the storage's
+// version, so the tensors autograd saved from a parameter before its
+// eviction stay valid when it is gathered again for backward; autocast
+// does not cache casts of such storage (the cache would keep the copy
+// eviction frees). The root group is gathered by BeforeForward (before
+// every forward, training or evaluating), evicted while the blocks run,
+// gathered after them for the head and final norm; in backward it is
+// reduced and evicted when backward reaches the blocks' output (after the
+// head and final norm), gathered again when the blocks' backward ends
+// (for layers before the blocks whose backward reads their weights) and
+// reduced and evicted for good when its parameters report their
+// gradients complete. So the root is gathered three times per
+// micro-batch, or twice with ZeRO3Config.LookupsBeforeBlocks (what train
+// sets for a GPT, whose layers before the blocks are embedding lookups
+// that read no weights in backward; for GPT-2 the token embedding is the
+// largest group). ReduceGradients (after the last micro-batch) reduces
+// whatever a group still holds, evicts everything and hands the shard
+// views their gradients; Update steps them. GatherEach makes each group
+// whole in turn (a checkpoint's weights, one group on the device at a
+// time), GatherAll the whole model for a moment (an exporter that reads
+// the model), Evict frees what an evaluation left gathered; LoadFull
+// writes each rank's shards from whole-model values; ExportFull and ImportFull are
+// ZeRO's, so checkpoints are the same whatever the stage and rank count.
+//
+// Memory per rank (Adam, F32): 16·P/N for the shards, plus the group
+// running: its parameters whole (4·B bytes for B parameters) and, in
+// backward, their gradients until the group is reduced (at most 4·B; a
+// block's gradients are packed and released one at a time). Measured on
+// the test GPT (blocks of 12,704 parameters, P = 40,224): 398,016 B at
+// N = 2 (16P/N = 321,792; bound 16P/N + 8·B = 423,424) and 249,824 B at
+// N = 4 (bound 262,528); train's -plan -ranks N predicts it exactly
+// (TestZero3MemoryAndPlan). The model is still built whole on every rank
+// before it is sharded, so a model must fit one rank once, at start. With
+// 8-bit Adam every parameter starts on a 2048-element block, as in ZeRO;
+// under stage 3 the gaps are memory (shards and gathered groups, up to
+// 2047 elements per parameter): nothing for GPT-2's matrices, more than
+// the model itself for a test GPT of width 32.
+//
+// Every gather and reduction is a blocking collective issued when it is
+// needed: NewLocal and MPI are synchronous (every call returns when the
+// collective is done), and so is NCCL as wrapped here (it waits for the
+// stream), so nothing overlaps computation. (ZeRO-3 has not run on NCCL:
+// no machine here has had two GPUs.) The
+// hook for prefetching is ZeRO3.gather, the one place a gather starts: an
+// asynchronous engine would start block i-1's gather there while block
+// i's backward runs (and block i+1's in forward), at the cost of a third
+// block's parameters. GatherTime and ReduceTime measure what it could
+// hide at most.
+//
 // # Not done yet
 //
 //   - NCCL with more than one rank has not run: the machines that checked
@@ -130,5 +212,8 @@
 //     (MPI reads and writes CPU tensors in place, GPU tensors through
 //     host copies).
 //   - Overlapping communication with computation in time: the collectives
-//     of ReduceDuringBackward run inside backward, synchronously.
+//     of ReduceDuringBackward and of ZeRO-3 run inside forward and
+//     backward, synchronously (no engine is asynchronous yet).
+//   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused,
+//     as for stages 1 and 2; the parameters must be built whole first.
 package dist

@@ -182,14 +182,19 @@ func tempScope() *tensor.Scope {
 // returns, per parameter, how many ranks hold one, and gives a zero
 // gradient (memory.Gradient) to a parameter that some other rank has a
 // gradient for and this one has not (it contributed nothing).
+//
+// The ranks exchange what they lack, not what they have, so that a
+// collective that returns zeros — NewMeta's on the meta device, where a
+// plan runs — reads as every rank holding every gradient, as in a real
+// step of the same graph.
 func syncPresence(c Comm, dev device.Device, params []*tensor.Tensor) ([]int, error) {
-	has := make([]float32, len(params))
+	missing := make([]float32, len(params))
 	for i, p := range params {
-		if p.Grad() != nil {
-			has[i] = 1
+		if p.Grad() == nil {
+			missing[i] = 1
 		}
 	}
-	t, err := tensor.FromFloat32(dev, has, []int{len(has)}, memory.Temporary)
+	t, err := tensor.FromFloat32(dev, missing, []int{len(missing)}, memory.Temporary)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +204,7 @@ func syncPresence(c Comm, dev device.Device, params []*tensor.Tensor) ([]int, er
 	}
 	counts := make([]int, len(params))
 	for i, v := range t.Float32s() {
-		counts[i] = int(v + 0.5)
+		counts[i] = c.Size() - int(v+0.5)
 		if p := params[i]; counts[i] > 0 && p.Grad() == nil {
 			g, err := tensor.New(dev, tensor.F32, p.Shape(), memory.Gradient)
 			if err != nil {

@@ -179,18 +179,21 @@ func (z *ZeRO) finishOverlap() error {
 	if o.err != nil {
 		return fail(o.err)
 	}
-	has := make([]float32, len(z.f.params))
+	// What each rank lacks, reduced by Min: lacking everywhere is 1, and
+	// a collective that returns zeros (a plan's, on the meta device)
+	// reads as present everywhere (see syncPresence).
+	missing := make([]float32, len(z.f.params))
 	for i, p := range z.f.params {
-		if o.fired[i] || p.Grad() != nil {
-			has[i] = 1
+		if !o.fired[i] && p.Grad() == nil {
+			missing[i] = 1
 		}
 	}
-	t, err := tensor.FromFloat32(z.dev, has, []int{len(has)}, memory.Temporary)
+	t, err := tensor.FromFloat32(z.dev, missing, []int{len(missing)}, memory.Temporary)
 	if err != nil {
 		return fail(err)
 	}
-	err = z.comm.AllReduce(t, Max)
-	has = t.Float32s()
+	err = z.comm.AllReduce(t, Min)
+	missing = t.Float32s()
 	t.Release()
 	if err != nil {
 		return fail(fmt.Errorf("dist: zero: %w", err))
@@ -203,7 +206,7 @@ func (z *ZeRO) finishOverlap() error {
 		}
 	}
 	for j, v := range z.views {
-		if has[z.viewOf[j].i] == 0 {
+		if missing[z.viewOf[j].i] != 0 {
 			v.SetGrad(nil)
 		}
 	}

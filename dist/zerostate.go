@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
@@ -166,22 +167,20 @@ func (z *ZeRO) ImportFull(full optim.State) error {
 // allReduceHost reduces a host vector over the ranks through a device
 // tensor (memory.Temporary).
 func (z *ZeRO) allReduceHost(v []float32, op Op) ([]float32, error) {
-	t, err := tensor.FromFloat32(z.dev, v, []int{len(v)}, memory.Temporary)
-	if err != nil {
-		return nil, err
-	}
-	defer t.Release()
-	if err := z.comm.AllReduce(t, op); err != nil {
-		return nil, err
-	}
-	return t.Float32s(), nil
+	return allReduceHost(z.comm, z.dev, v, op)
 }
 
 // allGatherHost concatenates every rank's local (this rank's part of a
 // flat vector: z.shard elements, or fewer for a buffer kept per block)
 // into the vector of Size·len(local) elements, bucket by bucket.
 func (z *ZeRO) allGatherHost(local []float32) ([]float32, error) {
-	n, r, S, k := z.comm.Size(), z.comm.Rank(), len(local), min(z.chunk, max(len(local), 1))
+	return allGatherHost(z.comm, z.dev, z.chunk, local)
+}
+
+// allGatherHost concatenates every rank's local (all of one length) in
+// rank order, at most chunk elements per rank per collective.
+func allGatherHost(c Comm, dev device.Device, chunk int, local []float32) ([]float32, error) {
+	n, r, S, k := c.Size(), c.Rank(), len(local), min(chunk, max(len(local), 1))
 	all := make([]float32, n*S)
 	copy(all[r*S:], local)
 	if n == 1 {
@@ -189,16 +188,16 @@ func (z *ZeRO) allGatherHost(local []float32) ([]float32, error) {
 	}
 	for lo := 0; lo < S; lo += k {
 		kb := min(k, S-lo)
-		in, err := tensor.FromFloat32(z.dev, local[lo:lo+kb], []int{kb}, memory.Temporary)
+		in, err := tensor.FromFloat32(dev, local[lo:lo+kb], []int{kb}, memory.Temporary)
 		if err != nil {
 			return nil, err
 		}
-		out, err := tensor.New(z.dev, tensor.F32, []int{n * kb}, memory.Temporary)
+		out, err := tensor.New(dev, tensor.F32, []int{n * kb}, memory.Temporary)
 		if err != nil {
 			in.Release()
 			return nil, err
 		}
-		err = z.comm.AllGather(out, in)
+		err = c.AllGather(out, in)
 		vals := out.Float32s()
 		in.Release()
 		out.Release()

@@ -9,14 +9,21 @@ type Watermark struct {
 	a          *Allocator
 	total      int64
 	byCategory [NumCategories]int64
+	state      int64 // peak of Parameter + Gradient + OptimizerState
 	closed     bool
+}
+
+// modelState is the bytes of what ZeRO calls the model states:
+// parameters, gradients and optimizer state, together.
+func (a *Allocator) modelState() int64 {
+	return a.st.ByCategory[Parameter].Current + a.st.ByCategory[Gradient].Current + a.st.ByCategory[OptimizerState].Current
 }
 
 // NewWatermark starts recording peaks from the current values.
 func (a *Allocator) NewWatermark() *Watermark {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	w := &Watermark{a: a, total: a.st.Requested.Current}
+	w := &Watermark{a: a, total: a.st.Requested.Current, state: a.modelState()}
 	for c := range w.byCategory {
 		w.byCategory[c] = a.st.ByCategory[c].Current
 	}
@@ -28,6 +35,7 @@ func (a *Allocator) NewWatermark() *Watermark {
 func (a *Allocator) observe() {
 	for _, w := range a.marks {
 		w.total = max(w.total, a.st.Requested.Current)
+		w.state = max(w.state, a.modelState())
 		for c := range w.byCategory {
 			w.byCategory[c] = max(w.byCategory[c], a.st.ByCategory[c].Current)
 		}
@@ -46,6 +54,17 @@ func (w *Watermark) PeakOf(c Category) int64 {
 	w.a.mu.Lock()
 	defer w.a.mu.Unlock()
 	return w.byCategory[c]
+}
+
+// PeakOfModelState is the highest sum of the Parameter, Gradient and
+// OptimizerState categories seen since the watermark began: the peak of
+// the model states at one moment, which the sum of their separate peaks
+// overstates (parameters sharded by ZeRO-3 are whole while gradients are
+// not yet reduced, and not while the optimizer steps).
+func (w *Watermark) PeakOfModelState() int64 {
+	w.a.mu.Lock()
+	defer w.a.mu.Unlock()
+	return w.state
 }
 
 // Close stops recording. It is idempotent.

@@ -12,6 +12,11 @@ func sameDevice(op string, ts ...*Tensor) device.Device {
 			continue
 		}
 		t.mustLive(op)
+		if t.st.evicted {
+			// Here, before the op allocates its result, so that the
+			// error leaks nothing (view would raise it later).
+			t.view()
+		}
 		if dev == nil {
 			dev = t.st.dev
 		} else if t.st.dev != dev {

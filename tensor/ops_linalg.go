@@ -165,7 +165,7 @@ func (s *Scope) castTo(t *Tensor, dtype DType) *Tensor {
 	if t.dtype == dtype {
 		return t
 	}
-	if t.node == nil && s.track {
+	if t.node == nil && s.track && !t.st.evictable {
 		h := s.owning() // a WithModes view shares its owner's cache
 		key := castKey{t, dtype}
 		if c, ok := h.casts[key]; ok && c.version == t.Version() {

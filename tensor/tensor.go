@@ -35,6 +35,15 @@ type storage struct {
 	buf     device.Buffer
 	refs    atomic.Int32
 	version atomic.Int64 // bumped by every in-place write
+	size    int64        // bytes asked for
+
+	// Storage shared by flattened parameters (Flatten) can be evicted:
+	// its memory freed while its handles live, and allocated again
+	// (Rematerialize). evictable also keeps its casts out of autocast's
+	// weight cache, which would hold the copy eviction means to free.
+	evictable bool
+	evicted   bool
+	cat       memory.Category // the category to allocate again under
 }
 
 func (st *storage) retain() { st.refs.Add(1) }
@@ -42,7 +51,9 @@ func (st *storage) retain() { st.refs.Add(1) }
 func (st *storage) release() {
 	switch n := st.refs.Add(-1); {
 	case n == 0:
-		st.dev.Free(st.buf)
+		if !st.evicted {
+			st.dev.Free(st.buf)
+		}
 		st.buf = device.Buffer{}
 	case n < 0:
 		panic("tensor: storage released more often than retained")
@@ -108,6 +119,9 @@ func (t *Tensor) Version() int64 { return t.st.version.Load() }
 
 // Category is the allocator category of the tensor's storage.
 func (t *Tensor) Category() memory.Category {
+	if t.st.evicted {
+		return t.st.cat
+	}
 	if t.st.buf.Block == nil {
 		return memory.Other
 	}
@@ -166,6 +180,9 @@ func (t *Tensor) View() device.View {
 }
 
 func (t *Tensor) view() device.View {
+	if t.st.evicted {
+		panic(errorf("evicted", "%s is not materialized: its storage was evicted (a parameter sharded across ranks, used outside the gather of its block)", t.describe()))
+	}
 	return device.View{Buf: t.st.buf, DType: t.dtype, Offset: t.offset, Shape: t.shape, Strides: t.strides}
 }
 
@@ -226,7 +243,7 @@ func alloc(dev device.Device, dtype DType, shape []int, cat memory.Category) (*T
 	if err != nil {
 		return nil, err
 	}
-	st := &storage{dev: dev, buf: buf}
+	st := &storage{dev: dev, buf: buf, size: int64(numel(shape) * dtype.Size())}
 	st.refs.Store(1)
 	t := &Tensor{st: st, shape: shape, strides: contiguousStrides(shape), dtype: dtype}
 	track(t)
@@ -321,6 +338,7 @@ func (t *Tensor) Uint8s() []uint8 {
 	}
 	out := make([]uint8, t.Len())
 	if len(out) > 0 {
+		t.view() // panics if evicted
 		t.st.dev.Read(out, t.st.buf, int64(t.offset))
 	}
 	return out
@@ -429,8 +447,9 @@ func (t *Tensor) packed(dtype DType, cat memory.Category) *Tensor {
 	if t.dtype == dtype && t.IsContiguous() {
 		return t.share()
 	}
+	src := t.view() // first: an evicted t panics before anything is allocated
 	out := mustAlloc(t.st.dev, dtype, t.shape, cat)
-	t.st.dev.Copy(out.view(), t.view())
+	t.st.dev.Copy(out.view(), src)
 	return out
 }
 

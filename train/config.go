@@ -93,7 +93,11 @@ type Config struct {
 
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
-	Zero int    `json:"zero"` // ZeRO stage: 0 (replicated optimizer), 1 (state sharded) or 2 (gradients too)
+	Zero int    `json:"zero"` // ZeRO stage: 0 (replicated optimizer), 1 (state sharded), 2 (gradients too) or 3 (parameters too)
+	// Ranks is the number of ranks -plan and -fit plan one rank of, with
+	// -dist (0: plan one process, unsharded). Training takes the rank
+	// count from the engine (mpirun -np).
+	Ranks int `json:"ranks,omitempty"`
 
 	// Output
 	EvalEvery int    `json:"eval_every"`
@@ -336,8 +340,12 @@ func (c *Config) Validate() error {
 		return bad("dist", c.Dist, "unknown engine (want off or mpi)")
 	}
 	switch {
-	case c.Zero < 0 || c.Zero > 2:
-		return bad("zero", c.Zero, "want 0, 1 (optimizer state sharded) or 2 (gradients too)")
+	case c.Zero < 0 || c.Zero > 3:
+		return bad("zero", c.Zero, "want 0, 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too)")
+	case c.Ranks < 0:
+		return bad("ranks", c.Ranks, "want a number of ranks to plan for, or 0")
+	case c.Ranks > 0 && c.Dist == "off":
+		return bad("ranks", c.Ranks, "plans one rank of -dist; add -dist mpi")
 	case c.Zero > 0 && c.UnfreezeAt > 0:
 		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
 	case c.Zero > 0 && c.Optim == "adafactor":

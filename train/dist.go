@@ -6,6 +6,8 @@ import (
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/tensor"
 )
@@ -19,7 +21,13 @@ import (
 //   - DDP (-zero 0): gradients are averaged over the ranks, then every rank
 //     steps its full optimizer — identical updates on identical replicas;
 //   - ZeRO (-zero 1|2): dist.ZeRO reduce-scatters the gradients, each rank
-//     steps the optimizer of its shard and the parameters are all-gathered.
+//     steps the optimizer of its shard and the parameters are all-gathered;
+//   - ZeRO-3 (-zero 3): dist.ZeRO3 holds only each rank's shard of the
+//     parameters, gathers a block's around its forward and backward (the
+//     model's block runner, wrapped) and reduce-scatters its gradients as
+//     backward leaves them; each rank steps its shard. beforeForward
+//     gathers the parameters outside the blocks before every forward, and
+//     a save gathers the whole model.
 //
 // Everything a rank decides alone would let the replicas drift apart, so
 // each such decision is agreed on: the mean loss (and with it the
@@ -31,6 +39,22 @@ import (
 // after freezing, so that the shards are cut from the trainable parameters.
 func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
 	t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
+	if t.Config.Zero == 3 {
+		m, ok := t.Model.(nn.Model)
+		if !ok {
+			return fmt.Errorf("-zero 3: the model (%T) has no blocks to shard by", t.Model)
+		}
+		// A GPT's layers before its blocks are embedding lookups,
+		// whose backward reads no weights.
+		_, gpt := t.Model.(*models.GPT)
+		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{LookupsBeforeBlocks: gpt}, newOpt)
+		if err != nil {
+			return fmt.Errorf("-zero 3: %v", err)
+		}
+		t.Opt.Release()
+		t.Opt, t.zero3 = z.Optimizer(), z
+		return nil
+	}
 	if t.Config.Zero == 0 {
 		d, err := dist.NewDDP(comm, t.Model.Parameters(), dist.DDPConfig{})
 		if err != nil {
@@ -100,6 +124,8 @@ func (t *Trainer) armReduction() error {
 // optimizer step, after the last micro-batch's backward.
 func (t *Trainer) reduceGradients() error {
 	switch {
+	case t.zero3 != nil:
+		return t.zero3.ReduceGradients()
 	case t.zero != nil:
 		return t.zero.ReduceGradients()
 	case t.ddp != nil:
@@ -111,6 +137,9 @@ func (t *Trainer) reduceGradients() error {
 // stepTarget is what the loss scaler unscales and steps: the optimizer, or
 // under ZeRO this rank's shard with an update that all-gathers.
 func (t *Trainer) stepTarget() amp.Optimizer {
+	if t.zero3 != nil {
+		return zero3Target{t.zero3}
+	}
 	if t.zero != nil {
 		return zeroTarget{t.zero}
 	}
@@ -122,11 +151,19 @@ func (t *Trainer) stepTarget() amp.Optimizer {
 
 type zeroTarget struct{ z *dist.ZeRO }
 
+type zero3Target struct{ z *dist.ZeRO3 }
+
+func (z zero3Target) Params() []*tensor.Tensor { return z.z.Shard() }
+func (z zero3Target) Step() error              { return z.z.Update() }
+
 func (z zeroTarget) Params() []*tensor.Tensor { return z.z.Shard() }
 func (z zeroTarget) Step() error              { return z.z.Update() }
 
 // clipGradNorm clips to the global norm over all ranks' gradients.
 func (t *Trainer) clipGradNorm(maxNorm float64) (float64, error) {
+	if t.zero3 != nil {
+		return t.zero3.ClipGradNorm(maxNorm)
+	}
 	if t.zero != nil {
 		return t.zero.ClipGradNorm(maxNorm)
 	}
@@ -139,6 +176,9 @@ func (t *Trainer) clipGradNorm(maxNorm float64) (float64, error) {
 
 // gradNorm is the global gradient norm.
 func (t *Trainer) gradNorm() (float64, error) {
+	if t.zero3 != nil {
+		return t.zero3.GradNorm()
+	}
 	if t.zero != nil {
 		return t.zero.GradNorm()
 	}
@@ -150,6 +190,10 @@ func (t *Trainer) gradNorm() (float64, error) {
 
 // zeroGrad releases every gradient the step used.
 func (t *Trainer) zeroGrad() {
+	if t.zero3 != nil {
+		t.zero3.ZeroGrad()
+		return
+	}
 	if t.zero != nil {
 		t.zero.ZeroGrad()
 		return
@@ -162,6 +206,9 @@ func (t *Trainer) zeroGrad() {
 
 // exportOptimizer is the full optimizer state; under ZeRO a collective.
 func (t *Trainer) exportOptimizer() (optim.State, error) {
+	if t.zero3 != nil {
+		return t.zero3.ExportFull()
+	}
 	if t.zero != nil {
 		return t.zero.ExportFull()
 	}
@@ -171,6 +218,9 @@ func (t *Trainer) exportOptimizer() (optim.State, error) {
 // importOptimizer loads a full optimizer state (this rank's shard of it
 // under ZeRO).
 func (t *Trainer) importOptimizer(st optim.State) error {
+	if t.zero3 != nil {
+		return t.zero3.ImportFull(st)
+	}
 	if t.zero != nil {
 		return t.zero.ImportFull(st)
 	}
@@ -180,3 +230,25 @@ func (t *Trainer) importOptimizer(st optim.State) error {
 // globalBatch is the number of examples of one optimizer step over all
 // ranks.
 func (t *Trainer) globalBatch() int { return t.Config.Batch * max(t.ranks, 1) }
+
+// beforeForward gathers ZeRO-3's parameters outside the blocks; called
+// inside a step or an evaluation, where a failure leaves as a panic that
+// tensor.Step returns (with the rank named, as every collective error).
+func (t *Trainer) beforeForward() {
+	if t.zero3 == nil {
+		return
+	}
+	if err := t.zero3.BeforeForward(); err != nil {
+		panic(&tensor.Error{Op: "zero3", Msg: err.Error()})
+	}
+}
+
+// distErr prefers the error ZeRO-3 kept from a failed collective (it
+// wraps the *dist.RankError naming the rank at fault) to the panic that
+// carried it out of a forward or backward.
+func (t *Trainer) distErr(err error) error {
+	if err != nil && t.zero3 != nil && t.zero3.Err() != nil {
+		return t.zero3.Err()
+	}
+	return err
+}

@@ -106,6 +106,11 @@ func (t *Trainer) GenerateText() (string, error) {
 // of the first validation (or training) window. Empty for other models
 // and data.
 func (t *Trainer) evalSample() string {
+	if t.zero3 != nil {
+		// Rank 0 alone writes samples, and under ZeRO-3 the weights
+		// exist whole only while every rank gathers them.
+		return ""
+	}
 	switch t.codec.(type) {
 	case byteCodec, tokenizerCodec:
 	default:

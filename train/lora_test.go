@@ -242,3 +242,48 @@ func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoRAZero3SaveResume: adapters trained on 2 ranks under ZeRO-3 save
+// without the base, and resume on one process and on 2 ranks again to end
+// where an uninterrupted one-process run ends.
+func TestLoRAZero3SaveResume(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Dropout, cfg.Batch, cfg.Workers, cfg.Steps = 0, 4, 1, 10
+	cfg.LoRA, cfg.LoRAAlpha, cfg.LR = 4, 8, 1e-2
+	one := cfg
+	one.Batch = 8
+	ref := newTrainer(t, one)
+	if _, err := ref.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := flatWeights(ref)
+
+	dir := t.TempDir()
+	first := cfg
+	first.Dist, first.Zero, first.Steps, first.Save = "mpi", 3, 4, filepath.Join(dir, "ck")
+	runRanks(t, first, 2, nil)
+	f := sttest.Read(t, first.Save)
+	for _, n := range f.Names() {
+		if !strings.HasPrefix(n, OptimizerPrefix) && !strings.Contains(n, ".lora_") {
+			t.Fatalf("the ZeRO-3 LoRA checkpoint holds %s", n)
+		}
+	}
+
+	resumed := one
+	resumed.Resume = first.Save
+	tr := newTrainer(t, resumed)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := relDiff(flatWeights(tr), want); d > 1e-5 {
+		t.Errorf("2 ranks (ZeRO 3) then 1 process: parameters differ by %.2g", d)
+	}
+	again := cfg
+	again.Dist, again.Zero, again.Resume = "mpi", 3, first.Save
+	trs, _ := runRanks(t, again, 2, nil)
+	for r, tr := range trs {
+		if d := relDiff(flatWeights(tr), want); d > 1e-5 {
+			t.Errorf("2 ranks then 2 ranks (ZeRO 3), rank %d: parameters differ by %.2g", r, d)
+		}
+	}
+}

@@ -152,6 +152,11 @@ type PeakBytes struct {
 	HostGradient       int64 `json:"host_gradient,omitempty"`
 	HostOptimizerState int64 `json:"host_optimizer_state,omitempty"`
 	HostActivation     int64 `json:"host_activation,omitempty"`
+	// ModelState is the peak of parameters + gradients + optimizer state
+	// at one moment (ZeRO's "model states"): less than the sum of their
+	// own peaks when they peak apart, as under ZeRO-3, where a block is
+	// whole while its gradient is, but not while the optimizer steps.
+	ModelState int64 `json:"model_state"`
 }
 
 func peakBytes(st memory.Stats) PeakBytes {

@@ -199,11 +199,14 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	default:
 		t.policy = checkpoint.Off
 	}
+	runner := t.policy.Runner()
 	if t.acts != nil {
-		model.SetBlockRunner(t.acts.Runner(t.policy.Runner()))
-	} else {
-		model.SetBlockRunner(t.policy.Runner())
+		runner = t.acts.Runner(runner)
 	}
+	if t.zero3 != nil {
+		runner = t.zero3.Runner(runner)
+	}
+	model.SetBlockRunner(runner)
 	if cfg.StepInBackward {
 		t.armStepInBackward()
 	}
@@ -243,6 +246,8 @@ func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error)
 // belongs to the caller.
 func (t *Trainer) Close() {
 	switch {
+	case t.zero3 != nil:
+		t.zero3.Release() // and the shard optimizer, t.Opt
 	case t.zero != nil:
 		t.zero.Release() // and the shard optimizer, t.Opt
 	case t.Opt != nil:

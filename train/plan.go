@@ -11,6 +11,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/meta"
+	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -84,11 +85,23 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	// The meta device has every capability; it hides those the target
 	// device lacks and those the run leaves out, so that it takes the
 	// same paths, and allocates the same bytes, as the run will.
-	var dev device.Device = meta.New(0)
+	var (
+		dev device.Device = meta.New(0)
+		err error
+	)
 	if hide := append(device.Lacks(cfg.Device), cfg.Without...); len(hide) > 0 {
 		dev = device.Without(dev, hide...)
 	}
-	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
+	// With -dist and -ranks N the plan is rank 0's (whose shards are the
+	// largest): a communicator that stands for N ranks and exchanges
+	// nothing, since the meta device computes no values to exchange.
+	var comm dist.Comm
+	if cfg.Dist != "off" && cfg.Ranks > 0 {
+		if comm, err = dist.NewMeta(0, cfg.Ranks); err != nil {
+			return PeakBytes{}, err
+		}
+	}
+	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, comm, nil)
 	if err != nil {
 		return PeakBytes{}, err
 	}
@@ -147,6 +160,9 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 			fmt.Fprintf(w, " (prefetch %d)", cfg.OffloadPrefetch)
 		}
 	}
+	if cfg.Dist != "off" && cfg.Ranks > 0 {
+		fmt.Fprintf(w, "; one rank of %d, zero %d", cfg.Ranks, cfg.Zero)
+	}
 	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
 	rows := []struct {
 		name string
@@ -167,6 +183,11 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	}
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
+	}
+	if cfg.Dist != "off" && cfg.Ranks > 0 {
+		// What ZeRO shards, at its peak together (for ZeRO-3 less than
+		// the sum of the rows above: a block is whole only in its turn).
+		fmt.Fprintf(w, "%-16s %14s  (parameters + gradients + optimizer state, at one moment)\n", "model state", memory.FormatBytes(p.ModelState))
 	}
 	fmt.Fprintf(w, "%-16s %14s  (peak of the sum; categories peak at different times)\n", "total", memory.FormatBytes(p.Total))
 	if p.HostTotal == 0 {

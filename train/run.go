@@ -174,6 +174,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	r.Data = max(r.Data, p.Data)
 	r.KVCache = max(r.KVCache, p.KVCache)
 	t.noteHostPeaks()
+	r.ModelState = max(r.ModelState, t.stepModelState)
 }
 
 // Peaks are the per-category peaks over the steps run so far.

@@ -137,6 +137,36 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
+	if t.zero3 != nil && t.Config.SaveFormat == "hf" {
+		// hf.SaveGPT2 reads the model's parameters: all of them are
+		// gathered on every rank while rank 0 writes.
+		return t.zero3.GatherAll(func() error { return t.save(path, nil) })
+	}
+	var weights map[string][]float32
+	if t.zero3 != nil {
+		// Block by block: every rank gathers one group at a time and
+		// rank 0 copies it to the host, so the device never holds more
+		// than the shards and one group whole.
+		weights = map[string][]float32{}
+		err := t.zero3.GatherEach(func(params []*tensor.Tensor) error {
+			if t.rank == 0 {
+				for _, p := range params {
+					weights[p.Name()] = p.Float32s()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("save %s: %v", path, err)
+		}
+	}
+	return t.save(path, weights)
+}
+
+// save writes the checkpoint; weights, when not nil, holds the
+// parameters' values (gathered from ZeRO-3's shards), else they are read
+// from the model.
+func (t *Trainer) save(path string, weights map[string][]float32) error {
 	if t.Config.SaveFormat == "hf" {
 		if t.rank != 0 {
 			return nil
@@ -156,7 +186,11 @@ func (t *Trainer) Save(path string) error {
 	params := t.checkpointParams()
 	tensors := make(map[string]Tensor, len(params)+len(ost.Tensors))
 	for _, p := range params {
-		tensors[p.Name()] = Tensor{Shape: append([]int{}, p.Shape()...), Data: p.Float32s()}
+		data, ok := weights[p.Name()]
+		if !ok {
+			data = p.Float32s()
+		}
+		tensors[p.Name()] = Tensor{Shape: append([]int{}, p.Shape()...), Data: data}
 	}
 	for k, v := range ost.Tensors {
 		tensors[OptimizerPrefix+k] = Tensor(v)
@@ -321,9 +355,17 @@ func (t *Trainer) Resume(path string) error {
 			}
 		}
 	}
-	for _, p := range params {
-		if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
+	if t.zero3 != nil {
+		// Each rank keeps its shards of the checkpoint's weights.
+		// A parameter the checkpoint lacks is LoRA's base: it stays.
+		if err := t.zero3.LoadFull(func(p *tensor.Tensor) []float32 { return weights[p.Name()].Data }); err != nil {
 			return bad("%v", err)
+		}
+	} else {
+		for _, p := range params {
+			if err := p.SetFloat32s(weights[p.Name()].Data); err != nil {
+				return bad("%v", err)
+			}
 		}
 	}
 	if weightDType(st.Config.Weights) != weightDType(t.Config.Weights) {

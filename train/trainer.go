@@ -81,6 +81,7 @@ type Trainer struct {
 	rank, ranks int
 	ddp         *dist.DDP
 	zero        *dist.ZeRO
+	zero3       *dist.ZeRO3
 
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
@@ -90,8 +91,11 @@ type Trainer struct {
 	lastLoss  float64
 	lastEval  EvalStats
 	runPeaks  PeakBytes
-	samples   int64
-	trainTime time.Duration
+	// stepModelState is the last step's peak of the model states
+	// (PeakBytes.ModelState), from a watermark around tryStep.
+	stepModelState int64
+	samples        int64
+	trainTime      time.Duration
 }
 
 // task says how a batch becomes a loss: classification (one label per
@@ -234,6 +238,11 @@ func (t *Trainer) shaped(b *data.Batch) *data.Batch {
 }
 
 func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
+	w := t.Device.Memory().NewWatermark()
+	defer func() {
+		t.stepModelState = w.PeakOfModelState()
+		w.Close()
+	}()
 	var res stepResult
 	in, tg, err := t.shaped(b).ToDevice(t.Device)
 	if err != nil {
@@ -276,6 +285,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		// Each rank draws its own dropout masks (rank 0 those of a
 		// one-process run): the same masks on every rank's different
 		// examples would correlate the replicas' noise.
+		t.beforeForward()
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
 		l := t.loss(r, m.Inputs, m.Targets)
@@ -294,7 +304,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		}
 		t.bwErr, t.bwSkip = nil, false
 		clear(t.bwDone)
-		return res, err
+		return res, t.distErr(err)
 	}
 	if t.distributed() {
 		// The mean over the ranks: what is logged, and what the
@@ -354,7 +364,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		return target.Step()
 	})
 	t.zeroGrad()
-	return res, err
+	return res, t.distErr(err)
 }
 
 // unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
@@ -406,6 +416,9 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	if t.autocast != device.Invalid {
 		opts = append(opts, tensor.Autocast(t.autocast))
 	}
+	if t.zero3 != nil {
+		defer t.zero3.Evict() // the forwards leave the root group whole
+	}
 	for b, err := range loader.All(ctx) {
 		if err != nil {
 			return st, err
@@ -417,6 +430,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			}
 			defer in.Release()
 			defer tg.Release()
+			t.beforeForward()
 			r := nn.Eval(s)
 			var l *tensor.Tensor
 			if t.task.tokens {
@@ -470,7 +484,7 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 // Not with data parallelism, whose replicas lay the parameters out as
 // they were built.
 func (t *Trainer) holdFrozenInAutocast() error {
-	if t.autocast == device.Invalid || t.distributed() || t.Config.Weights == "bf16" {
+	if t.autocast == device.Invalid || t.distributed() || t.zero3 != nil || t.Config.Weights == "bf16" {
 		return nil
 	}
 	for _, p := range t.frozen {

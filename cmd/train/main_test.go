@@ -6,10 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,7 +38,7 @@ func TestHelp(t *testing.T) {
 	for _, f := range []string{"-model", "-layers", "-width", "-heads", "-context", "-data", "-workers", "-prefetch", "-val-split",
 		"-steps", "-epochs", "-batch", "-lr", "-optim", "-wd", "-clip", "-warmup", "-schedule", "-seed",
 		"-amp", "-accum", "-checkpoint", "-lm-head", "-freeze", "-unfreeze-at", "-device", "-mem-limit",
-		"-dist", "-zero", "-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
+		"-dist", "-zero", "-ranks", "-eval-every", "-metrics", "-mem-report", "-summary", "-save", "-save-every", "-resume", "-quiet", "-plan", "-fit"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("-h does not list %s", f)
 		}
@@ -48,6 +51,33 @@ func TestPlanReport(t *testing.T) {
 		t.Fatalf("-plan exited %d: %s", code, errs)
 	}
 	goldenfile.Check(t, "plan.golden", out)
+}
+
+// TestPlanRanks: -plan -dist mpi -ranks N plans one rank of N without
+// mpirun (and without an MPI build): the sharded categories fall with
+// the stage, and the report names the ranks and the model-state peak.
+func TestPlanRanks(t *testing.T) {
+	base := []string{"-plan", "-model", "gpt", "-layers", "2", "-width", "64", "-heads", "4", "-context", "32", "-batch", "8", "-dist", "mpi", "-ranks", "4"}
+	var prev int64 = math.MaxInt64
+	for _, zero := range []string{"0", "1", "2", "3"} {
+		code, out, errs := runCmd(t, append(append([]string{}, base...), "-zero", zero)...)
+		if code != 0 {
+			t.Fatalf("-zero %s: -plan exited %d: %s", zero, code, errs)
+		}
+		if !strings.Contains(out, "; one rank of 4, zero "+zero) {
+			t.Errorf("-zero %s: the plan does not say it is one rank of 4:\n%s", zero, out)
+		}
+		m := regexp.MustCompile(`(?m)^model state +([0-9.]+) (B|KiB|MiB)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("-zero %s: no model state row:\n%s", zero, out)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		n := int64(v * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[m[2]])
+		if n >= prev {
+			t.Errorf("-zero %s: model state %s, not below the previous stage's", zero, m[1]+" "+m[2])
+		}
+		prev = n
+	}
 }
 
 func TestBadInput(t *testing.T) {
@@ -100,7 +130,9 @@ func TestBadInput(t *testing.T) {
 		{"impossible budget", []string{"-fit", "1KiB"}, "nothing fits"},
 		{"unknown dist engine", []string{"-dist", "nccl"}, "-dist nccl: unknown engine"},
 		{"zero without dist", []string{"-zero", "1"}, "-zero 1: needs -dist"},
-		{"zero stage 3", []string{"-dist", "mpi", "-zero", "3"}, "-zero 3"},
+		{"zero stage 4", []string{"-dist", "mpi", "-zero", "4"}, "-zero 4"},
+		{"ranks without dist", []string{"-plan", "-ranks", "2"}, "-ranks 2: plans one rank of -dist"},
+		{"negative ranks", []string{"-plan", "-dist", "mpi", "-ranks", "-1"}, "-ranks -1"},
 		{"unknown offload", []string{"-offload", "gradients"}, "-offload gradients: unknown"},
 		{"negative offload prefetch", []string{"-offload", "activations", "-offload-prefetch", "-1"}, "-offload-prefetch -1"},
 		{"offload optimizer stepping in backward", []string{"-offload", "optimizer", "-step-in-backward"}, "-step-in-backward"},

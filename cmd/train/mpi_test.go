@@ -102,7 +102,7 @@ var small = []string{"-quiet", "-model", "gpt", "-layers", "2", "-width", "32", 
 	"-eval-every", "0", "-workers", "1", "-steps", "20"}
 
 // TestMPIMatchesOneProcess: 2 ranks of -batch 4 under mpirun end where one
-// process of -batch 8 ends, with -zero 0, 1 and 2: the GPT in f32, the MLP
+// process of -batch 8 ends, with -zero 0, 1, 2 and 3: the GPT in f32, the MLP
 // in bf16 (Adam, 1e-5), and the GPT in bf16 with accumulation (SGD, 1e-4;
 // see train's TestDistEquivalence). 16-bit cases compare with one process
 // taking the same micro-batches.
@@ -130,7 +130,7 @@ func TestMPIMatchesOneProcess(t *testing.T) {
 			t.Fatalf("%s, one process: exit %d\n%s", tc.name, code, stderr.String())
 		}
 		want := readWeights(t, one)
-		for _, zero := range []string{"0", "1", "2"} {
+		for _, zero := range []string{"0", "1", "2", "3"} {
 			path := filepath.Join(dir, "two-"+zero+".safetensors")
 			args := append(append(append([]string{}, small...), tc.extra...), "-batch", "4", "-dist", "mpi", "-zero", zero, "-save", path)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -146,14 +146,59 @@ func TestMPIMatchesOneProcess(t *testing.T) {
 	}
 }
 
-// TestMPIRankDeath kills rank 1 mid-run: the job must end non-zero within
-// 60 s naming the dead rank, the last checkpoint must stay valid, and one
-// process must resume from it.
+// TestMPIZero3FourRanks: issue 25's equivalence under mpirun with 4 ranks:
+// 4 ranks of -batch 2 with -zero 3 end where one process of -batch 8 ends
+// (f32, 20 steps), also with activation checkpointing and with
+// accumulation (the one process taking the same micro-batches).
+func TestMPIZero3FourRanks(t *testing.T) {
+	bin := mpiBinary(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		accum string // the one process's -accum
+	}{
+		{"plain", nil, "1"},
+		{"checkpoint every", []string{"-checkpoint", "every"}, "1"},
+		{"accum 2", []string{"-accum", "2"}, "2"},
+	} {
+		one := filepath.Join(dir, "one.safetensors")
+		args := append(append(append([]string{}, small...), tc.extra...), "-batch", "8", "-accum", tc.accum, "-save", one)
+		var stderr bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 0 {
+			t.Fatalf("%s, one process: exit %d\n%s", tc.name, code, stderr.String())
+		}
+		four := filepath.Join(dir, "four.safetensors")
+		args = append(append(append([]string{}, small...), tc.extra...), "-batch", "2", "-dist", "mpi", "-zero", "3", "-save", four)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		out, err := mpirun(ctx, 4, bin, args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s, 4 ranks: %v\n%s", tc.name, err, out)
+		}
+		if d := maxRelDiff(readWeights(t, four), readWeights(t, one)); d > 1e-5 {
+			t.Errorf("%s: 4 ranks × 2 (ZeRO 3) differ from 1 × 8 by %.2g > 1e-5", tc.name, d)
+		} else {
+			t.Logf("%s: 4 ranks × 2 (ZeRO 3) against 1 × 8: %.2g", tc.name, d)
+		}
+	}
+}
+
+// TestMPIRankDeath kills rank 1 mid-run (-zero 2, and -zero 3, whose
+// ranks hold only shards of the weights): the job must end non-zero
+// within 60 s naming the dead rank, the last checkpoint must stay valid,
+// and one process must resume from it.
 func TestMPIRankDeath(t *testing.T) {
+	for _, zero := range []string{"2", "3"} {
+		t.Run("zero "+zero, func(t *testing.T) { testMPIRankDeath(t, zero) })
+	}
+}
+
+func testMPIRankDeath(t *testing.T, zero string) {
 	bin := mpiBinary(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.safetensors")
-	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", "2",
+	args := append(append([]string{}, small...), "-batch", "4", "-dist", "mpi", "-zero", zero,
 		"-steps", "100000", "-save", state, "-save-every", "10")
 	cmd, out := startJob(t, 2, bin, args...)
 	waitFor(t, "a checkpoint", out, func() bool {

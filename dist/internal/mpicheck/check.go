@@ -49,7 +49,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	for _, mode := range []string{"ddp", "zero1", "zero2"} {
+	for _, mode := range []string{"ddp", "zero1", "zero2", "zero3"} {
 		got, state, err := train(c, mode, false)
 		if err != nil {
 			return fmt.Errorf("rank %d: %s: %w", r, mode, err)
@@ -124,6 +124,7 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 		opt *optim.Optimizer
 		d   *dist.DDP
 		z   *dist.ZeRO
+		z3  *dist.ZeRO3
 	)
 	switch mode {
 	case "plain":
@@ -131,6 +132,13 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 	case "ddp":
 		if opt, err = newAdam(params); err == nil {
 			d, err = dist.NewDDP(c, params, dist.DDPConfig{BucketBytes: 64})
+		}
+	case "zero3":
+		z3, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{BucketBytes: 64}, newAdam)
+		if z3 != nil {
+			defer z3.Release()
+			opt = z3.Optimizer()
+			model.SetBlockRunner(z3.Runner(nil))
 		}
 	default:
 		z, err = dist.NewZeRO(c, params, dist.ZeROConfig{Stage: int(mode[4] - '0'), BucketBytes: 64}, newAdam)
@@ -163,6 +171,11 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 			return nil, 0, err
 		}
 		_, err = accumulate.Window(micro, func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor {
+			if z3 != nil {
+				if err := z3.BeforeForward(); err != nil {
+					panic(&tensor.Error{Op: "mpicheck", Msg: err.Error()})
+				}
+			}
 			return s.CrossEntropy(model.Forward(nn.NewRun(s, 0), mb.Inputs), mb.Targets, tensor.CrossEntropyOptions{})
 		}, nil)
 		for _, mb := range micro {
@@ -180,6 +193,8 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 			}
 		case z != nil:
 			err = z.Step()
+		case z3 != nil:
+			err = z3.Step()
 		default:
 			err = opt.Step()
 		}
@@ -187,14 +202,25 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 			p.SetGrad(nil)
 		}
 		if err != nil {
+			if z3 != nil && z3.Err() != nil {
+				err = z3.Err() // names the rank at fault
+			}
 			return nil, 0, fmt.Errorf("step %d: %w", step, err)
 		}
 	}
 	var out []float32
-	for _, p := range params {
-		out = append(out, p.Float32s()...)
+	read := func() error {
+		for _, p := range params {
+			out = append(out, p.Float32s()...)
+		}
+		return nil
 	}
-	return out, dev.Memory().Stats().Category(memory.OptimizerState).Current, nil
+	if z3 != nil {
+		err = z3.GatherAll(read) // the parameters are whole only while gathered
+	} else {
+		err = read()
+	}
+	return out, dev.Memory().Stats().Category(memory.OptimizerState).Current, err
 }
 
 func btoi(b bool) uint64 {

@@ -1,0 +1,477 @@
+package dist_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/accumulate"
+	"github.com/memfit/memfit/checkpoint"
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/dist"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/tensor"
+)
+
+// The ZeRO-3 test model: a GPT whose blocks (12·32² + 13·32 = 12704
+// parameters each) outweigh its root (embeddings and final norm: 48·32 +
+// 16·32 + 64 = 2112), global batches of 8 sequences of 16 tokens.
+var gpt3 = models.GPTConfig{Layers: 3, Heads: 2, Dim: 32, Context: 16, Vocab: 48}
+
+const (
+	gpt3Rows  = 8
+	gpt3Steps = 20
+)
+
+// gptBatch is rows [lo, hi) of step's global batch of token sequences.
+func gptBatch(dev *cpu.Device, step, lo, hi int) (x, y *tensor.Tensor, err error) {
+	T := gpt3.Context
+	xs := make([]int32, 0, (hi-lo)*T)
+	ys := make([]int32, 0, (hi-lo)*T)
+	for r := lo; r < hi; r++ {
+		for j := range T {
+			xs = append(xs, int32((step*7+r*13+j*j*5+j)%gpt3.Vocab))
+			ys = append(ys, int32((step*7+r*13+(j+1)*(j+1)*5+j+1)%gpt3.Vocab))
+		}
+	}
+	if x, err = tensor.FromInt32(dev, xs, []int{hi - lo, T}, memory.Data); err != nil {
+		return nil, nil, err
+	}
+	y, err = tensor.FromInt32(dev, ys, []int{hi - lo, T}, memory.Data)
+	return x, y, err
+}
+
+type gptRun struct {
+	zero3      bool
+	accum      int
+	checkpoint checkpoint.Policy
+	optimizer  func([]*tensor.Tensor) (*optim.Optimizer, error)
+	// measure, when set, gets each step's peak of the model states
+	// (parameters, gradients, optimizer state) and the ZeRO3.
+	measure func(step int, peak int64, z *dist.ZeRO3)
+	// resumeFrom, when set, loads weights and optimizer state before
+	// training; save, when set, gets them after training.
+	lookups    bool // ZeRO3Config.LookupsBeforeBlocks
+	resumeFrom *fullState
+	save       func(fullState)
+	// frozen lists parameter path prefixes that do not train.
+	frozen []string
+}
+
+// fullState is a whole-model checkpoint held in memory.
+type fullState struct {
+	weights map[string][]float32
+	opt     optim.State
+}
+
+// trainGPT trains the test GPT on c's rank (c nil: one process with the
+// whole global batch) and returns its parameters, gathered.
+func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
+	dev := cpu.New(cpu.Threads(1))
+	rank, ranks := 0, 1
+	if c != nil {
+		rank, ranks = c.Rank(), c.Size()
+	}
+	cfg := gpt3
+	cfg.Seed = 1 + uint64(rank)*100 // construction must broadcast rank 0's
+	model, err := models.NewGPT(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer nn.Release(model)
+	for _, p := range model.Parameters() {
+		for _, f := range run.frozen {
+			if strings.HasPrefix(p.Name(), f) {
+				p.SetRequiresGrad(false)
+			}
+		}
+	}
+	newOpt := run.optimizer
+	if newOpt == nil {
+		newOpt = gptAdamW
+	}
+	var (
+		opt *optim.Optimizer
+		z   *dist.ZeRO3
+	)
+	if run.zero3 {
+		if z, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{LookupsBeforeBlocks: run.lookups}, newOpt); err != nil {
+			return nil, err
+		}
+		defer z.Release()
+		opt = z.Optimizer()
+		model.SetBlockRunner(z.Runner(run.checkpoint.Runner()))
+	} else {
+		if opt, err = newOpt(model.Parameters()); err != nil {
+			return nil, err
+		}
+		defer opt.Release()
+		model.SetBlockRunner(run.checkpoint.Runner())
+	}
+	if st := run.resumeFrom; st != nil {
+		if z != nil {
+			err = z.LoadFull(func(p *tensor.Tensor) []float32 { return st.weights[p.Name()] })
+			if err == nil {
+				err = z.ImportFull(st.opt)
+			}
+		} else {
+			for _, p := range model.Parameters() {
+				if err = p.SetFloat32s(st.weights[p.Name()]); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				err = opt.Import(st.opt)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	accum := max(run.accum, 1)
+	per := gpt3Rows / ranks
+	for step := range steps {
+		x, y, err := gptBatch(dev, step, rank*per, (rank+1)*per)
+		if err != nil {
+			return nil, err
+		}
+		micro, err := accumulate.Split(x, y, accum)
+		if err != nil {
+			return nil, err
+		}
+		w := dev.Memory().NewWatermark()
+		_, err = accumulate.Window(micro, func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor {
+			if z != nil {
+				if err := z.BeforeForward(); err != nil {
+					panic(&tensor.Error{Op: "test", Msg: err.Error()})
+				}
+			}
+			return model.TokenLoss(nn.NewRun(s, 0), mb.Inputs, mb.Targets, tensor.CrossEntropyOptions{})
+		}, nil)
+		for _, mb := range micro {
+			mb.Release()
+		}
+		x.Release()
+		y.Release()
+		if err == nil {
+			if z != nil {
+				err = z.Step()
+			} else {
+				err = opt.Step()
+				opt.ZeroGrad()
+			}
+		}
+		if run.measure != nil {
+			run.measure(step, w.PeakOfModelState(), z)
+		}
+		w.Close()
+		if err != nil {
+			if z != nil && z.Err() != nil {
+				err = z.Err()
+			}
+			return nil, fmt.Errorf("rank %d, step %d: %w", rank, step, err)
+		}
+	}
+	var out []float32
+	read := func() error {
+		st := fullState{weights: map[string][]float32{}}
+		for _, p := range model.Parameters() {
+			v := p.Float32s()
+			st.weights[p.Name()] = v
+			out = append(out, v...)
+		}
+		var err error
+		if z != nil {
+			st.opt, err = z.ExportFull() // a collective: every rank
+		} else {
+			st.opt, err = opt.Export()
+		}
+		if run.save != nil {
+			run.save(st)
+		}
+		return err
+	}
+	if z != nil {
+		// ExportFull inside GatherAll: every rank runs both collectives.
+		err = z.GatherAll(read)
+	} else {
+		err = read()
+	}
+	return out, err
+}
+
+// TestZero3Equivalence: 20 steps of the GPT with its parameters sharded
+// over 2 and 4 ranks equal one process with the same global batch, also
+// with activation checkpointing and with accumulation.
+func TestZero3Equivalence(t *testing.T) {
+	cases := []struct {
+		name  string
+		ranks int
+		run   gptRun
+	}{
+		{"2 ranks", 2, gptRun{}},
+		{"4 ranks", 4, gptRun{}},
+		{"2 ranks, checkpoint every block", 2, gptRun{checkpoint: checkpoint.Every}},
+		{"4 ranks, checkpoint sqrt", 4, gptRun{checkpoint: checkpoint.Sqrt}},
+		{"2 ranks, accumulation 2", 2, gptRun{accum: 2}},
+		{"2 ranks, accumulation 2, lookups before the blocks", 2, gptRun{accum: 2, lookups: true}},
+		{"2 ranks, checkpoint and accumulation", 2, gptRun{accum: 2, checkpoint: checkpoint.Every}},
+		// Block 0 and the embeddings frozen: block 1's input needs no
+		// gradient, so its backward ends by its parameters' hooks.
+		{"4 ranks, frozen embeddings and first block", 4, gptRun{frozen: []string{"embed.", "blocks.0."}}},
+		{"2 ranks, sgd", 2, gptRun{optimizer: func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
+			return optim.NewSGD(ps, optim.SGD{LR: 0.05, Momentum: 0.9})
+		}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := trainGPT(nil, gptRun{accum: tc.run.accum, checkpoint: tc.run.checkpoint, optimizer: tc.run.optimizer, frozen: tc.run.frozen}, gpt3Steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([][]float32, tc.ranks)
+			run := tc.run
+			run.zero3 = true
+			errs := runRanks(dist.NewLocal(tc.ranks), func(c dist.Comm) error {
+				var err error
+				got[c.Rank()], err = trainGPT(c, run, gpt3Steps)
+				return err
+			})
+			checkErrs(t, errs)
+			for r := range got {
+				e := relL2(got[r], want)
+				if e > 1e-5 {
+					t.Errorf("rank %d: parameters differ from one process by %.3g (relative)", r, e)
+				}
+				if r == 0 {
+					t.Logf("‖Δ‖/‖w‖ = %.2g", e)
+				}
+			}
+		})
+	}
+}
+
+// TestZero3Memory: the per-rank peak of parameters + gradients +
+// optimizer state, measured by the allocator, stays within 16·P/N plus
+// twice the largest group's parameters (4 bytes each): the shards, and
+// one block whole with its gradient.
+func TestZero3Memory(t *testing.T) {
+	for _, ranks := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
+			peaks := make([]int64, ranks)
+			run := gptRun{zero3: true, measure: func(step int, peak int64, z *dist.ZeRO3) {
+				if step == 0 {
+					return // Adam's state is made by the first step
+				}
+				peaks[z.Rank()] = max(peaks[z.Rank()], peak)
+			}}
+			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+				_, err := trainGPT(c, run, 3)
+				return err
+			})
+			checkErrs(t, errs)
+			D := int64(gpt3.Dim)
+			block := 12*D*D + 13*D
+			P := int64(gpt3.Vocab+gpt3.Context+2)*D + int64(gpt3.Layers)*block
+			bound := 16*P/int64(ranks) + 2*4*block
+			for r := range peaks {
+				t.Logf("rank %d: model-state peak %d B; 16P/N = %d B, bound %d B", r, peaks[r], 16*P/int64(ranks), bound)
+				if peaks[r] > bound {
+					t.Errorf("rank %d: model-state peak %d B exceeds 16·P/N + 2·(a block's parameters, 4 B each) = %d B", r, peaks[r], bound)
+				}
+			}
+		})
+	}
+}
+
+// TestZero3Checkpoint: the whole-model state of a 2-rank ZeRO-3 run
+// resumes on 4 ranks, on 1 process, and on 2 ranks of ZeRO-3 again, each
+// continuing exactly as the uninterrupted run.
+func TestZero3Checkpoint(t *testing.T) {
+	var saved fullState
+	errs := runRanks(dist.NewLocal(2), func(c dist.Comm) error {
+		run := gptRun{zero3: true}
+		if c.Rank() == 0 {
+			run.save = func(st fullState) { saved = st }
+		}
+		_, err := trainGPT(c, run, 4)
+		return err
+	})
+	checkErrs(t, errs)
+	if saved.opt.Step != 4 || len(saved.opt.Tensors) == 0 {
+		t.Fatalf("saved optimizer state at step %d with %d tensors", saved.opt.Step, len(saved.opt.Tensors))
+	}
+	// Uninterrupted: 4 + 3 steps in one process. The resumed runs see
+	// steps 0..2 of the data again; so does the reference.
+	want, err := trainGPT(nil, gptRun{resumeFrom: &saved}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{4, 2} {
+		t.Run(fmt.Sprintf("on %d ranks", ranks), func(t *testing.T) {
+			got := make([][]float32, ranks)
+			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+				var err error
+				got[c.Rank()], err = trainGPT(c, gptRun{zero3: true, resumeFrom: &saved}, 3)
+				return err
+			})
+			checkErrs(t, errs)
+			if e := relL2(got[0], want); e > 1e-5 {
+				t.Errorf("resumed on %d ranks: parameters differ from the one-process resume by %.3g", ranks, e)
+			}
+		})
+	}
+	t.Run("on 1 process", func(t *testing.T) {
+		// The one-process resume above is itself the check that the
+		// state loads without ZeRO; here, on a ZeRO-3 group of one.
+		got := make([][]float32, 1)
+		checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+			var err error
+			got[0], err = trainGPT(c, gptRun{zero3: true, resumeFrom: &saved}, 3)
+			return err
+		}))
+		if e := relL2(got[0], want); e > 1e-5 {
+			t.Errorf("resumed on 1 rank: parameters differ by %.3g", e)
+		}
+	})
+}
+
+// TestZero3DeadRank: a rank that closes its communicator in the middle of
+// training makes the others fail with a *dist.RankError naming it.
+func TestZero3DeadRank(t *testing.T) {
+	for _, ranks := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
+			const dead = 1
+			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+				run := gptRun{zero3: true}
+				if c.Rank() == dead {
+					run.measure = func(step int, _ int64, _ *dist.ZeRO3) {
+						if step == 1 {
+							c.Close()
+						}
+					}
+				}
+				_, err := trainGPT(c, run, 4)
+				return err
+			})
+			for r, err := range errs {
+				if r == dead {
+					continue
+				}
+				var re *dist.RankError
+				if !errors.As(err, &re) || re.Rank != dead {
+					t.Errorf("rank %d: %v; want a *dist.RankError naming rank %d", r, err, dead)
+				}
+			}
+		})
+	}
+}
+
+// relL2 is ‖a-b‖/‖b‖, the measure train's equivalence tests use: an
+// element whose true gradient is zero (the attention key bias: softmax
+// ignores a shift) trains on rounding noise, which Adam turns into ±lr
+// steps whatever the reduction order, so elementwise comparisons of Adam
+// runs say nothing about the reduction.
+func relL2(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// gptAdamW is the GPT tests' optimizer. Its learning rate is a GPT's
+// (1e-3, not the MLP tests' 1e-2): f32 sums of the ranks' gradients
+// associate differently from one process's, and the attention key bias,
+// whose true gradient is zero (softmax ignores a shift), trains on
+// rounding noise that Adam turns into ±lr steps; at 1e-2 that alone moves
+// the parameters by 3e-5 in 20 steps (one process with -accum 2 against
+// -accum 1, no ranks at all).
+func gptAdamW(ps []*tensor.Tensor) (*optim.Optimizer, error) {
+	return optim.NewAdamW(ps, optim.AdamW{LR: 1e-3, WeightDecay: 0.01})
+}
+
+// TestZero3ParametersNeedTheRunner: once sharded, a parameter holds no
+// memory outside its block's gather; a forward that bypasses the runner
+// is an error naming the parameter, not a read of freed memory, and leaks
+// nothing.
+func TestZero3ParametersNeedTheRunner(t *testing.T) {
+	checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+		dev := cpu.New(cpu.Threads(1))
+		model, err := models.NewGPT(dev, gpt3)
+		if err != nil {
+			return err
+		}
+		defer nn.Release(model)
+		z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{}, gptAdamW)
+		if err != nil {
+			return err
+		}
+		defer z.Release()
+		x, y, err := gptBatch(dev, 0, 0, 2)
+		if err != nil {
+			return err
+		}
+		defer x.Release()
+		defer y.Release()
+		before := dev.Memory().Stats().Requested.Current
+		err = tensor.Step(func(s *tensor.Scope) error {
+			if err := z.BeforeForward(); err != nil {
+				return err
+			}
+			model.TokenLoss(nn.NewRun(s, 0), x, y, tensor.CrossEntropyOptions{}) // no z.Runner installed
+			return nil
+		})
+		var te *tensor.Error
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), "blocks.0.") || !strings.Contains(err.Error(), "evicted") {
+			return fmt.Errorf("a forward without the runner: %v; want a *tensor.Error naming a parameter of blocks.0 as evicted", err)
+		}
+		z.ZeroGrad() // evicts the root BeforeForward gathered
+		if after := dev.Memory().Stats().Requested.Current; after != before {
+			return fmt.Errorf("%d bytes before the failed forward, %d after", before, after)
+		}
+		return nil
+	}))
+}
+
+// TestZero3GatherCounts: a block is gathered before its forward and again
+// before its backward (and once more for its recomputation under
+// checkpointing; the last segment is not recomputed), and reduced once;
+// the root is gathered before the forward, after the blocks and after
+// their backward, and reduced twice (the head's gradient when backward
+// reaches the blocks, the embeddings' at the end).
+func TestZero3GatherCounts(t *testing.T) {
+	L := gpt3.Layers
+	for _, tc := range []struct {
+		name               string
+		policy             checkpoint.Policy
+		gathers, reduction int
+		lookups            bool // the root is not gathered after the blocks' backward
+	}{
+		{"no checkpointing", checkpoint.Off, 2*L + 3, L + 2, false},
+		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, L + 2, false},
+		{"lookups before the blocks", checkpoint.Off, 2*L + 2, L + 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErrs(t, runRanks(dist.NewLocal(2), func(c dist.Comm) error {
+				var g0, r0 int
+				var errs []error
+				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, measure: func(step int, _ int64, z *dist.ZeRO3) {
+					if g, r := z.Gathers-g0, z.Reductions-r0; g != tc.gathers || r != tc.reduction {
+						errs = append(errs, fmt.Errorf("step %d: %d gathers and %d reductions, want %d and %d", step, g, r, tc.gathers, tc.reduction))
+					}
+					g0, r0 = z.Gathers, z.Reductions
+				}}
+				_, err := trainGPT(c, run, 3)
+				return errors.Join(append(errs, err)...)
+			}))
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package tensor_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tensor"
+)
+
+// TestFlattenEvictRematerialize: flattened parameters keep their values
+// and identity; evicting frees exactly the storage's bytes and makes every
+// use an error naming the tensor; rematerializing with the same values
+// lets a backward that saved them before the eviction run, with the
+// gradients of a run that never evicted.
+func TestFlattenEvictRematerialize(t *testing.T) {
+	dev := cpu.New()
+	w, _ := tensor.FromFloat32(dev, []float32{1, 0, -1, 2, 0.5, 3}, []int{2, 3}, memory.Parameter)
+	b, _ := tensor.FromFloat32(dev, []float32{0.25, -0.5}, []int{2}, memory.Parameter)
+	w.SetName("w").SetRequiresGrad(true)
+	b.SetName("b").SetRequiresGrad(true)
+	defer w.Release()
+	defer b.Release()
+	x, _ := tensor.FromFloat32(dev, []float32{1, 2, 3, 4, 5, 6}, []int{2, 3}, memory.Data)
+	defer x.Release()
+
+	if _, err := tensor.Flatten([]*tensor.Tensor{w, b}, []int{0, 5}, 9, memory.Parameter); err == nil {
+		t.Fatal("overlapping offsets were accepted")
+	}
+	flat, err := tensor.Flatten([]*tensor.Tensor{w, b}, []int{0, 6}, 9, memory.Parameter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flat.Release()
+	if got, want := flat.Float32s(), []float32{1, 0, -1, 2, 0.5, 3, 0.25, -0.5, 0}; !slices.Equal(got, want) {
+		t.Fatalf("flat %v, want %v", got, want)
+	}
+	if got := dev.Memory().Stats().Category(memory.Parameter).Current; got != 36 {
+		t.Fatalf("parameter bytes %d after flattening, want 36 (9 elements)", got)
+	}
+
+	var want [][]float32
+	for _, evict := range []bool{false, true} {
+		err := tensor.Step(func(s *tensor.Scope) error {
+			y := s.Linear(x, w, b)
+			l := s.Sum(s.Mul(y, y), false)
+			if evict {
+				if err := flat.Evict(); err != nil {
+					return err
+				}
+				if got := dev.Memory().Stats().Category(memory.Parameter).Current; got != 0 {
+					t.Errorf("parameter bytes %d while evicted, want 0", got)
+				}
+				var te *tensor.Error
+				if err := tensor.Catch(func() error { w.Float32s(); return nil }); !errors.As(err, &te) {
+					t.Errorf("reading an evicted parameter: %v, want a *tensor.Error", err)
+				}
+				v := w.Version()
+				if err := flat.Rematerialize(func() error {
+					return flat.SetFloat32s([]float32{1, 0, -1, 2, 0.5, 3, 0.25, -0.5, 0})
+				}); err != nil {
+					return err
+				}
+				if w.Version() != v {
+					t.Errorf("version %d after rematerializing, want %d", w.Version(), v)
+				}
+			}
+			l.Backward()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := [][]float32{w.Grad().Float32s(), b.Grad().Float32s()}
+		w.SetGrad(nil)
+		b.SetGrad(nil)
+		if !evict {
+			want = got
+		} else if !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+			t.Fatalf("gradients %v after an eviction, want %v", got, want)
+		}
+	}
+	flat.Release()
+	w.Release()
+	b.Release()
+	x.Release()
+	if got := dev.Memory().Stats().Requested.Current; got != 0 {
+		t.Fatalf("%d bytes still allocated\n%s", got, dev.Memory().Summary())
+	}
+}
