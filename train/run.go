@@ -103,6 +103,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		if cfg.EvalEvery > 0 && t.step%cfg.EvalEvery == 0 && t.step < t.total {
 			e, err := t.Evaluate(ctx)
 			if err != nil {
+				t.noteTried(err, false)
 				return Summary{}, err
 			}
 			t.lastEval = e
@@ -150,6 +151,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	}
 	e, err := t.Evaluate(ctx)
 	if err != nil {
+		t.noteTried(err, false)
 		return Summary{}, err
 	}
 	t.lastEval = e

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -176,9 +177,35 @@ func TestNonFiniteLoss(t *testing.T) {
 	}
 }
 
+// TestOOMRecoveryRaisesAccumulation: a step that does not fit is retried
+// in more micro-batches, with or without LoRA.
 func TestOOMRecoveryRaisesAccumulation(t *testing.T) {
+	for _, lora := range []int{0, 2} {
+		t.Run(fmt.Sprintf("lora %d", lora), func(t *testing.T) { oomRecovery(t, lora) })
+	}
+}
+
+// TestEvaluateFitsAfterRecovery: a LoRA GPT under 1 MiB trains only in
+// single-example micro-batches, and its evaluation fits too: it runs in
+// batches of a micro-batch's size (the whole batch's no-grad forward
+// needs more than the limit).
+func TestEvaluateFitsAfterRecovery(t *testing.T) {
+	cfg := Default()
+	cfg.Model, cfg.Layers, cfg.Heads, cfg.Width, cfg.Context, cfg.Batch = "gpt", 2, 2, 64, 32, 8
+	cfg.Steps, cfg.LoRA, cfg.MemLimit, cfg.EvalEvery, cfg.Quiet = 3, 2, 1<<20, 0, true
+	tr := newTrainer(t, cfg)
+	s, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Accum() != cfg.Batch || !(s.Eval.Loss > 0) {
+		t.Errorf("accum %d (want %d), evaluation %+v", tr.Accum(), cfg.Batch, s.Eval)
+	}
+}
+
+func oomRecovery(t *testing.T, lora int) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps = 64, 64, 16, 0, 3
+	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps, cfg.LoRA = 64, 64, 16, 0, 3, lora
 	full, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)

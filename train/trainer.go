@@ -213,7 +213,7 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if c.AMP != "" && c.AMP != "off" {
 		tried = append(tried, "-amp")
 	}
-	if len(c.Freeze) > 0 {
+	if len(c.Freeze) > 0 || c.LoRA > 0 { // -lora freezes the base, and refuses -freeze
 		tried = append(tried, "-freeze")
 	}
 	if c.Optim == "sgd" {
@@ -405,7 +405,11 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	if t.val == nil || t.val.Len() == 0 {
 		return st, nil
 	}
-	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: t.Config.Batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch, PrefetchBytes: PrefetchBytes})
+	// Batches of a training micro-batch's size: evaluation then fits
+	// wherever a step does, also after out-of-memory recovery raised
+	// -accum (the mean over examples does not depend on the batching).
+	batch := max(1, t.Config.Batch/max(t.accum, 1))
+	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch, PrefetchBytes: PrefetchBytes})
 	if err != nil {
 		return st, err
 	}
