@@ -531,6 +531,19 @@ func TestInitFromHuggingFaceLlama(t *testing.T) {
 	if code != 0 {
 		t.Errorf("-init from the export: exit %d: %s", code, errs)
 	}
+	// LoRA on the Llama's projections (q, k, v, o, gate, up, down), with
+	// bf16 autocast: adapters save, resume and export merged.
+	lora := append(base, "-lora", "2", "-amp", "bf16", "-eval-every", "0")
+	adapters, merged := filepath.Join(dir, "adapters.st"), filepath.Join(dir, "merged")
+	if code, _, errs := runCmd(t, append(lora, "-steps", "2", "-save", adapters)...); code != 0 {
+		t.Fatalf("LoRA on the Llama: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, append(lora, "-resume", adapters, "-steps", "3", "-save-format", "hf", "-save", merged)...); code != 0 {
+		t.Fatalf("LoRA on the Llama, resumed and exported: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "-quiet", "-init", merged, "-data", shard, "-batch", "4", "-context", "16", "-steps", "1", "-eval-every", "0"); code != 0 {
+		t.Errorf("-init from the merged Llama: exit %d: %s", code, errs)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
