@@ -294,7 +294,10 @@ func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
 			return err
 		}
 		for _, p := range params {
-			vals := p.p.Float32s()
+			vals, err := p.p.Float32s()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.p.Name, err)
+			}
 			if p.conv {
 				sh := p.p.Shape
 				vals = transpose(vals, sh[0], sh[1])

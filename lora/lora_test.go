@@ -245,7 +245,11 @@ func mergeComputesWhatAdaptersDo(t *testing.T, kind string) {
 		if exp[i].Name != p.Name() || !slices.Equal(exp[i].Shape, p.Shape()) {
 			t.Fatalf("export %d is %s %v, want %s %v", i, exp[i].Name, exp[i].Shape, p.Name(), p.Shape())
 		}
-		if err := p.SetFloat32s(exp[i].Float32s()); err != nil {
+		v, err := exp[i].Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetFloat32s(v); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -120,39 +121,47 @@ func (a *LoRA) forward(r *Run, x, y *tensor.Tensor) *tensor.Tensor {
 	return r.Add(y, d)
 }
 
-// delta returns Scale·B·A as F64 values, row-major [Out, In].
-func (a *LoRA) delta() []float64 {
-	bv, av := a.B.Float64s(), a.A.Float64s()
-	out, in := a.B.Shape()[0], a.A.Shape()[1]
-	d := make([]float64, out*in)
-	for i := range out {
-		row := d[i*in : (i+1)*in]
-		for k := range a.Rank {
-			c := a.Scale * bv[i*a.Rank+k]
-			if c == 0 {
-				continue
+// withDelta returns W + sign·Scale·B·A as a new F32 tensor on the layer's
+// device (memory.Temporary; the caller releases it), computed with the
+// device's own product: one [Out, In] temporary, never the model twice.
+func (l *Linear) withDelta(sign float64) (*tensor.Tensor, error) {
+	a := l.Adapter
+	var out *tensor.Tensor
+	err := tensor.Step(func(s *tensor.Scope) error {
+		f32 := func(t *tensor.Tensor) *tensor.Tensor {
+			if t.DType() == tensor.F32 {
+				return t
 			}
-			ak := av[k*in : (k+1)*in]
-			for j, v := range ak {
-				row[j] += c * v
-			}
+			return s.Cast(t, tensor.F32)
 		}
-	}
-	return d
+		ba := s.ScaledMatMul(f32(a.B), f32(a.A), sign*a.Scale) // [Out, In]
+		out = s.Keep(s.Add(f32(l.Weight), ba))
+		return nil
+	}, tensor.NoGrad(), tensor.Category(memory.Temporary))
+	return out, err
 }
 
 // MergedWeight returns W + Scale·B·A, the weight of the bare layer that
 // computes what the adapted one does (W itself when the adapter is merged
-// or absent), as F32 values in W's layout. It changes nothing.
-func (l *Linear) MergedWeight() []float32 {
-	w := l.Weight.Float32s()
-	if l.Adapter == nil || l.Adapter.merged {
-		return w
-	}
-	for i, d := range l.Adapter.delta() {
-		w[i] = float32(float64(w[i]) + d)
-	}
-	return w
+// or absent), as F32 values in W's layout. It changes nothing; it needs
+// room on the device for one [Out, In] F32 temporary (and the read's
+// transient), or returns the out-of-memory error.
+func (l *Linear) MergedWeight() ([]float32, error) {
+	var vals []float32
+	err := tensor.Catch(func() error {
+		if l.Adapter == nil || l.Adapter.merged {
+			vals = l.Weight.Float32s()
+			return nil
+		}
+		w, err := l.withDelta(1)
+		if err != nil {
+			return err
+		}
+		defer w.Release()
+		vals = w.Float32s()
+		return nil
+	})
+	return vals, err
 }
 
 // MergeLoRA folds the adapter into the weight, W += Scale·B·A, so that
@@ -164,7 +173,11 @@ func (l *Linear) MergeLoRA() error {
 	if a == nil || a.merged {
 		return nil
 	}
-	if err := l.Weight.SetFloat32s(l.MergedWeight()); err != nil {
+	w, err := l.MergedWeight()
+	if err == nil {
+		err = l.Weight.SetFloat32s(w)
+	}
+	if err != nil {
 		return fmt.Errorf("nn: merging the adapter of %q: %w", moduleOf(l.Weight), err)
 	}
 	a.merged = true
@@ -179,11 +192,15 @@ func (l *Linear) UnmergeLoRA() error {
 	if a == nil || !a.merged {
 		return nil
 	}
-	w := l.Weight.Float64s()
-	for i, d := range a.delta() {
-		w[i] -= d
-	}
-	if err := l.Weight.SetFloat64s(w); err != nil {
+	err := tensor.Catch(func() error {
+		w, err := l.withDelta(-1)
+		if err != nil {
+			return err
+		}
+		defer w.Release()
+		return l.Weight.SetFloat32s(w.Float32s())
+	})
+	if err != nil {
 		return fmt.Errorf("nn: unmerging the adapter of %q: %w", moduleOf(l.Weight), err)
 	}
 	a.merged = false
@@ -196,8 +213,9 @@ type Exported struct {
 	Name  string
 	Shape []int
 	// Float32s reads the values (a copy on the host), one tensor at a
-	// time, so that an export never holds a second copy of the model.
-	Float32s func() []float32
+	// time, so that an export never holds a second copy of the model;
+	// the error is the device's (out of memory for the read).
+	Float32s func() ([]float32, error)
 }
 
 // Export lists m's parameters in the order of Parameters, without the
@@ -218,7 +236,11 @@ func Export(m Module) []Exported {
 		if skip[p] {
 			continue
 		}
-		e := Exported{Name: p.Name(), Shape: append([]int(nil), p.Shape()...), Float32s: p.Float32s}
+		e := Exported{Name: p.Name(), Shape: append([]int(nil), p.Shape()...), Float32s: func() ([]float32, error) {
+			var v []float32
+			err := tensor.Catch(func() error { v = p.Float32s(); return nil })
+			return v, err
+		}}
 		if l := adapted[p]; l != nil {
 			e.Float32s = l.MergedWeight
 		}
