@@ -343,7 +343,9 @@ func (t *Trainer) Resume(path string) error {
 		return bad("checkpoint has weights this model lacks: %v", extra)
 	}
 	pos, err := convertPosition(st, t.globalBatch())
-	if err != nil {
+	if err != nil && t.Config.Generate == 0 {
+		// Generation reads no data: the batch it was trained with does
+		// not matter.
 		return bad("%v", err)
 	}
 	// Checked: now change state. Parameters unfrozen before the save are
@@ -394,8 +396,10 @@ func (t *Trainer) Resume(path string) error {
 			return bad("%v", err)
 		}
 	}
-	if err := t.train.Seek(pos); err != nil {
-		return bad("%v", err)
+	if t.Config.Generate == 0 {
+		if err := t.train.Seek(pos); err != nil {
+			return bad("%v", err)
+		}
 	}
 	t.step, t.accum, t.samples = st.Step, max(st.Accum, 1), st.Samples
 	if st.Run != "" { // a memfit/1 checkpoint keeps this run's fresh id

@@ -373,6 +373,11 @@ func TestGenerateFromCheckpoint(t *testing.T) {
 	if a, b := gen(), gen(); a != b {
 		t.Errorf("greedy decoding gave %q, then %q", a, b)
 	}
+	// Generation reads no data: a -batch (default 256) that does not
+	// divide the checkpoint's position is no error.
+	if a, b := gen(), gen("-batch", "256"); a != b {
+		t.Errorf("greedy decoding with another -batch gave %q, not %q", b, a)
+	}
 	hot := []string{"-temperature", "1.2", "-top-k", "10", "-seed", "4"}
 	if a, b := gen(hot...), gen(hot...); a != b {
 		t.Errorf("seeded sampling gave %q, then %q", a, b)
