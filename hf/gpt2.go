@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
 )
 
 // GPT2Config is the part of a GPT-2 config.json memfit reads.
@@ -167,22 +168,8 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 			return fail(fmt.Errorf("hf: %s: no tensor %s (or transformer.%s) for %s", c.Dir, hn, hn, p.Name()))
 		}
 		used[t.File+"\x00"+hn] = true
-		want := p.Shape()
-		if conv {
-			want = []int{want[1], want[0]}
-		}
-		if !equal(t.Shape, want) {
-			return fail(fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, want))
-		}
-		vals, err := t.Float32s()
-		if err != nil {
-			return fail(fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err))
-		}
-		if conv {
-			vals = transpose(vals, want[0], want[1])
-		}
-		if err := p.SetFloat32s(vals); err != nil {
-			return fail(fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err))
+		if err := fill(p, t, hn, conv); err != nil {
+			return fail(err)
 		}
 	}
 	// The head is tied: a stored lm_head must be the token embedding.
@@ -193,6 +180,29 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 		}
 	}
 	return g, note, nil
+}
+
+// fill sets p from t, the checkpoint's tensor hn, stored transposed
+// (in × out) when conv, widening 16-bit values exactly.
+func fill(p *tensor.Tensor, t Tensor, hn string, conv bool) error {
+	want := p.Shape()
+	if conv {
+		want = []int{want[1], want[0]}
+	}
+	if !equal(t.Shape, want) {
+		return fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, want)
+	}
+	vals, err := t.Float32s()
+	if err != nil {
+		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
+	}
+	if conv {
+		vals = transpose(vals, want[0], want[1])
+	}
+	if err := p.SetFloat32s(vals); err != nil {
+		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
+	}
+	return nil
 }
 
 func equal(a, b []int) bool {

@@ -253,15 +253,8 @@ func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, st
 			return fail(fmt.Errorf("hf: %s: no tensor %s for %s", c.Dir, hn, p.Name()))
 		}
 		used[hn] = true
-		if !equal(t.Shape, p.Shape()) {
-			return fail(fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, p.Shape()))
-		}
-		vals, err := t.Float32s()
-		if err != nil {
-			return fail(fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err))
-		}
-		if err := p.SetFloat32s(vals); err != nil {
-			return fail(fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err))
+		if err := fill(p, t, hn, false); err != nil {
+			return fail(err)
 		}
 	}
 	if head, ok := c.Tensor("lm_head.weight"); ok && mc.TiedHead {
