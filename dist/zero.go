@@ -95,8 +95,7 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		return nil, err
 	}
 	n := c.Size()
-	f := newFlatAligned(append([]*tensor.Tensor(nil), params...), align)
-	S := roundUp((f.total+n-1)/n, align)
+	f, S := shardLayout(append([]*tensor.Tensor(nil), params...), n, max(align, 1), align == 0)
 	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S, bucketBytes: cfg.BucketBytes}
 	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
 	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
@@ -108,8 +107,12 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		defer s.Close()
 		for _, sg := range f.segments(z.lo, z.hi) {
 			p := f.params[sg.i]
-			v := s.Keep(slice(s, p, sg.a, sg.n))
-			v.SetName(fmt.Sprintf("%s[%d:%d]", nameOf(p), sg.a, sg.a+sg.n))
+			v := s.Keep(piece(s, p, sg))
+			if whole(p, sg) {
+				v.SetName(nameOf(p))
+			} else {
+				v.SetName(fmt.Sprintf("%s[%d:%d]", nameOf(p), sg.a, sg.a+sg.n))
+			}
 			v.SetRequiresGrad(true) // so that optim's norms and scalers see its gradient
 			z.views = append(z.views, v)
 			z.viewOf = append(z.viewOf, sg)
@@ -129,14 +132,33 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		z.Release()
 		return nil, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
 	}
+	for j, v := range z.views {
+		// BF16 parameters: each piece rounds with its parameter's bits.
+		sg := z.viewOf[j]
+		z.opt.SetRoundingOrigin(v, nameOf(f.params[sg.i]), sg.a)
+	}
 	return z, nil
 }
 
-// stateAlignment asks an optimizer over no parameters how its state lies
-// along the elements: the multiple of elements shard boundaries must
-// respect (1 for Adam; device.Quant8Block for 8-bit Adam, whose blocks of
-// codes share a scale). A state that does not lie along the elements
-// (Adafactor's row and column statistics) cannot be sharded by ranges.
+// whole reports whether segment sg is all of parameter p.
+func whole(p *tensor.Tensor, sg segment) bool { return sg.a == 0 && sg.n == p.Len() }
+
+// piece is the view of t (a parameter, or a tensor shaped like it) that
+// segment sg of the parameter is: t's own shape when sg is the whole
+// parameter — Adafactor factors a matrix over its last two dimensions —
+// and 1-D elements [a, a+n) otherwise.
+func piece(s *tensor.Scope, t *tensor.Tensor, sg segment) *tensor.Tensor {
+	if sg.a == 0 && sg.n == t.Len() {
+		return s.Reshape(t, t.Shape()...)
+	}
+	return slice(s, t, sg.a, sg.n)
+}
+
+// stateAlignment asks an optimizer over no parameters where a parameter
+// may be cut between ranks (optim.Optimizer.ShardAlignment): at multiples
+// of the returned number of elements (1 for Adam; device.Quant8Block for
+// 8-bit Adam, whose blocks of codes share a scale), or, for 0, nowhere:
+// each rank then owns whole parameters (Adafactor).
 func stateAlignment(newOptimizer func([]*tensor.Tensor) (*optim.Optimizer, error)) (int, error) {
 	probe, err := newOptimizer(nil)
 	if err != nil {
@@ -146,15 +168,7 @@ func stateAlignment(newOptimizer func([]*tensor.Tensor) (*optim.Optimizer, error
 		return 0, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
 	}
 	defer probe.Release()
-	align := 1
-	for _, b := range probe.Buffers() {
-		k := probe.ElementsPer(b)
-		if k == 0 {
-			return 0, fmt.Errorf("dist: zero: %s's %s is not laid out along the parameters' elements, so its state cannot be sharded by element ranges; use data parallelism without ZeRO (-zero 0)", probe.Name(), b)
-		}
-		align = max(align, k)
-	}
-	return align, nil
+	return probe.ShardAlignment(), nil
 }
 
 // Optimizer is this rank's shard optimizer (its parameters are Shard()).
@@ -212,7 +226,7 @@ func (z *ZeRO) ReduceGradients() error {
 			default:
 				// The reduction writes the owned average into the
 				// parameter's own gradient; stage 2 compacts it below.
-				v.SetGrad(s.Keep(slice(s, p.Grad(), sg.a, sg.n)))
+				v.SetGrad(s.Keep(piece(s, p.Grad(), sg)))
 			}
 		}
 		return nil
@@ -298,7 +312,7 @@ func (z *ZeRO) compactGrads() error {
 		for j, v := range z.views {
 			sg := z.viewOf[j]
 			if full := v.Grad(); full != nil {
-				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
+				g, err := tensor.New(z.dev, full.DType(), v.Shape(), memory.Gradient)
 				if err != nil {
 					return err
 				}
