@@ -30,19 +30,24 @@ type ZeROConfig struct {
 // optim.Optimizer.ElementsPer) every parameter starts at a multiple of the
 // block size in the flat vector and S is rounded up to one, so shards
 // begin on the parameters' own block boundaries and a checkpoint's blocks
-// are the same whatever the number of ranks; Adafactor's factored state
-// cannot be cut by ranges and is refused. Its optimizer is built (by the newOptimizer
-// function given to NewZeRO) over 1-D views of the owned pieces of the
-// parameters, named "<path>[a:b]", so optimizer state exists only for the
-// owned elements: 8 bytes per owned element for Adam, 8·P/Size ± 8·(Size-1)
-// bytes per rank.
+// are the same whatever the number of ranks. An optimizer that updates
+// each parameter whole (Adafactor; optim.Optimizer.ShardAlignment 0)
+// gets whole parameters: one that would straddle a rank boundary starts
+// at it, and S is the least that fits (shardLayout). Its optimizer is
+// built (by the newOptimizer function given to NewZeRO) over views of the
+// owned pieces of the parameters — a whole parameter with its own name
+// and shape, a part of one 1-D and named "<path>[a:b]" — so optimizer
+// state exists only for the owned elements: 8 bytes per owned element for
+// Adam, 8·P/Size ± 8·(Size-1) bytes per rank. Parameters may be F32 or
+// BF16 (see the package documentation for how BF16 ones are averaged and
+// rounded).
 //
 // Step = ReduceGradients, then Update:
 //   - ReduceGradients reduce-scatters the averaged gradients, bucket by
 //     bucket, so that each rank ends with the average for its range. Stage
 //     1 writes it into the owned part of the parameters' own gradients;
 //     stage 2 then moves it into gradient buffers of the owned range only
-//     (memory.Gradient, 4 bytes per owned element), releasing every full
+//     (memory.Gradient, 4 bytes per owned element, 2 for BF16), releasing every full
 //     gradient as soon as nothing owned is left in it, so that afterwards
 //     Gradient holds 4·P/Size bytes. Stage 2 can instead reduce during
 //     backward (ReduceDuringBackward).
@@ -64,8 +69,8 @@ type ZeRO struct {
 	bucketBytes int64
 }
 
-// NewZeRO shards params (distinct live contiguous F32 tensors on one
-// device, in the same order on every rank) across c's ranks, broadcasts
+// NewZeRO shards params (distinct live contiguous F32 or BF16 tensors on
+// one device, in the same order on every rank) across c's ranks, broadcasts
 // rank 0's values to all ranks, and calls newOptimizer with this rank's
 // shard views to build the optimizer that updates them, e.g.
 //

@@ -298,8 +298,9 @@ func (o *Optimizer) Buffers() []string { return slices.Clone(o.rule.buffers()) }
 // its elements covers that many consecutive parameter elements (1 for
 // Adam's moments, device.Quant8Block for 8-bit Adam's scales), so a
 // parameter's state can be cut at element ranges that are multiples of
-// it. 0 means it cannot (Adafactor's factored statistics), or that the
-// optimizer keeps no such buffer.
+// it (see ShardAlignment for where its update can). 0 means it cannot
+// (Adafactor's factored statistics), or that the optimizer keeps no such
+// buffer.
 func (o *Optimizer) ElementsPer(buffer string) int {
 	if !slices.Contains(o.rule.buffers(), buffer) {
 		return 0

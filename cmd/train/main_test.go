@@ -137,6 +137,8 @@ func TestBadInput(t *testing.T) {
 		{"negative offload prefetch", []string{"-offload", "activations", "-offload-prefetch", "-1"}, "-offload-prefetch -1"},
 		{"offload optimizer stepping in backward", []string{"-offload", "optimizer", "-step-in-backward"}, "-step-in-backward"},
 		{"offload optimizer with freeze", []string{"-offload", "all", "-freeze", "layers.0.*"}, "-freeze"},
+		{"zero 3 with adafactor", []string{"-dist", "mpi", "-zero", "3", "-optim", "adafactor"}, "use -zero 1 or 2"},
+		{"zero 3 with bf16 weights", []string{"-dist", "mpi", "-zero", "3", "-weights", "bf16"}, "-weights bf16: not with -zero 3"},
 		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
 		{"lora with freeze", []string{"-lora", "4", "-freeze", "layers.0.*"}, "-freeze layers.0.*: conflicts with -lora"},
 		{"lora target matching nothing", []string{"-lora", "4", "-lora-targets", "blocks.*"}, `pattern "blocks.*" matches no Linear layer; closest: layers.`},
