@@ -52,7 +52,8 @@
 // MPI runs with MPI_THREAD_FUNNELED: every MPI call runs on one goroutine
 // locked to the thread that initialised MPI, and MPI_ERRORS_RETURN makes
 // MPI errors returned errors. Compile-check and run the two-rank check
-// (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training):
+// (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training,
+// with AdamW, and with Adafactor for DDP and ZeRO 1 and 2):
 //
 //	go vet -tags mpi ./dist/...
 //	go build -tags mpi -o /tmp/mpicheck ./dist/internal/mpicheck
