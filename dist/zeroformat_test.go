@@ -255,7 +255,7 @@ func TestZeROStateFormats(t *testing.T) {
 // parameter once, and a rank's optimizer state is exactly its parameters'
 // factored state.
 func TestZeROAdafactorOwnsWholeTensors(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
+	for _, n := range []int{2, 3, 4, 8} { // 8: more ranks than tensors
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
 			owned := make([][]*tensor.Tensor, n)
 			bytes := make([]int64, n)

@@ -178,7 +178,7 @@ func TestDistEquivalence(t *testing.T) {
 		// what accumulating two half-batch gradients in bf16 does. Each
 		// shard rounds its update with its parameter's bits.
 		{"mlp bf16 weights adam", mlp, func(c *Config) { c.Weights, c.AMP = "bf16", "bf16" }, 0, []int{0, 1, 2}},
-		{"mlp bf16 weights adam8bit", mlp, func(c *Config) { c.Weights, c.AMP, c.Optim = "bf16", "bf16", "adam8bit" }, 0, []int{0, 1, 2}},
+		{"mlp bf16 weights adam8bit clip", mlp, func(c *Config) { c.Weights, c.AMP, c.Optim, c.Clip = "bf16", "bf16", "adam8bit", 0.5 }, 0, []int{0, 1, 2}},
 		// The GPT in bf16 weights: the token embedding's gradient is a
 		// scatter-add into a bf16 buffer, where a token of both
 		// micro-batches adds onto the first one's rounded sum in one

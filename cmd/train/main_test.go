@@ -55,7 +55,8 @@ func TestPlanReport(t *testing.T) {
 
 // TestPlanRanks: -plan -dist mpi -ranks N plans one rank of N without
 // mpirun (and without an MPI build): the sharded categories fall with
-// the stage, and the report names the ranks and the model-state peak.
+// the stage, and the report names the ranks and the model-state peak;
+// Adafactor and bf16 weights are planned under ZeRO 1 and 2.
 func TestPlanRanks(t *testing.T) {
 	base := []string{"-plan", "-model", "gpt", "-layers", "2", "-width", "64", "-heads", "4", "-context", "32", "-batch", "8", "-dist", "mpi", "-ranks", "4"}
 	var prev int64 = math.MaxInt64
@@ -77,6 +78,16 @@ func TestPlanRanks(t *testing.T) {
 			t.Errorf("-zero %s: model state %s, not below the previous stage's", zero, m[1]+" "+m[2])
 		}
 		prev = n
+	}
+	// Issue 22's formats shard under stages 1 and 2 and are planned.
+	for _, args := range [][]string{
+		{"-zero", "2", "-optim", "adafactor"},
+		{"-zero", "1", "-weights", "bf16", "-amp", "bf16", "-optim", "adam8bit"},
+	} {
+		code, out, errs := runCmd(t, append(append([]string{}, base...), args...)...)
+		if code != 0 || !strings.Contains(out, "; one rank of 4, zero "+args[1]) {
+			t.Errorf("%s: -plan exited %d: %s\n%s", strings.Join(args, " "), code, errs, out)
+		}
 	}
 }
 
