@@ -28,7 +28,7 @@ type DDP struct {
 	bucket int // elements
 }
 
-// NewDDP checks params (distinct live contiguous F32 tensors on one device,
+// NewDDP checks params (distinct live contiguous F32 or BF16 tensors on one device,
 // in the same order on every rank) and makes every rank's parameters equal
 // to rank 0's (Broadcast), so that replicas start identical whatever their
 // initialisation.

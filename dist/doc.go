@@ -52,7 +52,8 @@
 // MPI runs with MPI_THREAD_FUNNELED: every MPI call runs on one goroutine
 // locked to the thread that initialised MPI, and MPI_ERRORS_RETURN makes
 // MPI errors returned errors. Compile-check and run the two-rank check
-// (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training):
+// (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training,
+// with AdamW, and with Adafactor for DDP and ZeRO 1 and 2):
 //
 //	go vet -tags mpi ./dist/...
 //	go build -tags mpi -o /tmp/mpicheck ./dist/internal/mpicheck
@@ -119,6 +120,27 @@
 // gradient after ReduceGradients; the averaged gradient of the owned range
 // is on the shard views (Shard). ClipGradNorm and GradNorm all-reduce the
 // norm.
+//
+// State formats. The optimizer says where a parameter may be cut
+// (optim.Optimizer.ShardAlignment). 8-bit Adam keeps a scale per 2048
+// elements: every parameter starts on a multiple of 2048 in the flat
+// vector and S is one too, so shards begin on the blocks. Adafactor
+// updates each tensor whole (its factored statistics, relative step and
+// update clipping span it): a parameter that would straddle a rank
+// boundary starts at that boundary instead and S is the least that fits,
+// so each rank owns whole tensors, which its optimizer sees with their
+// names and shapes; the ranks' state is then unequal (a rank's is its
+// tensors' row and column statistics) and the collectives carry the gaps
+// as zeros (N·S ≥ P; S is at least the largest tensor).
+//
+// BF16 parameters (train's -weights bf16) and their BF16 gradients are
+// sharded as F32 ones: buckets and collectives stay F32, a BF16 value is
+// widened into them exactly, gradients are averaged in F32 and rounded to
+// nearest into the BF16 gradient, and gathered parameters come back
+// exactly; a stage-2 shard gradient is BF16 (2 bytes per owned element).
+// Each piece's stochastic rounding draws its parameter's bits
+// (optim.Optimizer.SetRoundingOrigin), so stages 1 and 2 compute what DDP
+// does, bit for bit.
 //
 // Checkpoints. ExportFull gathers the shards into the state an unsharded
 // optimizer over the same parameters would export (a collective), and
@@ -214,6 +236,7 @@
 //   - Overlapping communication with computation in time: the collectives
 //     of ReduceDuringBackward and of ZeRO-3 run inside forward and
 //     backward, synchronously (no engine is asynchronous yet).
-//   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused,
-//     as for stages 1 and 2; the parameters must be built whole first.
+//   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused
+//     (its flat storage is F32 and its groups are cut by element ranges);
+//     stages 1 and 2 take both. The parameters must be built whole first.
 package dist

@@ -39,6 +39,56 @@ func newFlatAligned(params []*tensor.Tensor, align int) *flat {
 	return f
 }
 
+// shardLayout lays params out for n ranks of S elements each, S a
+// multiple of align: every tensor starts at a multiple of align
+// (newFlatAligned's layout) and, with whole set (an optimizer that updates
+// each tensor whole: optim.Optimizer.ShardAlignment 0), a tensor that
+// would straddle a rank boundary starts at that boundary instead, so each
+// rank owns whole tensors. S is the least that fits: next-fit packing of
+// tensors in a fixed order needs no more ranks when S grows, so a binary
+// search finds it. The gaps are zeros in the collectives' buckets, never
+// memory that lasts; with whole tensors S is at least the largest one.
+func shardLayout(params []*tensor.Tensor, n, align int, whole bool) (*flat, int) {
+	f := newFlatAligned(params, align)
+	S := roundUp((f.total+n-1)/n, align)
+	if !whole {
+		return f, S
+	}
+	place := func(S int) *flat {
+		g := &flat{params: params, off: make([]int, len(params))}
+		for i, p := range params {
+			off := roundUp(g.total, align)
+			if k := p.Len(); k > 0 && off/S != (off+k-1)/S {
+				off = roundUp(off, S)
+			}
+			g.off[i] = off
+			g.total = off + p.Len()
+		}
+		return g
+	}
+	lo := S
+	for _, p := range params {
+		lo = max(lo, roundUp(p.Len(), align))
+	}
+	lo = max(lo, align)
+	hi := lo
+	for place(hi).total > n*hi {
+		hi *= 2
+	}
+	for lo < hi { // the least multiple of align in [lo, hi] that fits
+		mid := roundUp(lo+(hi-lo)/2, align)
+		if mid >= hi {
+			mid = lo
+		}
+		if place(mid).total <= n*mid {
+			hi = mid
+		} else {
+			lo = mid + align
+		}
+	}
+	return place(hi), hi
+}
+
 // roundUp is the least multiple of m not below n.
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
@@ -77,9 +127,17 @@ func slice(s *tensor.Scope, t *tensor.Tensor, a, n int) *tensor.Tensor {
 	return v
 }
 
-// assign copies src into dst (same length, contiguous dst) on the device.
+// assign copies src into dst (same length, contiguous dst) on the device,
+// converting to dst's dtype: exactly from BF16 into F32, rounding to
+// nearest from F32 into BF16 (an averaged BF16 gradient).
 func assign(s *tensor.Scope, dst, src *tensor.Tensor) {
 	dst.Fill(0)
+	if src.DType() != dst.DType() {
+		c := s.Cast(src, dst.DType())
+		s.AddInPlace(dst, c).Release()
+		c.Release()
+		return
+	}
 	s.AddInPlace(dst, src).Release()
 }
 
@@ -130,8 +188,11 @@ func (f *flat) scatter(s *tensor.Scope, src *tensor.Tensor, lo, hi int, get func
 	}
 }
 
-// checkParams checks that params are distinct live F32 tensors on one
-// device and returns that device.
+// checkParams checks that params are distinct live contiguous F32 or BF16
+// tensors on one device and returns that device. The collectives carry
+// F32: BF16 values are widened exactly into the buckets, and what comes
+// back into a BF16 tensor is rounded to nearest (an average; parameters
+// come back exactly).
 func checkParams(where string, params []*tensor.Tensor) (device.Device, error) {
 	if len(params) == 0 {
 		return nil, fmt.Errorf("dist: %s: no parameters", where)
@@ -139,7 +200,7 @@ func checkParams(where string, params []*tensor.Tensor) (device.Device, error) {
 	seen := map[*tensor.Tensor]bool{}
 	var dev device.Device
 	for i, p := range params {
-		if err := checkF32(where, fmt.Sprintf("parameter %d (%s)", i, nameOf(p)), p); err != nil {
+		if err := checkParam(where, fmt.Sprintf("parameter %d (%s)", i, nameOf(p)), p); err != nil {
 			return nil, err
 		}
 		if seen[p] {
@@ -153,6 +214,21 @@ func checkParams(where string, params []*tensor.Tensor) (device.Device, error) {
 		}
 	}
 	return dev, nil
+}
+
+// checkParam is checkF32 accepting BF16 too.
+func checkParam(where, what string, p *tensor.Tensor) error {
+	if p == nil || p.Released() {
+		return checkF32(where, what, p)
+	}
+	switch p.DType() {
+	case tensor.F32, tensor.BF16:
+		if !p.IsContiguous() {
+			return fmt.Errorf("dist: %s: %s %v is not contiguous", where, what, p)
+		}
+		return nil
+	}
+	return fmt.Errorf("dist: %s: %s %v: want f32 or bf16", where, what, p)
 }
 
 func nameOf(p *tensor.Tensor) string {

@@ -139,13 +139,16 @@ func (z *ZeRO) reduceBucket(b int) error {
 				continue
 			}
 			if v.Grad() == nil {
-				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
+				// The gradient's dtype is the parameter's (BF16
+				// weights have BF16 gradients): the average is
+				// rounded to nearest into it.
+				g, err := tensor.New(z.dev, v.DType(), v.Shape(), memory.Gradient)
 				if err != nil {
 					return err
 				}
 				v.SetGrad(g)
 			}
-			dst := s.Narrow(v.Grad(), 0, a-sg.pos, e-a)
+			dst := slice(s, v.Grad(), a-sg.pos, e-a)
 			assign(s, dst, s.Narrow(buf, 0, a-lo, e-a))
 		}
 		return nil

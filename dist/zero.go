@@ -30,19 +30,24 @@ type ZeROConfig struct {
 // optim.Optimizer.ElementsPer) every parameter starts at a multiple of the
 // block size in the flat vector and S is rounded up to one, so shards
 // begin on the parameters' own block boundaries and a checkpoint's blocks
-// are the same whatever the number of ranks; Adafactor's factored state
-// cannot be cut by ranges and is refused. Its optimizer is built (by the newOptimizer
-// function given to NewZeRO) over 1-D views of the owned pieces of the
-// parameters, named "<path>[a:b]", so optimizer state exists only for the
-// owned elements: 8 bytes per owned element for Adam, 8·P/Size ± 8·(Size-1)
-// bytes per rank.
+// are the same whatever the number of ranks. An optimizer that updates
+// each parameter whole (Adafactor; optim.Optimizer.ShardAlignment 0)
+// gets whole parameters: one that would straddle a rank boundary starts
+// at it, and S is the least that fits (shardLayout). Its optimizer is
+// built (by the newOptimizer function given to NewZeRO) over views of the
+// owned pieces of the parameters — a whole parameter with its own name
+// and shape, a part of one 1-D and named "<path>[a:b]" — so optimizer
+// state exists only for the owned elements: 8 bytes per owned element for
+// Adam, 8·P/Size ± 8·(Size-1) bytes per rank. Parameters may be F32 or
+// BF16 (see the package documentation for how BF16 ones are averaged and
+// rounded).
 //
 // Step = ReduceGradients, then Update:
 //   - ReduceGradients reduce-scatters the averaged gradients, bucket by
 //     bucket, so that each rank ends with the average for its range. Stage
 //     1 writes it into the owned part of the parameters' own gradients;
 //     stage 2 then moves it into gradient buffers of the owned range only
-//     (memory.Gradient, 4 bytes per owned element), releasing every full
+//     (memory.Gradient, 4 bytes per owned element, 2 for BF16), releasing every full
 //     gradient as soon as nothing owned is left in it, so that afterwards
 //     Gradient holds 4·P/Size bytes. Stage 2 can instead reduce during
 //     backward (ReduceDuringBackward).
@@ -64,8 +69,8 @@ type ZeRO struct {
 	bucketBytes int64
 }
 
-// NewZeRO shards params (distinct live contiguous F32 tensors on one
-// device, in the same order on every rank) across c's ranks, broadcasts
+// NewZeRO shards params (distinct live contiguous F32 or BF16 tensors on
+// one device, in the same order on every rank) across c's ranks, broadcasts
 // rank 0's values to all ranks, and calls newOptimizer with this rank's
 // shard views to build the optimizer that updates them, e.g.
 //
@@ -95,8 +100,7 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		return nil, err
 	}
 	n := c.Size()
-	f := newFlatAligned(append([]*tensor.Tensor(nil), params...), align)
-	S := roundUp((f.total+n-1)/n, align)
+	f, S := shardLayout(append([]*tensor.Tensor(nil), params...), n, max(align, 1), align == 0)
 	z := &ZeRO{comm: c, dev: dev, stage: cfg.Stage, f: f, shard: S, bucketBytes: cfg.BucketBytes}
 	z.lo, z.hi = min(c.Rank()*S, f.total), min((c.Rank()+1)*S, f.total)
 	z.chunk = max(min(bucketElems(cfg.BucketBytes)/n, S), 1)
@@ -108,8 +112,12 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		defer s.Close()
 		for _, sg := range f.segments(z.lo, z.hi) {
 			p := f.params[sg.i]
-			v := s.Keep(slice(s, p, sg.a, sg.n))
-			v.SetName(fmt.Sprintf("%s[%d:%d]", nameOf(p), sg.a, sg.a+sg.n))
+			v := s.Keep(piece(s, p, sg))
+			if whole(p, sg) {
+				v.SetName(nameOf(p))
+			} else {
+				v.SetName(fmt.Sprintf("%s[%d:%d]", nameOf(p), sg.a, sg.a+sg.n))
+			}
 			v.SetRequiresGrad(true) // so that optim's norms and scalers see its gradient
 			z.views = append(z.views, v)
 			z.viewOf = append(z.viewOf, sg)
@@ -129,14 +137,33 @@ func NewZeRO(c Comm, params []*tensor.Tensor, cfg ZeROConfig, newOptimizer func(
 		z.Release()
 		return nil, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
 	}
+	for j, v := range z.views {
+		// BF16 parameters: each piece rounds with its parameter's bits.
+		sg := z.viewOf[j]
+		z.opt.SetRoundingOrigin(v, nameOf(f.params[sg.i]), sg.a)
+	}
 	return z, nil
 }
 
-// stateAlignment asks an optimizer over no parameters how its state lies
-// along the elements: the multiple of elements shard boundaries must
-// respect (1 for Adam; device.Quant8Block for 8-bit Adam, whose blocks of
-// codes share a scale). A state that does not lie along the elements
-// (Adafactor's row and column statistics) cannot be sharded by ranges.
+// whole reports whether segment sg is all of parameter p.
+func whole(p *tensor.Tensor, sg segment) bool { return sg.a == 0 && sg.n == p.Len() }
+
+// piece is the view of t (a parameter, or a tensor shaped like it) that
+// segment sg of the parameter is: t's own shape when sg is the whole
+// parameter — Adafactor factors a matrix over its last two dimensions —
+// and 1-D elements [a, a+n) otherwise.
+func piece(s *tensor.Scope, t *tensor.Tensor, sg segment) *tensor.Tensor {
+	if sg.a == 0 && sg.n == t.Len() {
+		return s.Reshape(t, t.Shape()...)
+	}
+	return slice(s, t, sg.a, sg.n)
+}
+
+// stateAlignment asks an optimizer over no parameters where a parameter
+// may be cut between ranks (optim.Optimizer.ShardAlignment): at multiples
+// of the returned number of elements (1 for Adam; device.Quant8Block for
+// 8-bit Adam, whose blocks of codes share a scale), or, for 0, nowhere:
+// each rank then owns whole parameters (Adafactor).
 func stateAlignment(newOptimizer func([]*tensor.Tensor) (*optim.Optimizer, error)) (int, error) {
 	probe, err := newOptimizer(nil)
 	if err != nil {
@@ -146,15 +173,7 @@ func stateAlignment(newOptimizer func([]*tensor.Tensor) (*optim.Optimizer, error
 		return 0, fmt.Errorf("dist: zero: the optimizer constructor returned nil")
 	}
 	defer probe.Release()
-	align := 1
-	for _, b := range probe.Buffers() {
-		k := probe.ElementsPer(b)
-		if k == 0 {
-			return 0, fmt.Errorf("dist: zero: %s's %s is not laid out along the parameters' elements, so its state cannot be sharded by element ranges; use data parallelism without ZeRO (-zero 0)", probe.Name(), b)
-		}
-		align = max(align, k)
-	}
-	return align, nil
+	return probe.ShardAlignment(), nil
 }
 
 // Optimizer is this rank's shard optimizer (its parameters are Shard()).
@@ -212,7 +231,7 @@ func (z *ZeRO) ReduceGradients() error {
 			default:
 				// The reduction writes the owned average into the
 				// parameter's own gradient; stage 2 compacts it below.
-				v.SetGrad(s.Keep(slice(s, p.Grad(), sg.a, sg.n)))
+				v.SetGrad(s.Keep(piece(s, p.Grad(), sg)))
 			}
 		}
 		return nil
@@ -298,7 +317,7 @@ func (z *ZeRO) compactGrads() error {
 		for j, v := range z.views {
 			sg := z.viewOf[j]
 			if full := v.Grad(); full != nil {
-				g, err := tensor.New(z.dev, tensor.F32, []int{sg.n}, memory.Gradient)
+				g, err := tensor.New(z.dev, full.DType(), v.Shape(), memory.Gradient)
 				if err != nil {
 					return err
 				}

@@ -141,9 +141,21 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range params {
+		// The groups' flat storage and shards are F32 (stages 1 and 2
+		// take BF16 parameters).
+		if err := checkF32("zero3", "parameter "+nameOf(p), p); err != nil {
+			return nil, fmt.Errorf("%w (stage 3 shards f32 parameters only; use -zero 1 or 2 with -weights bf16)", err)
+		}
+	}
 	align, err := stateAlignment(newOptimizer)
 	if err != nil {
 		return nil, err
+	}
+	if align == 0 {
+		// Stages 1 and 2 give each rank whole parameters
+		// (shardLayout); a group's shards here are cut by ranges.
+		return nil, errors.New("dist: zero3: the optimizer updates each parameter whole (Adafactor), and stage 3 cuts parameters by element ranges; use -zero 1 or 2")
 	}
 	n, r := c.Size(), c.Rank()
 	z := &ZeRO3{comm: c, dev: dev, byMod: map[nn.Module]*group3{}, lookups: cfg.LookupsBeforeBlocks}

@@ -118,8 +118,13 @@ func (r adafactorRule) specs(p *tensor.Tensor) []bufSpec {
 }
 
 // elementsPer: the factored statistics do not lie along the elements, so
-// an Adafactor state is never cut at element ranges (ZeRO refuses it).
+// an Adafactor state is never cut at element ranges.
 func (adafactorRule) elementsPer(string) int { return 0 }
+
+// shardAlignment: every parameter is updated whole (ZeRO gives each rank
+// whole tensors): the factored statistics, RMS(x) of the relative step
+// and RMS(u) of the update clipping span the whole tensor.
+func (adafactorRule) shardAlignment() int { return 0 }
 
 func (r adafactorRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
 	t := float64(h.t)

@@ -42,7 +42,9 @@
 // and Import restores it, exactly, checking that every buffer belongs to a
 // parameter of the optimizer with the shape and values the algorithm
 // keeps for it. ElementsPer says how a buffer lies along its parameter's
-// elements, which is what lets ZeRO shard it (dist).
+// elements and ShardAlignment where a parameter's update may be cut,
+// which is what lets ZeRO shard it (dist); SetRoundingOrigin makes a
+// shard's piece of a BF16 parameter round with the whole one's bits.
 //
 // Errors. Bad hyper-parameters, schedules and checkpoint states are returned
 // as errors that name the field or parameter; tensor-level failures during

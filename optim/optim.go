@@ -81,6 +81,15 @@ type Optimizer struct {
 	// Stochastic rounding of BF16 parameters (SetStochasticRounding).
 	rounding  bool
 	roundSeed uint64
+	// origin maps a piece of a parameter (a ZeRO shard's view) to the
+	// parameter it is part of, for the rounding bits (SetRoundingOrigin).
+	origin map[*tensor.Tensor]pieceOrigin
+}
+
+// pieceOrigin is elements [offset, ...) of the parameter named name.
+type pieceOrigin struct {
+	name   string
+	offset int
 }
 
 func newOptimizer(r rule, cfgName string, params []*tensor.Tensor, lr, wd float64, groups []Group) (*Optimizer, error) {
@@ -289,8 +298,9 @@ func (o *Optimizer) Buffers() []string { return slices.Clone(o.rule.buffers()) }
 // its elements covers that many consecutive parameter elements (1 for
 // Adam's moments, device.Quant8Block for 8-bit Adam's scales), so a
 // parameter's state can be cut at element ranges that are multiples of
-// it. 0 means it cannot (Adafactor's factored statistics), or that the
-// optimizer keeps no such buffer.
+// it (see ShardAlignment for where its update can). 0 means it cannot
+// (Adafactor's factored statistics), or that the optimizer keeps no such
+// buffer.
 func (o *Optimizer) ElementsPer(buffer string) int {
 	if !slices.Contains(o.rule.buffers(), buffer) {
 		return 0
@@ -299,6 +309,24 @@ func (o *Optimizer) ElementsPer(buffer string) int {
 		return l.elementsPer(buffer)
 	}
 	return 1
+}
+
+// ShardAlignment says where a parameter can be cut into pieces that are
+// updated independently with the same result as the whole (ZeRO's
+// shards): at multiples of the returned number of elements from the
+// parameter's first element — 1 for SGD and Adam, device.Quant8Block for
+// 8-bit Adam, whose blocks of codes share a scale — or 0 when it must be
+// updated whole (Adafactor: its factored statistics, its relative step
+// size RMS(x) and its update clipping RMS(u) all span the whole tensor).
+func (o *Optimizer) ShardAlignment() int {
+	if w, ok := o.rule.(interface{ shardAlignment() int }); ok {
+		return w.shardAlignment()
+	}
+	align := 1
+	for _, b := range o.rule.buffers() {
+		align = max(align, o.ElementsPer(b))
+	}
+	return align
 }
 
 // ZeroGradInPlace sets every existing gradient to zero, keeping its buffer
@@ -495,6 +523,19 @@ func (o *Optimizer) SetStochasticRounding(seed uint64) {
 	o.rounding, o.roundSeed = true, seed
 }
 
+// SetRoundingOrigin declares that parameter p is elements [offset,
+// offset+p.Len()) of the parameter named name, as a ZeRO shard's piece
+// of it is: stochastic rounding then draws for p's elements the bits the
+// whole parameter's update would draw for them (the bits depend on the
+// parameter's name and each element's index), so a sharded step rounds
+// exactly as one process does.
+func (o *Optimizer) SetRoundingOrigin(p *tensor.Tensor, name string, offset int) {
+	if o.origin == nil {
+		o.origin = map[*tensor.Tensor]pieceOrigin{}
+	}
+	o.origin[p] = pieceOrigin{name, offset}
+}
+
 // roundChunk is the elements a rounded update takes at a time (a multiple
 // of every elementsPer): its F32 working copy is 4 MiB.
 const roundChunk = 1 << 20
@@ -513,12 +554,17 @@ func (o *Optimizer) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*
 			chunk = n // factored state: the update needs the whole parameter
 		}
 	}
-	seed := o.roundSeed ^ nameHash(p.Name()) ^ (uint64(h.t) * 0x9e3779b97f4a7c15)
+	org, ok := o.origin[p]
+	if !ok {
+		org = pieceOrigin{name: p.Name()}
+	}
+	seed := o.roundSeed ^ nameHash(org.name) ^ (uint64(h.t) * 0x9e3779b97f4a7c15)
+	base := int64(org.offset)
 	if chunk >= n {
 		w, wg := s.Cast(p, tensor.F32), s.Cast(g, tensor.F32)
 		o.rule.update(s, w, wg, bufs, h)
 		wg.Release()
-		device.StochasticRoundBF16(p.Device(), p.View(), w.View(), seed, 0)
+		device.StochasticRoundBF16(p.Device(), p.View(), w.View(), seed, base)
 		w.Release()
 		return
 	}
@@ -539,7 +585,7 @@ func (o *Optimizer) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*
 		w, wg := s.Cast(pc, tensor.F32), s.Cast(gc, tensor.F32)
 		o.rule.update(s, w, wg, bc, h)
 		wg.Release()
-		device.StochasticRoundBF16(p.Device(), pc.View(), w.View(), seed, int64(lo))
+		device.StochasticRoundBF16(p.Device(), pc.View(), w.View(), seed, base+int64(lo))
 		w.Release()
 		pc.Release()
 		gc.Release()

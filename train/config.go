@@ -293,8 +293,8 @@ func (c *Config) Validate() error {
 		switch {
 		case c.Model == "cnn":
 			return bad("weights", c.Weights, "the cnn keeps f32 parameters (mlp and gpt take bf16)")
-		case c.Zero > 0:
-			return bad("weights", c.Weights, "not with -zero yet (ZeRO shards f32 parameters)")
+		case c.Zero == 3:
+			return bad("weights", c.Weights, "not with -zero 3 yet (its flat parameter storage is f32; -zero 1 and 2 shard bf16 parameters)")
 		}
 	default:
 		return bad("weights", c.Weights, "unknown dtype (want f32 or bf16)")
@@ -348,8 +348,8 @@ func (c *Config) Validate() error {
 		return bad("ranks", c.Ranks, "plans one rank of -dist; add -dist mpi")
 	case c.Zero > 0 && c.UnfreezeAt > 0:
 		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
-	case c.Zero > 0 && c.Optim == "adafactor":
-		return bad("zero", c.Zero, "cannot shard -optim adafactor (its row and column statistics span whole matrices; its state is already under 0.1 bytes per parameter): use -zero 0")
+	case c.Zero == 3 && c.Optim == "adafactor":
+		return bad("zero", c.Zero, "cannot shard -optim adafactor by element ranges (its row and column statistics span whole matrices): use -zero 1 or 2, which give each rank whole tensors")
 	}
 	if _, err := ParseCheckpoint(c.Checkpoint); err != nil {
 		return err

@@ -69,11 +69,23 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		// of 1/32 of the gradients keep few full gradients waiting.
 		var P int64
 		for _, p := range t.Opt.Params() {
-			P += int64(p.Len())
+			if p.RequiresGrad() {
+				P += int64(p.Len())
+			}
 		}
 		zc.BucketBytes = min(max(4*P/32, 4<<10), dist.DefaultBucketBytes)
 	}
-	z, err := dist.NewZeRO(comm, t.Opt.Params(), zc, newOpt)
+	// The shards are cut from the trainable parameters only (-zero
+	// refuses -unfreeze-at): a frozen one would cost collectives, and on
+	// the meta device, whose collectives say every rank has every
+	// gradient, a plan would give it a gradient and state.
+	var trainable []*tensor.Tensor
+	for _, p := range t.Opt.Params() {
+		if p.RequiresGrad() {
+			trainable = append(trainable, p)
+		}
+	}
+	z, err := dist.NewZeRO(comm, trainable, zc, newOpt)
 	if err != nil {
 		return fmt.Errorf("-zero %d: %v", t.Config.Zero, err)
 	}

@@ -246,7 +246,7 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 	}
 	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
 	weights := []string{cfg.Weights}
-	if (cfg.Weights == "" || cfg.Weights == "f32") && cfg.Model != "cnn" && cfg.Zero == 0 {
+	if (cfg.Weights == "" || cfg.Weights == "f32") && cfg.Model != "cnn" && cfg.Zero < 3 {
 		weights = append(weights, "bf16")
 	}
 	for _, w := range weights {

@@ -180,6 +180,7 @@ func TestBF16WeightsBytes(t *testing.T) {
 	}{
 		{func(c *Config) { c.Model = "cnn" }, "-weights bf16"},
 		{func(c *Config) { c.Weights = "f8" }, "-weights f8"},
+		{func(c *Config) { c.Dist, c.Zero = "mpi", 3 }, "-zero 3"}, // stages 1 and 2 take bf16 weights
 	} {
 		bad := Default()
 		bad.Weights = "bf16"

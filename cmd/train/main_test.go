@@ -55,7 +55,8 @@ func TestPlanReport(t *testing.T) {
 
 // TestPlanRanks: -plan -dist mpi -ranks N plans one rank of N without
 // mpirun (and without an MPI build): the sharded categories fall with
-// the stage, and the report names the ranks and the model-state peak.
+// the stage, and the report names the ranks and the model-state peak;
+// Adafactor and bf16 weights are planned under ZeRO 1 and 2.
 func TestPlanRanks(t *testing.T) {
 	base := []string{"-plan", "-model", "gpt", "-layers", "2", "-width", "64", "-heads", "4", "-context", "32", "-batch", "8", "-dist", "mpi", "-ranks", "4"}
 	var prev int64 = math.MaxInt64
@@ -77,6 +78,16 @@ func TestPlanRanks(t *testing.T) {
 			t.Errorf("-zero %s: model state %s, not below the previous stage's", zero, m[1]+" "+m[2])
 		}
 		prev = n
+	}
+	// Issue 22's formats shard under stages 1 and 2 and are planned.
+	for _, args := range [][]string{
+		{"-zero", "2", "-optim", "adafactor"},
+		{"-zero", "1", "-weights", "bf16", "-amp", "bf16", "-optim", "adam8bit"},
+	} {
+		code, out, errs := runCmd(t, append(append([]string{}, base...), args...)...)
+		if code != 0 || !strings.Contains(out, "; one rank of 4, zero "+args[1]) {
+			t.Errorf("%s: -plan exited %d: %s\n%s", strings.Join(args, " "), code, errs, out)
+		}
 	}
 }
 
@@ -137,6 +148,8 @@ func TestBadInput(t *testing.T) {
 		{"negative offload prefetch", []string{"-offload", "activations", "-offload-prefetch", "-1"}, "-offload-prefetch -1"},
 		{"offload optimizer stepping in backward", []string{"-offload", "optimizer", "-step-in-backward"}, "-step-in-backward"},
 		{"offload optimizer with freeze", []string{"-offload", "all", "-freeze", "layers.0.*"}, "-freeze"},
+		{"zero 3 with adafactor", []string{"-dist", "mpi", "-zero", "3", "-optim", "adafactor"}, "use -zero 1 or 2"},
+		{"zero 3 with bf16 weights", []string{"-dist", "mpi", "-zero", "3", "-weights", "bf16"}, "-weights bf16: not with -zero 3"},
 		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
 		{"lora with freeze", []string{"-lora", "4", "-freeze", "layers.0.*"}, "-freeze layers.0.*: conflicts with -lora"},
 		{"lora target matching nothing", []string{"-lora", "4", "-lora-targets", "blocks.*"}, `pattern "blocks.*" matches no Linear layer; closest: layers.`},

@@ -45,22 +45,33 @@ func run() error {
 		return fmt.Errorf("rank %d: %w", r, err)
 	}
 	fmt.Printf("rank %d of %d: collectives ok\n", r, n)
-	ref, _, err := train(c, "plain", true)
-	if err != nil {
-		return err
-	}
-	for _, mode := range []string{"ddp", "zero1", "zero2", "zero3"} {
-		got, state, err := train(c, mode, false)
+	for _, o := range []struct {
+		name  string
+		new   func([]*tensor.Tensor) (*optim.Optimizer, error)
+		modes []string
+	}{
+		{"adamw", newAdam, []string{"ddp", "zero1", "zero2", "zero3"}},
+		// Adafactor under ZeRO: each rank owns whole tensors.
+		{"adafactor", newAdafactor, []string{"ddp", "zero1", "zero2"}},
+	} {
+		newOpt = o.new
+		ref, _, err := train(c, "plain", true)
 		if err != nil {
-			return fmt.Errorf("rank %d: %s: %w", r, mode, err)
+			return err
 		}
-		var worst float64
-		for i := range got {
-			worst = max(worst, math.Abs(float64(got[i]-ref[i]))/(math.Abs(float64(ref[i]))+1e-3))
-		}
-		fmt.Printf("rank %d: %-5s %d steps: relative error %.2g against one process; optimizer state %d B\n", r, mode, *steps, worst, state)
-		if worst > 1e-5 {
-			return fmt.Errorf("rank %d: %s: relative error %.3g", r, mode, worst)
+		for _, mode := range o.modes {
+			got, state, err := train(c, mode, false)
+			if err != nil {
+				return fmt.Errorf("rank %d: %s %s: %w", r, o.name, mode, err)
+			}
+			var worst float64
+			for i := range got {
+				worst = max(worst, math.Abs(float64(got[i]-ref[i]))/(math.Abs(float64(ref[i]))+1e-3))
+			}
+			fmt.Printf("rank %d: %-9s %-5s %d steps: relative error %.2g against one process; optimizer state %d B\n", r, o.name, mode, *steps, worst, state)
+			if worst > 1e-5 {
+				return fmt.Errorf("rank %d: %s %s: relative error %.3g", r, o.name, mode, worst)
+			}
 		}
 	}
 	return c.Close()
@@ -110,6 +121,13 @@ func newAdam(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 	return optim.NewAdamW(ps, optim.AdamW{LR: 1e-2, WeightDecay: 0.01})
 }
 
+func newAdafactor(ps []*tensor.Tensor) (*optim.Optimizer, error) {
+	return optim.NewAdafactor(ps, optim.Adafactor{LR: 1e-2})
+}
+
+// newOpt is the optimizer of the modes being checked.
+var newOpt = newAdam
+
 // train runs steps on this rank's rows of a fixed synthetic batch (all
 // rows when alone) and returns the parameters and the optimizer state bytes.
 func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
@@ -128,20 +146,20 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 	)
 	switch mode {
 	case "plain":
-		opt, err = newAdam(params)
+		opt, err = newOpt(params)
 	case "ddp":
-		if opt, err = newAdam(params); err == nil {
+		if opt, err = newOpt(params); err == nil {
 			d, err = dist.NewDDP(c, params, dist.DDPConfig{BucketBytes: 64})
 		}
 	case "zero3":
-		z3, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{BucketBytes: 64}, newAdam)
+		z3, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{BucketBytes: 64}, newOpt)
 		if z3 != nil {
 			defer z3.Release()
 			opt = z3.Optimizer()
 			model.SetBlockRunner(z3.Runner(nil))
 		}
 	default:
-		z, err = dist.NewZeRO(c, params, dist.ZeROConfig{Stage: int(mode[4] - '0'), BucketBytes: 64}, newAdam)
+		z, err = dist.NewZeRO(c, params, dist.ZeROConfig{Stage: int(mode[4] - '0'), BucketBytes: 64}, newOpt)
 		if z != nil {
 			defer z.Release()
 			opt = z.Optimizer()
