@@ -355,10 +355,23 @@ func (z *ZeRO) GradNorm() (float64, error) {
 // most maxNorm and returns the norm they had (see optim.ClipGradNorm);
 // valid between ReduceGradients and Update.
 func (z *ZeRO) ClipGradNorm(maxNorm float64) (float64, error) {
-	if math.IsNaN(maxNorm) || maxNorm <= 0 {
-		return 0, fmt.Errorf("dist: zero: ClipGradNorm: max norm %v; want a number > 0", maxNorm)
+	var grads []*tensor.Tensor
+	for _, v := range z.views {
+		if g := v.Grad(); g != nil {
+			grads = append(grads, g)
+		}
 	}
-	norm, err := z.GradNorm()
+	return clipToNorm("zero", maxNorm, z.GradNorm, grads)
+}
+
+// clipToNorm scales grads, a rank's shard of every gradient, by
+// maxNorm/norm when the global norm (globalNorm, a collective) exceeds
+// maxNorm, and returns the norm they had; who names the caller in errors.
+func clipToNorm(who string, maxNorm float64, globalNorm func() (float64, error), grads []*tensor.Tensor) (float64, error) {
+	if math.IsNaN(maxNorm) || maxNorm <= 0 {
+		return 0, fmt.Errorf("dist: %s: ClipGradNorm: max norm %v; want a number > 0", who, maxNorm)
+	}
+	norm, err := globalNorm()
 	if err != nil || !(norm > maxNorm) || math.IsInf(norm, 0) {
 		return norm, err
 	}
@@ -366,10 +379,8 @@ func (z *ZeRO) ClipGradNorm(maxNorm float64) (float64, error) {
 	return norm, tensor.Catch(func() error {
 		s := tempScope()
 		defer s.Close()
-		for _, v := range z.views {
-			if g := v.Grad(); g != nil {
-				s.MulScalarInPlace(g, c).Release()
-			}
+		for _, g := range grads {
+			s.MulScalarInPlace(g, c).Release()
 		}
 		return nil
 	})

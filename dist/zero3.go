@@ -653,24 +653,13 @@ func (z *ZeRO3) GradNorm() (float64, error) {
 // ClipGradNorm scales the shard gradients so that the global norm is at
 // most maxNorm and returns the norm they had.
 func (z *ZeRO3) ClipGradNorm(maxNorm float64) (float64, error) {
-	if math.IsNaN(maxNorm) || maxNorm <= 0 {
-		return 0, fmt.Errorf("dist: zero3: ClipGradNorm: max norm %v; want a number > 0", maxNorm)
-	}
-	norm, err := z.GradNorm()
-	if err != nil || !(norm > maxNorm) || math.IsInf(norm, 0) {
-		return norm, err
-	}
-	c := maxNorm / norm
-	return norm, tensor.Catch(func() error {
-		s := tempScope()
-		defer s.Close()
-		for _, g := range z.groups {
-			if g.grad != nil {
-				s.MulScalarInPlace(g.grad, c).Release()
-			}
+	var grads []*tensor.Tensor
+	for _, g := range z.groups {
+		if g.grad != nil {
+			grads = append(grads, g.grad)
 		}
-		return nil
-	})
+	}
+	return clipToNorm("zero3", maxNorm, z.GradNorm, grads)
 }
 
 // GatherAll makes every parameter whole, runs fn (saving a checkpoint,

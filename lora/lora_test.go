@@ -238,6 +238,25 @@ func mergeComputesWhatAdaptersDo(t *testing.T, kind string) {
 	// A fresh model loaded with the export computes the same function.
 	fresh := newModel(t, kind, dev)
 	exp := nn.Export(g)
+	// One tensor at a time: beyond the parameters, the export holds one
+	// merged [Out, In] weight and the product B·A it sums (4 bytes each
+	// per element) or the merged weight and the read's F64 transient (4 +
+	// 8): at most 12 bytes per element of the largest weight.
+	mem := dev.Memory()
+	var largest int64
+	for _, p := range g.Parameters() {
+		largest = max(largest, int64(p.Len()))
+	}
+	mem.ResetPeak()
+	base := mem.Stats().Requested.Current
+	for _, e := range exp {
+		if _, err := e.Float32s(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if extra := mem.Stats().Requested.Peak - base; extra > 12*largest {
+		t.Errorf("the export peaked %d bytes above the model; one weight's merge needs at most %d", extra, 12*largest)
+	}
 	if len(exp) != len(fresh.Parameters()) {
 		t.Fatalf("export has %d tensors, the bare model %d", len(exp), len(fresh.Parameters()))
 	}

@@ -94,7 +94,6 @@ func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer
 		return nil, err
 	}
 	t.val = ds.val
-	t.codec = ds.codec
 	t.warnIdle()
 	return t, nil
 }
@@ -120,7 +119,7 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		return nil, err
 	}
 	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Accum,
-		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, runID: newRunID()}
+		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, codec: ds.codec, runID: newRunID()}
 	fail := func(err error) (*Trainer, error) {
 		t.Close()
 		return nil, err

@@ -108,7 +108,6 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	defer t.Close()
 	mem := dev.Memory()
 	if cfg.Generate > 0 {
-		t.codec = ds.codec
 		// The meta device's logits are zeros: greedy decoding picks token
 		// 0 each time, and every token costs what any other would.
 		mem.ResetPeak()
