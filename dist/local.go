@@ -193,7 +193,7 @@ func (l *local) AllReduce(t *tensor.Tensor, op Op) error {
 	if err := checkF32("all_reduce", "tensor", t); err != nil {
 		return err
 	}
-	all, err := l.exchange(sig{name: "all_reduce", n: t.Len(), op: op}, t.Float64s())
+	all, err := l.exchange(sig{name: "all_reduce", n: t.Len(), op: op}, float64s(t))
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func (l *local) ReduceScatter(out, in *tensor.Tensor, op Op) error {
 	if err := checkScatter("reduce_scatter", l.h.n, out, in); err != nil {
 		return err
 	}
-	all, err := l.exchange(sig{name: "reduce_scatter", n: in.Len(), op: op}, in.Float64s())
+	all, err := l.exchange(sig{name: "reduce_scatter", n: in.Len(), op: op}, float64s(in))
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (l *local) AllGather(out, in *tensor.Tensor) error {
 	if err := checkScatter("all_gather", l.h.n, in, out); err != nil {
 		return err
 	}
-	all, err := l.exchange(sig{name: "all_gather", n: in.Len()}, in.Float64s())
+	all, err := l.exchange(sig{name: "all_gather", n: in.Len()}, float64s(in))
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (l *local) Broadcast(t *tensor.Tensor, root int) error {
 	}
 	var vals []float64
 	if l.rank == root {
-		vals = t.Float64s()
+		vals = float64s(t)
 	}
 	all, err := l.exchange(sig{name: "broadcast", n: t.Len(), root: root}, vals)
 	if err != nil || l.rank == root {
@@ -302,13 +302,4 @@ func reduce(all [][]float64, op Op, off, k int) []float64 {
 		}
 	}
 	return out
-}
-
-// setF64 writes host values into an F32 tensor.
-func setF64(t *tensor.Tensor, v []float64) error {
-	f := make([]float32, len(v))
-	for i, x := range v {
-		f[i] = float32(x)
-	}
-	return tensor.Catch(func() error { return t.SetFloat32s(f) })
 }

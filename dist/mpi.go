@@ -179,17 +179,6 @@ func (m *mpiComm) run(op string, fn func() C.int) error {
 // host copies a tensor's values into a float32 slice.
 func host(t *tensor.Tensor) []float32 { return t.Float32s() }
 
-// direct returns t's elements as host memory MPI can read and write in
-// place (a contiguous F32 tensor of the CPU device), or nil.
-func direct(t *tensor.Tensor) []float32 {
-	v := t.View()
-	if v.DType != tensor.F32 || len(v.Buf.Host) == 0 || !v.Contiguous() || t.Len() == 0 {
-		return nil
-	}
-	all := unsafe.Slice((*float32)(unsafe.Pointer(&v.Buf.Host[0])), len(v.Buf.Host)/4)
-	return all[v.Offset : v.Offset+t.Len()]
-}
-
 // buffers returns what MPI reads (in's memory, or a copy) and where it
 // writes (out's memory, inPlace, or a new slice for finish to store).
 func buffers(in, out *tensor.Tensor) (src, dst []float32, inPlace bool) {

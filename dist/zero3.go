@@ -56,13 +56,36 @@ import (
 // parameters whole (4·B bytes for a block of B parameters) and, in
 // backward, their gradients (4·B) until the group is reduced.
 //
-// Collectives are issued from the training goroutine, at the moment they
-// are needed (the engines are synchronous: NewLocal and MPI block until
-// every rank has joined). Gathering the next block while the current one
-// computes needs an asynchronous engine; the method gather is the one
-// place it would start. Every rank must run the same graph (the same
-// model, batch shapes, checkpoint policy and frozen parameters), since
-// the hooks issue the collectives in the order the graph reaches them.
+// Prefetching (ZeRO3Config.Prefetch, over an Async communicator): each
+// training pass (from BeforeForward to the end of its backward) gathers
+// the groups in an order fixed by the graph, which ZeRO3 records as the
+// pass's trace, as DeepSpeed traces its modules. (A forward without
+// gradients, an evaluation, neither follows nor changes the trace; its
+// groups are gathered when needed, but for the first block's, started by
+// BeforeForward's gather of the root.) From the next pass on,
+// when a group is gathered, the gather of the group the trace says comes
+// next is started at once and runs while the current group computes: in
+// forward the next block, in backward the block before, and the first
+// block of the backward while the head runs. A pass that departs from
+// the trace (an evaluation after training, a changed graph) is recorded
+// anew from where it departed, with no prefetch until then: a wrong
+// trace costs time and memory, never correctness. The trace also saves
+// gathers without an asynchronous engine: a group whose next gather is
+// the very next one (a checkpointed block's recomputation, right before
+// its backward) is kept whole instead of evicted and gathered again.
+//
+// A prefetched group's parameters exist one group earlier than they are
+// used, so the price of prefetching is one group's parameters more at
+// the peak (in backward: the running block's parameters and gradients
+// and the next block's parameters). Its allocation is made when the
+// gather starts, on the training goroutine, so plans stay exact; a
+// prefetch that does not fit in memory is not started, and the gather
+// happens when the group is needed, as without prefetching.
+//
+// Every rank must run the same graph (the same model, batch shapes,
+// checkpoint policy and frozen parameters), since the hooks issue the
+// collectives in the order the graph reaches them, and the traces (and
+// so the prefetches) are then the same on every rank.
 type ZeRO3 struct {
 	comm   Comm
 	dev    device.Device
@@ -77,12 +100,25 @@ type ZeRO3 struct {
 	err    error
 	// lookups is ZeRO3Config.LookupsBeforeBlocks.
 	lookups bool
+	// async is the communicator prefetches start on (nil: none).
+	async *Async
+	// trace is the order of the last pass's gathers, pos the position
+	// in it of the current pass's next gather; inPass is set from
+	// BeforeForward until the pass's groups are settled.
+	trace  []*group3
+	pos    int
+	inPass bool
 	// Gathers counts the all-gathers of groups since construction, and
 	// Reductions their reduce-scatters; GatherTime and ReduceTime are the
-	// wall time spent in them (packing included): what prefetching
-	// with an asynchronous engine could hide at most.
+	// wall time the collectives took (packing included). GatherWait is
+	// the part of GatherTime the training goroutine spent waiting: all of
+	// it without prefetching; GatherTime - GatherWait is what prefetching
+	// hid behind computation. Prefetches counts the gathers started
+	// ahead, and Kept the gathers saved by keeping a group whole.
 	Gathers, Reductions    int
 	GatherTime, ReduceTime time.Duration
+	GatherWait             time.Duration
+	Prefetches, Kept       int
 }
 
 // group3 is one group of parameters sharded together.
@@ -98,6 +134,13 @@ type group3 struct {
 	had      []bool         // per parameter: a gradient was reduced this step
 	viaInput bool           // this pass's backward of the group ends at its input node
 	fired    int            // trainable parameters complete in this pass
+	// A prefetch in flight: the gather's request, and the storage's
+	// completion (tensor.RematerializeLater).
+	req  *Request
+	done func(error) error
+	// kept: whole although its use ended, because the trace says its
+	// next gather is the next of the pass.
+	kept bool
 }
 
 // piece3 is one owned piece of a parameter: elements [a, a+n) of group
@@ -120,6 +163,10 @@ type ZeRO3Config struct {
 	// the largest group. Set wrongly, the backward fails with an error
 	// naming the evicted parameter; it never reads freed memory.
 	LookupsBeforeBlocks bool
+	// Prefetch starts each group's gather while the group before it in
+	// the pass computes (see ZeRO3). The communicator must be an *Async
+	// (NewAsync) through which every collective of the rank goes.
+	Prefetch bool
 }
 
 // NewZeRO3 shards model's parameters (F32, on one device, the same model
@@ -159,6 +206,13 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 	}
 	n, r := c.Size(), c.Rank()
 	z := &ZeRO3{comm: c, dev: dev, byMod: map[nn.Module]*group3{}, lookups: cfg.LookupsBeforeBlocks}
+	if cfg.Prefetch {
+		a, ok := c.(*Async)
+		if !ok {
+			return nil, fmt.Errorf("dist: zero3: prefetching needs an asynchronous communicator (dist.NewAsync) through which every collective of the rank goes, not %T", c)
+		}
+		z.async = a
+	}
 	z.chunk = max(bucketElems(cfg.BucketBytes)/n, 1)
 	if err := broadcastFlat(c, dev, newFlat(params), z.chunk*n, 0); err != nil {
 		return nil, fmt.Errorf("dist: zero3: %w", err)
@@ -282,27 +336,121 @@ func (z *ZeRO3) fail(err error) {
 	panic(&tensor.Error{Op: "zero3", Msg: err.Error()})
 }
 
-// gather makes g's parameters whole (a no-op when they are). Gathering
-// the next group ahead of its use would start here with an asynchronous
-// engine.
+// gather makes g's parameters whole (a no-op when they are): it waits
+// for a prefetch in flight, takes a kept group as it is, or gathers. In a
+// pass, each of these is the next step of the trace, and starts the
+// prefetch of the step after it.
 func (z *ZeRO3) gather(g *group3) error {
-	if !g.full.Evicted() {
+	switch {
+	case g.req != nil:
+		start := time.Now()
+		err := g.req.Wait()
+		z.GatherWait += time.Since(start)
+		z.GatherTime += g.req.Ran
+		if err := z.landed(g, err); err != nil {
+			return err
+		}
+	case g.kept:
+		g.kept = false
+	case g.full.Evicted():
+		start := time.Now()
+		err := g.full.Rematerialize(func() error {
+			return tensor.Catch(func() error { return z.comm.AllGather(g.full, g.shard) })
+		})
+		d := time.Since(start)
+		z.GatherTime += d
+		z.GatherWait += d
+		if err != nil {
+			return z.gatherFailed(g, err)
+		}
+		z.Gathers++
+	default:
 		return nil
 	}
-	start := time.Now()
-	defer func() { z.GatherTime += time.Since(start) }()
-	err := g.full.Rematerialize(func() error {
-		return tensor.Catch(func() error { return z.comm.AllGather(g.full, g.shard) })
-	})
+	z.advance(g)
+	return nil
+}
+
+// landed completes g's prefetch, whose request returned err.
+func (z *ZeRO3) landed(g *group3, err error) error {
+	err = g.done(tensor.Catch(func() error { return err }))
+	g.req, g.done = nil, nil
 	if err != nil {
-		err = fmt.Errorf("dist: zero3: gathering %s: %w", g.name, err)
-		if z.err == nil {
-			z.err = err
-		}
-		return err
+		return z.gatherFailed(g, err)
 	}
 	z.Gathers++
 	return nil
+}
+
+func (z *ZeRO3) gatherFailed(g *group3, err error) error {
+	err = fmt.Errorf("dist: zero3: gathering %s: %w", g.name, err)
+	if z.err == nil {
+		z.err = err
+	}
+	return err
+}
+
+// advance moves the pass along its trace with g's gather (recording it
+// where the pass departs from the trace) and prefetches the next.
+func (z *ZeRO3) advance(g *group3) {
+	if !z.inPass {
+		return
+	}
+	if z.pos < len(z.trace) && z.trace[z.pos] == g {
+		z.pos++
+	} else {
+		z.trace = append(z.trace[:z.pos], g)
+		z.pos++
+		return // recording: nothing ahead is known
+	}
+	if z.async == nil || z.pos >= len(z.trace) {
+		return
+	}
+	next := z.trace[z.pos]
+	if next.req != nil || !next.full.Evicted() {
+		return
+	}
+	done, err := next.full.RematerializeLater()
+	if err != nil {
+		return // no room ahead of time: gathered when needed
+	}
+	next.done = done
+	next.req = z.async.StartAllGather(next.full, next.shard)
+	z.Prefetches++
+}
+
+// nextIs reports whether the trace says g's gather is the pass's next.
+func (z *ZeRO3) nextIs(g *group3) bool {
+	return z.inPass && z.pos < len(z.trace) && z.trace[z.pos] == g
+}
+
+// drop evicts g, completing a prefetch in flight first (its storage is
+// being written).
+func (z *ZeRO3) drop(g *group3) error {
+	if g.full == nil {
+		return nil // NewZeRO3 failed before making it
+	}
+	var err error
+	if g.req != nil {
+		werr := g.req.Wait()
+		z.GatherTime += g.req.Ran
+		err = z.landed(g, werr)
+	}
+	g.kept = false
+	return errors.Join(err, g.full.Evict())
+}
+
+// settle ends the pass: it waits for what is in flight and evicts every
+// group. The first error of a prefetch is returned.
+func (z *ZeRO3) settle() error {
+	z.inPass = false
+	var first error
+	for _, g := range z.groups {
+		if err := z.drop(g); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func (z *ZeRO3) mustGather(g *group3) {
@@ -311,8 +459,15 @@ func (z *ZeRO3) mustGather(g *group3) {
 	}
 }
 
+// evict ends a use of g: its storage is freed, unless the trace says g
+// is gathered next (then it stays whole, kept, and that gather is free).
 func (z *ZeRO3) evict(g *group3) {
-	if err := g.full.Evict(); err != nil {
+	if z.nextIs(g) && !g.full.Evicted() && g.req == nil {
+		g.kept = true
+		z.Kept++
+		return
+	}
+	if err := z.drop(g); err != nil {
 		z.fail(err)
 	}
 }
@@ -465,6 +620,12 @@ func (z *ZeRO3) Runner(inner nn.BlockRunner) nn.BlockRunner {
 		}
 		root := z.root
 		rec := r.Grad()
+		if !rec {
+			// An evaluation: its gathers end with the forward, so the
+			// trace (a training pass's) must not predict a backward
+			// from them, nor be overwritten by them.
+			z.inPass = false
+		}
 		in := x
 		if root != nil {
 			z.evict(root)
@@ -505,6 +666,10 @@ func (z *ZeRO3) Runner(inner nn.BlockRunner) nn.BlockRunner {
 // blocks, which a model uses before its blocks run): call it before each
 // forward, training or evaluating. A collective.
 func (z *ZeRO3) BeforeForward() error {
+	if err := z.settle(); err != nil {
+		return err
+	}
+	z.inPass, z.pos = true, 0
 	if z.root == nil {
 		return nil
 	}
@@ -520,6 +685,9 @@ func (z *ZeRO3) BeforeForward() error {
 func (z *ZeRO3) ReduceGradients() error {
 	if z.err != nil {
 		return z.err
+	}
+	if err := z.settle(); err != nil {
+		return err
 	}
 	for _, g := range z.groups {
 		pending := false
@@ -666,6 +834,9 @@ func (z *ZeRO3) ClipGradNorm(maxNorm float64) (float64, error) {
 // exporting weights, generating text) and evicts them again: the whole
 // model exists on every rank while fn runs. A collective.
 func (z *ZeRO3) GatherAll(fn func() error) error {
+	if err := z.settle(); err != nil {
+		return err
+	}
 	defer func() {
 		for _, g := range z.groups {
 			_ = g.full.Evict()
@@ -680,17 +851,20 @@ func (z *ZeRO3) GatherAll(fn func() error) error {
 }
 
 // Evict frees every group left gathered: after an evaluation, whose
-// forwards end with the root group whole (the head needs it).
+// forwards end with the root group whole (the head needs it), or a
+// prefetch it started for a backward that did not come. It waits for
+// prefetches in flight; their errors are Err's.
 func (z *ZeRO3) Evict() {
-	for _, g := range z.groups {
-		_ = g.full.Evict() // made by Flatten: cannot fail
-	}
+	_ = z.settle()
 }
 
 // GatherEach makes each group's parameters whole in turn, calls fn with
 // them, and evicts them before the next group: what a checkpoint needs
 // with one group whole at a time on the device. A collective.
 func (z *ZeRO3) GatherEach(fn func(params []*tensor.Tensor) error) error {
+	if err := z.settle(); err != nil {
+		return err
+	}
 	for _, g := range z.groups {
 		if err := z.gather(g); err != nil {
 			return err
@@ -710,6 +884,9 @@ func (z *ZeRO3) GatherEach(fn func(params []*tensor.Tensor) error) error {
 // the adapters, not the base). Each rank writes its shards; not a
 // collective.
 func (z *ZeRO3) LoadFull(values func(p *tensor.Tensor) []float32) error {
+	if err := z.settle(); err != nil {
+		return err
+	}
 	r := z.comm.Rank()
 	for _, g := range z.groups {
 		var host []float32
@@ -743,6 +920,7 @@ func (z *ZeRO3) LoadFull(values func(p *tensor.Tensor) []float32) error {
 // Release frees the shards, the optimizer and the gradients. The
 // parameters stay evicted: release them as usual (the model's).
 func (z *ZeRO3) Release() {
+	_ = z.settle()
 	if z.opt != nil {
 		z.opt.Release()
 		z.opt = nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,7 @@ type gptRun struct {
 	// resumeFrom, when set, loads weights and optimizer state before
 	// training; save, when set, gets them after training.
 	lookups    bool // ZeRO3Config.LookupsBeforeBlocks
+	prefetch   bool // ZeRO3Config.Prefetch, over dist.NewAsync(c)
 	resumeFrom *fullState
 	save       func(fullState)
 	// frozen lists parameter path prefixes that do not train.
@@ -100,7 +102,11 @@ func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
 		z   *dist.ZeRO3
 	)
 	if run.zero3 {
-		if z, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{LookupsBeforeBlocks: run.lookups}, newOpt); err != nil {
+		zc := dist.ZeRO3Config{LookupsBeforeBlocks: run.lookups, Prefetch: run.prefetch}
+		if run.prefetch {
+			c = dist.NewAsync(c)
+		}
+		if z, err = dist.NewZeRO3(c, model, zc, newOpt); err != nil {
 			return nil, err
 		}
 		defer z.Release()
@@ -442,30 +448,44 @@ func TestZero3ParametersNeedTheRunner(t *testing.T) {
 }
 
 // TestZero3GatherCounts: a block is gathered before its forward and again
-// before its backward (and once more for its recomputation under
-// checkpointing; the last segment is not recomputed), and reduced once;
-// the root is gathered before the forward, after the blocks and after
-// their backward, and reduced twice (the head's gradient when backward
-// reaches the blocks, the embeddings' at the end).
+// before its backward, and reduced once; the root is gathered before the
+// forward, after the blocks and after their backward, and reduced twice
+// (the head's gradient when backward reaches the blocks, the embeddings'
+// at the end). Under checkpointing a block is gathered once more for its
+// recomputation (the last segment is not recomputed) in the first step;
+// from the second on, the recorded trace says the recomputed block's
+// backward comes next, so it stays whole (Kept) and is not gathered
+// again. Prefetching changes when gathers start, not how many there are.
 func TestZero3GatherCounts(t *testing.T) {
 	L := gpt3.Layers
 	for _, tc := range []struct {
-		name               string
-		policy             checkpoint.Policy
-		gathers, reduction int
-		lookups            bool // the root is not gathered after the blocks' backward
+		name         string
+		policy       checkpoint.Policy
+		first, later int // gathers in the first step and in the others
+		reduction    int
+		lookups      bool // the root is not gathered after the blocks' backward
+		prefetch     bool
 	}{
-		{"no checkpointing", checkpoint.Off, 2*L + 3, L + 2, false},
-		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, L + 2, false},
-		{"lookups before the blocks", checkpoint.Off, 2*L + 2, L + 2, true},
+		{"no checkpointing", checkpoint.Off, 2*L + 3, 2*L + 3, L + 2, false, false},
+		{"checkpoint every block", checkpoint.Every, 3*L - 1 + 3, 2*L + 3, L + 2, false, false},
+		{"lookups before the blocks", checkpoint.Off, 2*L + 2, 2*L + 2, L + 2, true, false},
+		{"prefetch", checkpoint.Off, 2*L + 3, 2*L + 3, L + 2, false, true},
+		{"prefetch, checkpoint every block", checkpoint.Every, 3*L - 1 + 3, 2*L + 3, L + 2, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkErrs(t, runRanks(dist.NewLocal(2), func(c dist.Comm) error {
 				var g0, r0 int
 				var errs []error
-				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, measure: func(step int, _ int64, z *dist.ZeRO3) {
-					if g, r := z.Gathers-g0, z.Reductions-r0; g != tc.gathers || r != tc.reduction {
-						errs = append(errs, fmt.Errorf("step %d: %d gathers and %d reductions, want %d and %d", step, g, r, tc.gathers, tc.reduction))
+				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, prefetch: tc.prefetch, measure: func(step int, _ int64, z *dist.ZeRO3) {
+					want := tc.later
+					if step == 0 {
+						want = tc.first
+					}
+					if g, r := z.Gathers-g0, z.Reductions-r0; g != want || r != tc.reduction {
+						errs = append(errs, fmt.Errorf("step %d: %d gathers and %d reductions, want %d and %d", step, g, r, want, tc.reduction))
+					}
+					if step > 0 && tc.prefetch && z.Prefetches == 0 {
+						errs = append(errs, fmt.Errorf("step %d: nothing prefetched", step))
 					}
 					g0, r0 = z.Gathers, z.Reductions
 				}}
@@ -474,4 +494,88 @@ func TestZero3GatherCounts(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// TestZero3Prefetch: gathers started ahead (over an Async communicator)
+// give bit for bit the parameters of gathers made when needed, with
+// checkpointing, accumulation and frozen layers; they do start ahead
+// (Prefetches) and the model-state peak grows by at most one block's
+// parameters over TestZero3Memory's bound: the price of the overlap.
+func TestZero3Prefetch(t *testing.T) {
+	D := int64(gpt3.Dim)
+	block := 12*D*D + 13*D
+	P := int64(gpt3.Vocab+gpt3.Context+2)*D + int64(gpt3.Layers)*block
+	for _, tc := range []struct {
+		name  string
+		ranks int
+		run   gptRun
+	}{
+		{"2 ranks", 2, gptRun{}},
+		{"4 ranks, checkpoint sqrt", 4, gptRun{checkpoint: checkpoint.Sqrt}},
+		{"2 ranks, checkpoint every block, accumulation 2", 2, gptRun{checkpoint: checkpoint.Every, accum: 2}},
+		{"2 ranks, lookups before the blocks", 2, gptRun{lookups: true}},
+		{"4 ranks, frozen embeddings and first block", 4, gptRun{frozen: []string{"embed.", "blocks.0."}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			train := func(prefetch bool) ([][]float32, []int64, []int) {
+				got := make([][]float32, tc.ranks)
+				peaks := make([]int64, tc.ranks)
+				fetched := make([]int, tc.ranks)
+				run := tc.run
+				run.zero3, run.prefetch = true, prefetch
+				run.measure = func(step int, peak int64, z *dist.ZeRO3) {
+					if step > 0 {
+						peaks[z.Rank()] = max(peaks[z.Rank()], peak)
+					}
+					fetched[z.Rank()] = z.Prefetches
+				}
+				checkErrs(t, runRanks(dist.NewLocal(tc.ranks), func(c dist.Comm) error {
+					var err error
+					got[c.Rank()], err = trainGPT(c, run, 4)
+					return err
+				}))
+				return got, peaks, fetched
+			}
+			want, plain, _ := train(false)
+			got, peaks, fetched := train(true)
+			bound := 16*P/int64(tc.ranks) + 3*4*block
+			for r := range got {
+				if !slices.Equal(got[r], want[r]) {
+					t.Errorf("rank %d: parameters differ with prefetching (relative %.3g)", r, relL2(got[r], want[r]))
+				}
+				if fetched[r] == 0 {
+					t.Errorf("rank %d: nothing was prefetched", r)
+				}
+				if peaks[r] > bound {
+					t.Errorf("rank %d: model-state peak %d B with prefetching, above 16·P/N + 3·4·(block) = %d B", r, peaks[r], bound)
+				}
+				if r == 0 {
+					t.Logf("model-state peak %d B without prefetching, %d B with (%d prefetches); one block is %d B", plain[r], peaks[r], fetched[r], 4*block)
+				}
+			}
+		})
+	}
+}
+
+// TestZero3PrefetchNeedsAsync: prefetching over a communicator the rank
+// also uses directly would let the two reach the engine in either order,
+// so NewZeRO3 refuses it.
+func TestZero3PrefetchNeedsAsync(t *testing.T) {
+	checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+		dev := cpu.New(cpu.Threads(1))
+		model, err := models.NewGPT(dev, gpt3)
+		if err != nil {
+			return err
+		}
+		defer nn.Release(model)
+		z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{Prefetch: true}, gptAdamW)
+		if err == nil {
+			z.Release()
+			return errors.New("NewZeRO3 prefetches over a synchronous communicator")
+		}
+		if !strings.Contains(err.Error(), "NewAsync") {
+			return fmt.Errorf("error %q does not say what to do", err)
+		}
+		return nil
+	}))
 }

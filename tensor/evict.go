@@ -109,22 +109,40 @@ func (t *Tensor) Evicted() bool { return t.st.evicted }
 // evicted again and the error returned; allocating may fail with
 // *memory.OOMError.
 func (t *Tensor) Rematerialize(fill func() error) error {
-	t.mustLive("Rematerialize")
-	st := t.st
-	if !st.evicted {
-		return errorf("Rematerialize", "%s is not evicted", t.describe())
-	}
-	buf, err := st.dev.Alloc(st.size, st.cat)
+	done, err := t.RematerializeLater()
 	if err != nil {
 		return err
 	}
-	v := st.version.Load()
-	defer st.version.Store(v)
-	st.buf, st.evicted = buf, false
-	if err := fill(); err != nil {
-		st.dev.Free(st.buf)
-		st.buf, st.evicted = device.Buffer{}, true
-		return err
+	return done(fill())
+}
+
+// RematerializeLater is Rematerialize with the filling left to the
+// caller, who may do it on another goroutine (a collective running while
+// this goroutine computes): it allocates t's evicted storage now, so
+// that the allocation happens at a point of the program and not of the
+// other goroutine's timing, and returns done, which must be called on t's
+// goroutine once the storage holds its values, before anything reads it:
+// done(nil) restores the storage's version (the writer may have counted
+// its writes as changes), done(err) evicts the storage again and returns
+// err. Until done is called nothing but the filler may touch the storage.
+func (t *Tensor) RematerializeLater() (done func(error) error, err error) {
+	t.mustLive("RematerializeLater")
+	st := t.st
+	if !st.evicted {
+		return nil, errorf("Rematerialize", "%s is not evicted", t.describe())
 	}
-	return nil
+	buf, err := st.dev.Alloc(st.size, st.cat)
+	if err != nil {
+		return nil, err
+	}
+	v := st.version.Load()
+	st.buf, st.evicted = buf, false
+	return func(fillErr error) error {
+		st.version.Store(v)
+		if fillErr != nil {
+			st.dev.Free(st.buf)
+			st.buf, st.evicted = device.Buffer{}, true
+		}
+		return fillErr
+	}, nil
 }

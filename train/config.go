@@ -94,6 +94,11 @@ type Config struct {
 	// Data parallelism
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
 	Zero int    `json:"zero"` // ZeRO stage: 0 (replicated optimizer), 1 (state sharded), 2 (gradients too) or 3 (parameters too)
+	// ZeroPrefetch starts each block's gather under -zero 3 while the
+	// block before it computes (dist.ZeRO3Config.Prefetch): the
+	// collectives overlap computation, at the cost of one more block's
+	// parameters at the peak.
+	ZeroPrefetch bool `json:"zero_prefetch,omitempty"`
 	// Ranks is the number of ranks -plan and -fit plan one rank of, with
 	// -dist (0: plan one process, unsharded). Training takes the rank
 	// count from the engine (mpirun -np).
@@ -348,6 +353,8 @@ func (c *Config) Validate() error {
 		return bad("ranks", c.Ranks, "plans one rank of -dist; add -dist mpi")
 	case c.Zero > 0 && c.UnfreezeAt > 0:
 		return bad("zero", c.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
+	case c.ZeroPrefetch && c.Zero != 3:
+		return bad("zero-prefetch", c.ZeroPrefetch, "prefetches the parameter gathers of -zero 3; add -zero 3")
 	case c.Zero == 3 && c.Optim == "adafactor":
 		return bad("zero", c.Zero, "cannot shard -optim adafactor by element ranges (its row and column statistics span whole matrices): use -zero 1 or 2, which give each rank whole tensors")
 	}

@@ -38,6 +38,11 @@ import (
 // setupDist builds the DDP or ZeRO machinery over comm; called by assemble
 // after freezing, so that the shards are cut from the trainable parameters.
 func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
+	if t.Config.Zero == 3 && t.Config.ZeroPrefetch {
+		// Prefetches run on the Async's goroutine; every collective of
+		// the rank goes through it, in the order issued.
+		comm = dist.NewAsync(comm)
+	}
 	t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
 	if t.Config.Zero == 3 {
 		m, ok := t.Model.(nn.Model)
@@ -47,7 +52,7 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		// A GPT's layers before its blocks are embedding lookups,
 		// whose backward reads no weights.
 		_, gpt := t.Model.(*models.GPT)
-		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{LookupsBeforeBlocks: gpt}, newOpt)
+		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{LookupsBeforeBlocks: gpt, Prefetch: t.Config.ZeroPrefetch}, newOpt)
 		if err != nil {
 			return fmt.Errorf("-zero 3: %v", err)
 		}

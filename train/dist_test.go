@@ -439,8 +439,14 @@ func TestCloseIsIdempotent(t *testing.T) {
 func TestZero3MemoryAndPlan(t *testing.T) {
 	cfg := tinyGPT()
 	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Workers, cfg.Zero = 0, 3, 4, 1, 3
-	for _, ranks := range []int{2, 4} {
-		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
+	for _, tc := range []struct {
+		ranks    int
+		prefetch bool
+	}{{2, false}, {4, false}, {2, true}, {4, true}} {
+		ranks := tc.ranks
+		cfg := cfg
+		cfg.ZeroPrefetch = tc.prefetch
+		t.Run(fmt.Sprintf("%d ranks, prefetch %v", ranks, tc.prefetch), func(t *testing.T) {
 			// Between steps a rank holds its shards of the parameters and
 			// of the optimizer state, nothing else: no gradient, no
 			// gathered block, no activation or temporary left behind.
@@ -467,7 +473,7 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 				}
 			}
 			whole := cfg
-			whole.Zero = 0
+			whole.Zero, whole.ZeroPrefetch = 0, false
 			ref := newTrainer(t, whole) // the same model, whole, to count
 			var P, block int64
 			for _, p := range ref.Model.Parameters() {
@@ -477,6 +483,9 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 				block = max(block, int64(nn.Count(b)))
 			}
 			bound := 16*P/int64(ranks) + 2*4*block
+			if tc.prefetch {
+				bound += 4 * block // the next block's parameters, gathered ahead
+			}
 			pc := cfg
 			pc.Dist, pc.Ranks = "mpi", ranks
 			plan, err := Plan(pc)

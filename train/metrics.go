@@ -124,6 +124,22 @@ type Summary struct {
 	OOMRetries   int    `json:"oom_retries"`
 	SkippedSteps int    `json:"skipped_steps"`
 	Checkpoint   string `json:"checkpoint,omitempty"`
+	// Zero3 is where a -zero 3 rank's collectives went, absent otherwise.
+	Zero3 *Zero3Stats `json:"zero3,omitempty"`
+}
+
+// Zero3Stats are a ZeRO-3 rank's gathers and reductions over the run
+// (dist.ZeRO3's counters). GatherWaitSec is the part of GatherSec the
+// training waited for: all of it without -zero-prefetch; the difference
+// is the gathering that overlapped computation.
+type Zero3Stats struct {
+	Gathers       int     `json:"gathers"`
+	Prefetches    int     `json:"prefetches"`
+	Kept          int     `json:"kept"`
+	Reductions    int     `json:"reductions"`
+	GatherSec     float64 `json:"gather_sec"`
+	GatherWaitSec float64 `json:"gather_wait_sec"`
+	ReduceSec     float64 `json:"reduce_sec"`
 }
 
 // EvalStats is the last evaluation's result.

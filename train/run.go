@@ -200,6 +200,12 @@ func (t *Trainer) summary() Summary {
 	if t.Config.Save != "" {
 		s.Checkpoint = t.Config.Save
 	}
+	if z := t.zero3; z != nil {
+		s.Zero3 = &Zero3Stats{
+			Gathers: z.Gathers, Prefetches: z.Prefetches, Kept: z.Kept, Reductions: z.Reductions,
+			GatherSec: z.GatherTime.Seconds(), GatherWaitSec: z.GatherWait.Seconds(), ReduceSec: z.ReduceTime.Seconds(),
+		}
+	}
 	return s
 }
 

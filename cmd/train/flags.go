@@ -101,6 +101,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.Var(sizeFlag{&cfg.MemLimit}, "mem-limit", "device memory capacity, a `size` such as 512MiB or 2GiB (0: on cpu, the memory this process may use less an eighth; a run whose one-example step cannot fit is refused at start)")
 	// distributed
 	fs.StringVar(&cfg.Dist, "dist", cfg.Dist, "data parallelism: off, or mpi (run under mpirun -np N; -batch is per rank)")
+	fs.BoolVar(&cfg.ZeroPrefetch, "zero-prefetch", cfg.ZeroPrefetch, "with -zero 3: gather each block's parameters while the block before it computes (overlap, for one more block's parameters in memory)")
 	fs.IntVar(&cfg.Zero, "zero", cfg.Zero, "ZeRO stage with -dist: 0 (replicas), 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too, gathered block by block)")
 	fs.IntVar(&cfg.Ranks, "ranks", cfg.Ranks, "with -dist and -plan or -fit: plan one rank of `n` ranks (mpirun's -np) without running them")
 	// output
@@ -135,7 +136,7 @@ var flagGroups = []struct {
 	{"data", []string{"data", "tokenizer", "workers", "prefetch", "val-split"}},
 	{"schedule", []string{"steps", "epochs", "batch", "lr", "optim", "wd", "clip", "warmup", "schedule", "seed"}},
 	{"memory", []string{"amp", "accum", "checkpoint", "lm-head", "weights", "step-in-backward", "offload", "offload-prefetch", "freeze", "unfreeze-at", "lora", "lora-alpha", "lora-dropout", "lora-targets", "device", "without", "mem-limit"}},
-	{"distributed", []string{"dist", "zero", "ranks"}},
+	{"distributed", []string{"dist", "zero", "zero-prefetch", "ranks"}},
 	{"output", []string{"eval-every", "metrics", "mem-report", "summary", "save", "save-every", "save-format", "resume", "init", "quiet"}},
 	{"planning", []string{"plan", "fit"}},
 	{"generation", []string{"generate", "prompt", "temperature", "top-k", "top-p"}},

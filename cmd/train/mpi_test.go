@@ -154,13 +154,17 @@ func TestMPIZero3FourRanks(t *testing.T) {
 	bin := mpiBinary(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {
-		name  string
-		extra []string
-		accum string // the one process's -accum
+		name     string
+		extra    []string
+		accum    string // the one process's -accum
+		prefetch bool   // -zero-prefetch on the ranks
 	}{
-		{"plain", nil, "1"},
-		{"checkpoint every", []string{"-checkpoint", "every"}, "1"},
-		{"accum 2", []string{"-accum", "2"}, "2"},
+		{"plain", nil, "1", false},
+		{"checkpoint every", []string{"-checkpoint", "every"}, "1", false},
+		{"accum 2", []string{"-accum", "2"}, "2", false},
+		// The gathers started ahead on the Async's goroutine, which
+		// hands them to the MPI thread while the rank computes.
+		{"checkpoint every, prefetch", []string{"-checkpoint", "every"}, "1", true},
 	} {
 		one := filepath.Join(dir, "one.safetensors")
 		args := append(append(append([]string{}, small...), tc.extra...), "-batch", "8", "-accum", tc.accum, "-save", one)
@@ -170,6 +174,9 @@ func TestMPIZero3FourRanks(t *testing.T) {
 		}
 		four := filepath.Join(dir, "four.safetensors")
 		args = append(append(append([]string{}, small...), tc.extra...), "-batch", "2", "-dist", "mpi", "-zero", "3", "-save", four)
+		if tc.prefetch {
+			args = append(args, "-zero-prefetch")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		out, err := mpirun(ctx, 4, bin, args...).CombinedOutput()
 		cancel()
