@@ -31,11 +31,13 @@
 // AllReduce (Sum, Avg, Max, Min), ReduceScatter, AllGather, Broadcast and
 // Barrier on contiguous F32 tensors of any device, in place; errors are
 // returned. Every rank calls the same collectives in the same order. MPI
-// works in place on a CPU tensor's memory (tensor.View) and NCCL on a GPU
-// tensor's; otherwise (NewLocal always, MPI on GPU tensors) values are
+// and NewLocal work in place on a CPU tensor's memory (tensor.View;
+// NewLocal converts to float64 in Go memory, to reduce in rank order) and
+// NCCL on a GPU tensor's; otherwise (GPU tensors without NCCL) values are
 // staged through the host: read with Float64s (a transient F64 copy on
 // the device, 8 bytes per element, memory.Temporary) and written back with
-// SetFloat32s (a transient F32 copy).
+// SetFloat32s (a transient F32 copy). So on the CPU device a collective
+// allocates nothing the allocator counts, as a plan's (NewMeta) does not.
 //
 // Failures. A rank of NewLocal that does not join a collective within the
 // timeout (Timeout, default DefaultTimeout), or that closes its Comm while
@@ -215,27 +217,38 @@
 // 2047 elements per parameter): nothing for GPT-2's matrices, more than
 // the model itself for a test GPT of width 32.
 //
-// Every gather and reduction is a blocking collective issued when it is
-// needed: NewLocal and MPI are synchronous (every call returns when the
-// collective is done), and so is NCCL as wrapped here (it waits for the
-// stream), so nothing overlaps computation. (ZeRO-3 has not run on NCCL:
-// no machine here has had two GPUs.) The
-// hook for prefetching is ZeRO3.gather, the one place a gather starts: an
-// asynchronous engine would start block i-1's gather there while block
-// i's backward runs (and block i+1's in forward), at the cost of a third
-// block's parameters. GatherTime and ReduceTime measure what it could
-// hide at most.
+// Overlap. NewLocal, MPI and NCCL as wrapped here are synchronous: a
+// call returns when the collective is done. Async (NewAsync) wraps any
+// of them with a goroutine that runs the rank's collectives in the order
+// they were issued, so one can be started ahead and waited for later;
+// every collective of the rank must then go through it. With
+// ZeRO3Config.Prefetch (train's -zero-prefetch) ZeRO-3 records the order
+// of a training pass's gathers (its trace) and, from the next pass on,
+// starts the gather of the group the trace says comes next as soon as a
+// group is gathered: the next block in forward, the block before in
+// backward, the last block while the head runs. The prefetched storage
+// is allocated when the gather starts, on the training goroutine, so the
+// plan stays exact; the cost is one block's parameters more at the peak
+// (measured on the test GPT: +25,408 B at N = 2, +38,112 B at N = 4, a
+// block being 50,816 B; TestZero3Prefetch, TestZero3MemoryAndPlan). The
+// trace also spares a gather with or without prefetching: a checkpointed
+// block recomputed right before its backward stays whole (Kept) instead
+// of being evicted and gathered again. GatherWait is the time the
+// training goroutine waited for gathers; GatherTime minus GatherWait is
+// what overlapped computation (train's summary reports both under
+// "zero3"; BENCHMARKS.md has the figures). ReduceDuringBackward's
+// reductions and ZeRO-3's reduce-scatters still run when issued.
 //
 // # Not done yet
 //
 //   - NCCL with more than one rank has not run: the machines that checked
 //     it had one GPU (one-rank collectives pass on an H100, NCCL 2.28).
-//   - The in-process engine still stages tensors through F64 host copies
-//     (MPI reads and writes CPU tensors in place, GPU tensors through
-//     host copies).
-//   - Overlapping communication with computation in time: the collectives
-//     of ReduceDuringBackward and of ZeRO-3 run inside forward and
-//     backward, synchronously (no engine is asynchronous yet).
+//   - Only ZeRO-3's gathers overlap computation (Async); the reductions
+//     (ZeRO-3's reduce-scatters, ReduceDuringBackward's buckets) are
+//     waited for where they are issued. With NCCL an Async overlaps
+//     nothing: the collective is queued on the compute stream, behind
+//     the kernels already there (a communication stream is the missing
+//     piece).
 //   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused
 //     (its flat storage is F32 and its groups are cut by element ranges);
 //     stages 1 and 2 take both. The parameters must be built whole first.
