@@ -219,17 +219,23 @@ type Choice struct {
 // tried first; only without accumulation, fp16, clipping or -dist), more
 // micro-batches (about 5% per doubling), bf16 autocast (10%: it changes
 // the numerics), activation checkpointing (recompute, about a third more
-// compute), and their combinations, with the optimizer as given. Only when none of those fits does it change the optimizer's
-// state format, the approximate methods, in this order (and then, all of
-// them again, with parameters stored in bf16, -weights bf16): 8-bit moments
-// (adam → adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the
-// GPT reference, BENCHMARKS.md) and then adafactor (factored second
-// moment, no first moment; within 3%), each again over the same
-// accumulation, autocast and checkpointing candidates. SGD is never
-// swapped for another algorithm. Last of all it offloads state to host
-// memory (-offload all, or activations where the optimizer cannot be
-// offloaded): exact, but every step copies activations or gradients and
-// parameters over and back. It says why when nothing fits.
+// compute), and, when cfg plans one rank of several (-dist with -ranks N,
+// N > 1), a higher ZeRO stage (exact, like DDP: stages 1 and 2 about as
+// cheap as DDP, stage 3 dearer, see zeroCost; never below cfg's stage),
+// and their combinations, with the optimizer as given. Only when none of
+// those fits does it change the optimizer's state format, the
+// approximate methods, in this order (and then, all of them again, with
+// parameters stored in bf16, -weights bf16): 8-bit moments (adam →
+// adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the GPT
+// reference, BENCHMARKS.md) and then adafactor (factored second moment,
+// no first moment; within 3%), each again over the same accumulation,
+// autocast, checkpointing and ZeRO candidates. SGD is never swapped for
+// another algorithm. Last of all it offloads state to host memory
+// (-offload all, or activations where the optimizer cannot be offloaded,
+// as under -dist): exact, but every step copies activations or gradients
+// and parameters over and back. Candidates Config.Validate refuses (ZeRO
+// stage 3 with adafactor or bf16 weights, any stage with -unfreeze-at)
+// are skipped. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
@@ -286,9 +292,73 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 			}
 		}
 	}
-	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (-optim %s -accum %d -checkpoint %s -amp %s), of which parameters %s, optimizer state %s; try a smaller model, -optim sgd or -freeze",
-		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Config.Optim, best.Config.Accum, best.Config.Checkpoint, best.Config.AMP,
-		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState))
+	flags := fmt.Sprintf("-optim %s -accum %d -checkpoint %s -amp %s", best.Config.Optim, best.Config.Accum, best.Config.Checkpoint, best.Config.AMP)
+	if best.Config.Weights == "bf16" {
+		flags += " -weights bf16"
+	}
+	if best.Config.Offload != "" && best.Config.Offload != "off" {
+		flags += " -offload " + best.Config.Offload
+	}
+	try := "a smaller model, -optim sgd or -freeze"
+	if shardable(cfg) {
+		flags += fmt.Sprintf(" -zero %d", best.Config.Zero)
+		// Every stage was tried: only more ranks shrink the shards.
+		try += ", or more ranks (-ranks, mpirun -np)"
+	} else {
+		try += ", or data parallelism: -dist mpi -zero 1, 2 or 3 shard the model state over ranks (plan them with -ranks N)"
+	}
+	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
+		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), flags,
+		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState), try)
+}
+
+// shardable reports whether cfg plans one rank of several, so that Fit
+// may raise its ZeRO stage: with one rank (or none given, a plan of one
+// process) a shard is the whole.
+func shardable(cfg Config) bool { return cfg.Dist != "off" && cfg.Ranks > 1 }
+
+// zeroStage3Comm is what ZeRO stage 3's communication adds to a step,
+// per micro-batch, as a fraction of a DDP step. Each micro-batch
+// all-gathers every block before its forward and again before its
+// backward, and reduce-scatters its gradients: three model-sized
+// transfers where DDP's all-reduce moves two per optimizer step, so 1.5
+// times DDP's bytes at one micro-batch, in one small collective per block
+// and pass, none overlapped with compute (dist/doc.go). Where
+// communication is about 30% of a DDP step, as over a network it may be,
+// the extra half costs 15%. BENCHMARKS.md ("ZeRO-3 ... its cost against
+// stage 2") measured less on one machine, where a collective is a memory
+// copy: stage 3's throughput at 0.98-1.01 of stage 2's over MPI in quiet
+// pairs (0.61-1.52 in noisy ones and with the in-process engine). So 0.15
+// is the network's estimate, not this machine's: it keeps stage 3 behind
+// stages 1 and 2, more micro-batches and bf16 autocast (1.10), and ahead
+// of recomputing activations (1.33), which no measurement of stage 3
+// came near.
+const zeroStage3Comm = 0.15
+
+// zeroCost is the estimated step time of ZeRO stage z with accum
+// micro-batches, relative to DDP's. Stage 1 moves DDP's bytes
+// (reduce-scatter + all-gather for the all-reduce); stage 2's reduction
+// during backward is an all-reduce, then the all-gather, 1.5 times DDP's
+// bytes, but BENCHMARKS.md measured stages 1 and 2 no slower than DDP
+// (39.7 and 41.2 samples/s against 39.2): a tie-breaking factor each, so
+// that a lower stage, and the run as given, wins when both fit. Stage 3
+// gathers every micro-batch (stages 0-2 communicate once per optimizer
+// step), and a recomputed segment gathers its blocks once more, 4
+// transfers instead of 3.
+func zeroCost(z, accum int, recompute bool) float64 {
+	switch z {
+	case 1:
+		return 1.01
+	case 2:
+		return 1.02
+	case 3:
+		passes := 3.0
+		if recompute {
+			passes = 4
+		}
+		return 1 + zeroStage3Comm*float64(accum)*passes/3
+	}
+	return 1
 }
 
 // offloadCandidate is cfg with everything offloaded that its other
@@ -320,9 +390,10 @@ func fitOptimizers(cfg Config) []string {
 	return []string{cfg.Optim}
 }
 
-// fitWith tries the accumulation × checkpointing × autocast candidates of
-// cfg in order of estimated cost (relative to orig), returning the first
-// that fits and keeping the smallest in best.
+// fitWith tries the accumulation × checkpointing × autocast (× ZeRO
+// stage, when cfg is shardable) candidates of cfg in order of estimated
+// cost (relative to orig), returning the first that fits and keeping
+// the smallest in best. Candidates Config.Validate refuses are skipped.
 func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
 	var cands []Choice
 	amps := []string{cfg.AMP}
@@ -333,6 +404,15 @@ func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice,
 	if cfg.Checkpoint == "off" && cfg.Model != "cnn" {
 		ckpts = append(ckpts, "sqrt", "every")
 	}
+	// Never below the stage asked for: the user may know what the plan
+	// does not (the interconnect, other jobs on the devices).
+	zeros := []int{cfg.Zero}
+	if shardable(cfg) {
+		for z := cfg.Zero + 1; z <= 3; z++ {
+			zeros = append(zeros, z)
+		}
+	}
+	origZero := zeroCost(orig.Zero, orig.Accum, orig.Checkpoint != "off")
 	for accum := cfg.Accum; accum <= cfg.Batch; accum *= 2 {
 		for _, ck := range ckpts {
 			for _, a := range amps {
@@ -341,22 +421,28 @@ func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice,
 					sibs = append(sibs, true)
 				}
 				for _, sib := range sibs {
-					c := cfg
-					c.Accum, c.Checkpoint, c.AMP, c.StepInBackward = accum, ck, a, sib
-					cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
-					if sib != orig.StepInBackward {
-						// Exact and free; the tie goes to the run as given.
-						cost *= 1.01
+					for _, z := range zeros {
+						c := cfg
+						c.Accum, c.Checkpoint, c.AMP, c.StepInBackward, c.Zero = accum, ck, a, sib, z
+						if c.Validate() != nil {
+							continue
+						}
+						cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
+						if sib != orig.StepInBackward {
+							// Exact and free; the tie goes to the run as given.
+							cost *= 1.01
+						}
+						if ck != orig.Checkpoint {
+							cost *= 1.33
+						}
+						if a != orig.AMP {
+							// Changes the numerics, and on the CPU backend bf16
+							// steps are not yet faster than f32 (BENCHMARKS.md).
+							cost *= 1.10
+						}
+						cost *= zeroCost(z, accum, ck != "off") / origZero
+						cands = append(cands, Choice{Config: c, Cost: cost})
 					}
-					if ck != orig.Checkpoint {
-						cost *= 1.33
-					}
-					if a != orig.AMP {
-						// Changes the numerics, and on the CPU backend bf16
-						// steps are not yet faster than f32 (BENCHMARKS.md).
-						cost *= 1.10
-					}
-					cands = append(cands, Choice{Config: c, Cost: cost})
 				}
 			}
 		}

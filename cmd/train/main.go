@@ -77,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.Config.Offload != cfg.Offload {
 			optFlag += "-offload " + c.Config.Offload + " "
 		}
+		if c.Config.Zero != cfg.Zero {
+			optFlag += fmt.Sprintf("-zero %d ", c.Config.Zero)
+		}
 		fmt.Fprintf(stdout, "fit %s: %s-accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
 			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
 		if cfg.Plan {

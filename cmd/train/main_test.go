@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -88,6 +89,45 @@ func TestPlanRanks(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "; one rank of 4, zero "+args[1]) {
 			t.Errorf("%s: -plan exited %d: %s\n%s", strings.Join(args, " "), code, errs, out)
 		}
+	}
+}
+
+// TestFitRanks: -fit SIZE -plan with -dist mpi -ranks N prints the ZeRO
+// stage it chose among the flags, and plans one rank of N at that stage;
+// a stage given on the command line that fits is printed as it was.
+func TestFitRanks(t *testing.T) {
+	base := []string{"-model", "gpt", "-layers", "4", "-width", "128", "-heads", "4", "-context", "16", "-batch", "4", "-dropout", "0", "-dist", "mpi", "-ranks", "4"}
+	// A budget of stage 2's plan with the flags as given: unsharded and
+	// stage 1 need more, whatever the accumulation or checkpointing.
+	cfg := train.Default()
+	if err := newFlagSet(&cfg, io.Discard).Parse(append(append([]string{}, base...), "-zero", "2")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := train.Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := strconv.FormatInt(p.Total, 10)
+	for _, c := range []struct {
+		name       string
+		args       []string
+		flag, plan string // in the printed choice, in the plan's first line
+	}{
+		{"raised", []string{"-fit", budget, "-plan"}, "-zero 2 -accum 1", "; one rank of 4, zero 2"},
+		{"as given", []string{"-fit", budget, "-plan", "-zero", "3"}, ": -accum 1", "; one rank of 4, zero 3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, append(append([]string{}, base...), c.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			if first, _, _ := strings.Cut(out, "\n"); !strings.Contains(first, c.flag) {
+				t.Errorf("the choice %q does not say %q", first, c.flag)
+			}
+			if !strings.Contains(out, c.plan) {
+				t.Errorf("the plan does not say %q:\n%s", c.plan, out)
+			}
+		})
 	}
 }
 
