@@ -59,11 +59,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.CheckPaths(); err != nil {
 		return fail(2, err)
 	}
+	var comm dist.Comm
+	if cfg.Dist == "mpi" && !cfg.Plan {
+		c, err := dist.NewMPI()
+		if err != nil {
+			return fail(2, fmt.Errorf("-dist mpi: %v", err))
+		}
+		defer c.Close()
+		comm = c
+		if c.Rank() != 0 {
+			// Rank 0 speaks for the group; the others report only their
+			// own errors, prefixed with their rank.
+			stdout = io.Discard
+			stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
+			cfg.Summary, cfg.MemReport = "", ""
+		}
+	}
 	if cfg.Fit > 0 {
-		c, err := train.Fit(cfg, cfg.Fit)
+		fc := cfg
+		if comm != nil && fc.Ranks == 0 {
+			// Under mpirun: plan one rank of this job (every rank
+			// plans alike and chooses the same).
+			fc.Ranks = comm.Size()
+		}
+		c, err := train.Fit(fc, cfg.Fit)
 		if err != nil {
 			return fail(2, err)
 		}
+		c.Config.Ranks = cfg.Ranks
 		optFlag := ""
 		if c.Config.Optim != cfg.Optim {
 			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim, c.Config.LR)
@@ -96,22 +119,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		train.WritePlan(stdout, cfg, p)
 		return 0
-	}
-	var comm dist.Comm
-	if cfg.Dist == "mpi" {
-		c, err := dist.NewMPI()
-		if err != nil {
-			return fail(2, fmt.Errorf("-dist mpi: %v", err))
-		}
-		defer c.Close()
-		comm = c
-		if c.Rank() != 0 {
-			// Rank 0 speaks for the group; the others report only their
-			// own errors, prefixed with their rank.
-			stdout = io.Discard
-			stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
-			cfg.Summary, cfg.MemReport = "", ""
-		}
 	}
 	dev, err := train.NewDeviceOrdinal(cfg, localRank())
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -356,5 +357,45 @@ func TestMPIInterrupt(t *testing.T) {
 	_, meta, err := train.ReadSafetensors(state)
 	if err != nil || meta["step"] != steps[0][1] {
 		t.Fatalf("state at step %q (%v), ranks stopped at %s", meta["step"], err, steps[0][1])
+	}
+}
+
+// TestMPIFitPlansTheJob: under mpirun, -fit without -ranks plans one rank
+// of the job (mpirun's -np), so it can choose a ZeRO stage, and the run
+// then peaks at what it predicted.
+func TestMPIFitPlansTheJob(t *testing.T) {
+	bin := mpiBinary(t)
+	base := append(append([]string{}, small...), "-steps", "3", "-batch", "4", "-dist", "mpi")
+	// A budget of stage 1's plan for one rank of 2: one process's
+	// replicas need more, whatever the accumulation or checkpointing.
+	cfg := train.Default()
+	if err := newFlagSet(&cfg, io.Discard).Parse(append(append([]string{}, base...), "-zero", "1", "-ranks", "2")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := train.Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary := filepath.Join(t.TempDir(), "s.json")
+	args := append(append([]string{}, base...), "-fit", strconv.FormatInt(p.Total, 10), "-summary", summary)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := mpirun(ctx, 2, bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "-zero 1 ") {
+		t.Errorf("-fit under mpirun -np 2 did not choose -zero 1:\n%s", out)
+	}
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s train.Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.Zero != 1 || s.PeakBytes.Total > p.Total {
+		t.Errorf("the run trained with -zero %d and peaked at %d B; want -zero 1 within the budget %d B", s.Config.Zero, s.PeakBytes.Total, p.Total)
 	}
 }
