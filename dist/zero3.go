@@ -170,12 +170,16 @@ type ZeRO3Config struct {
 }
 
 // NewZeRO3 shards model's parameters (F32, on one device, the same model
-// on every rank) across c's ranks, broadcasting rank 0's values first,
-// and builds this rank's optimizer over its pieces of the trainable ones
-// with newOptimizer, as NewZeRO does. Afterwards the parameters hold no
-// memory until Runner's blocks (or BeforeForward, GatherAll) gather them;
-// install the runner with model.SetBlockRunner(z.Runner(policy)).
-// Parameters must not be frozen or unfrozen afterwards.
+// on every rank) across c's ranks, one group at a time, broadcasting rank
+// 0's values, and builds this rank's optimizer over its pieces of the
+// trainable ones with newOptimizer, as NewZeRO does. Parameters made
+// deferred (tensor.Deferred: a model built with nn.Builder.Defer) are
+// drawn as their group is flattened, so a rank never holds more than one
+// group whole, even while the model is sharded. Afterwards the
+// parameters hold no memory until Runner's blocks (or BeforeForward,
+// GatherAll) gather them; install the runner with
+// model.SetBlockRunner(z.Runner(policy)). Parameters must not be frozen
+// or unfrozen afterwards.
 func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard []*tensor.Tensor) (*optim.Optimizer, error)) (*ZeRO3, error) {
 	if c == nil {
 		return nil, errors.New("dist: zero3: nil communicator")
@@ -214,9 +218,6 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 		z.async = a
 	}
 	z.chunk = max(bucketElems(cfg.BucketBytes)/n, 1)
-	if err := broadcastFlat(c, dev, newFlat(params), z.chunk*n, 0); err != nil {
-		return nil, fmt.Errorf("dist: zero3: %w", err)
-	}
 	inBlock := map[*tensor.Tensor]bool{}
 	for i, b := range model.Blocks() {
 		ps := b.Parameters()
@@ -257,10 +258,16 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 				g.trainIdx = append(g.trainIdx, i)
 			}
 		}
+		// One group whole at a time: a model built deferred
+		// (nn.Builder.Defer) is drawn here, so it never exists whole
+		// on a rank. Rank 0's values are every rank's.
 		if g.full, err = tensor.Flatten(g.f.params, g.f.off, n*g.S, memory.Parameter); err != nil {
 			return fail(err)
 		}
 		g.full.SetName(g.name)
+		if err := broadcastFlat(c, dev, newFlat(g.f.params), z.chunk*n, 0); err != nil {
+			return fail(err)
+		}
 		if g.shard, err = tensor.New(dev, tensor.F32, []int{g.S}, memory.Parameter); err != nil {
 			return fail(err)
 		}

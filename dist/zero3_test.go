@@ -59,6 +59,7 @@ type gptRun struct {
 	// training; save, when set, gets them after training.
 	lookups    bool // ZeRO3Config.LookupsBeforeBlocks
 	prefetch   bool // ZeRO3Config.Prefetch, over dist.NewAsync(c)
+	deferred   bool // the model built with GPTConfig.Defer
 	resumeFrom *fullState
 	save       func(fullState)
 	// frozen lists parameter path prefixes that do not train.
@@ -81,6 +82,7 @@ func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
 	}
 	cfg := gpt3
 	cfg.Seed = 1 + uint64(rank)*100 // construction must broadcast rank 0's
+	cfg.Defer = run.deferred
 	model, err := models.NewGPT(dev, cfg)
 	if err != nil {
 		return nil, err
@@ -578,4 +580,65 @@ func TestZero3PrefetchNeedsAsync(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// TestZero3DeferredModel: a GPT built deferred (no parameter memory) and
+// then sharded is drawn one group at a time: the parameter peak while
+// sharding is the shards plus the largest group, not the whole model
+// (4P), and training it gives bit for bit what a model built whole gives.
+func TestZero3DeferredModel(t *testing.T) {
+	const ranks = 2
+	for _, deferred := range []bool{false, true} {
+		peaks := make([]int64, ranks)
+		checkErrs(t, runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+			dev := cpu.New(cpu.Threads(1))
+			cfg := gpt3
+			cfg.Defer = deferred
+			model, err := models.NewGPT(dev, cfg)
+			if err != nil {
+				return err
+			}
+			defer nn.Release(model)
+			if now := dev.Memory().Stats().Category(memory.Parameter).Current; deferred && now != 0 {
+				return fmt.Errorf("a deferred model holds %d B of parameters", now)
+			}
+			w := dev.Memory().NewWatermark()
+			z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{}, gptAdamW)
+			if err != nil {
+				return err
+			}
+			defer z.Release()
+			peaks[c.Rank()] = w.PeakOf(memory.Parameter)
+			w.Close()
+			return nil
+		}))
+		D := int64(gpt3.Dim)
+		block := 12*D*D + 13*D
+		root := int64(gpt3.Vocab+gpt3.Context+2) * D
+		P := root + int64(gpt3.Layers)*block
+		for r, peak := range peaks {
+			t.Logf("deferred %v, rank %d: parameter peak while sharding %d B (4P = %d B)", deferred, r, peak, 4*P)
+			if bound := 4*P/ranks + 4*max(block, root) + 4*2048; deferred && peak > bound {
+				t.Errorf("rank %d: a deferred model peaked at %d B of parameters while sharded, above the shards and one group (%d B)", r, peak, bound)
+			}
+			if !deferred && peak < 4*P {
+				t.Errorf("rank %d: a model built whole peaked at %d B, below 4P = %d B: the test measures nothing", r, peak, 4*P)
+			}
+		}
+	}
+	want := make([][]float32, ranks)
+	got := make([][]float32, ranks)
+	for i, deferred := range []bool{false, true} {
+		out := [][][]float32{want, got}[i]
+		checkErrs(t, runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+			var err error
+			out[c.Rank()], err = trainGPT(c, gptRun{zero3: true, deferred: deferred}, 4)
+			return err
+		}))
+	}
+	for r := range got {
+		if !slices.Equal(got[r], want[r]) {
+			t.Errorf("rank %d: the deferred model trains to other parameters (relative %.3g)", r, relL2(got[r], want[r]))
+		}
+	}
 }

@@ -26,6 +26,9 @@ type GPTConfig struct {
 	// HeadChunkRows is how many rows (tokens) TokenLoss puts in one chunk
 	// of the head and loss; 0 chooses them from tensor.LMHeadChunkBytes.
 	HeadChunkRows int
+	// Defer builds the parameters without memory (nn.Builder.Defer), for
+	// a sharding that draws them block by block (dist.NewZeRO3).
+	Defer bool
 }
 
 // GPT is a decoder-only transformer in the GPT-2 layout: token and
@@ -81,7 +84,7 @@ func NewGPT(dev device.Device, c GPTConfig) (*GPT, error) {
 	if c.HeadChunkRows < 0 {
 		return nil, fieldError(name, "HeadChunkRows", "is %d; want 0 (automatic) or more", c.HeadChunkRows)
 	}
-	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType}
+	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType, Defer: c.Defer}
 	fail := func(err error) (*GPT, error) {
 		b.Abort()
 		return nil, fmt.Errorf("models: gpt: %w", err)

@@ -40,6 +40,9 @@ type LlamaConfig struct {
 	// HeadChunkRows is how many rows TokenLoss puts in one chunk of the
 	// head and loss; 0 chooses them from tensor.LMHeadChunkBytes.
 	HeadChunkRows int
+	// Defer builds the parameters without memory (nn.Builder.Defer), for
+	// a sharding that draws them block by block (dist.NewZeRO3).
+	Defer bool
 }
 
 // HeadDim is the size of one attention head, Dim/Heads.
@@ -136,7 +139,7 @@ func NewLlama(dev device.Device, c LlamaConfig) (*Llama, error) {
 	if _, err := nn.NewRotary(rope); err != nil {
 		return nil, fieldError(name, "RopeScaling", "%v", err)
 	}
-	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType}
+	b := &nn.Builder{Dev: dev, Seed: c.Seed, DType: c.DType, Defer: c.Defer}
 	fail := func(err error) (*Llama, error) {
 		b.Abort()
 		return nil, fmt.Errorf("models: llama: %w", err)

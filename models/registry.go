@@ -38,6 +38,9 @@ type Spec struct {
 	// KVHeads and Hidden are llama's key/value heads and MLP width (0:
 	// Heads, and 8/3·Width).
 	KVHeads, Hidden int
+	// Defer asks gpt and llama for parameters without memory, drawn when
+	// ZeRO-3 shards them (GPTConfig.Defer); the other models ignore it.
+	Defer bool
 }
 
 // A Builder makes a model on dev from a Spec.
@@ -95,14 +98,14 @@ func init() {
 	// vocabulary of Classes tokens.
 	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
 		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
-			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType}))
+			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
 	})
 	// llama: a Llama-layout decoder (RMSNorm, rotary embeddings,
 	// SwiGLU, grouped-query attention with KVHeads, an untied head) of
 	// Layers blocks, Heads heads, width Width, over Classes tokens.
 	Register("llama", func(dev device.Device, s Spec) (Model, error) {
 		return built(NewLlama(dev, LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden,
-			Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType}))
+			Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
 	})
 }
 

@@ -164,10 +164,16 @@ func mix64(x uint64) uint64 {
 // path), so that one configuration gives bit-identical weights whatever the
 // order in which its layers are built. It remembers what it made so that a
 // constructor failing half-way can release it (Abort).
+//
+// With Defer, the parameters hold no memory: each is a tensor.Deferred
+// whose draws are made where a sharding places it (dist's ZeRO-3 draws
+// one block at a time), bit for bit the values it would have had. Such a
+// model cannot run until then.
 type Builder struct {
 	Dev   device.Device
 	Seed  uint64
 	DType tensor.DType
+	Defer bool
 	made  []*tensor.Tensor
 }
 
@@ -198,7 +204,16 @@ func (b *Builder) Param(path string, shape []int, init Init) (*tensor.Tensor, er
 	dist, lo, hi, constant := init.draw(shape)
 	var p *tensor.Tensor
 	var err error
-	if constant {
+	if b.Defer {
+		dev, seed := b.Dev, ParamSeed(b.Seed, path)
+		p, err = tensor.Deferred(dev, dt, shape, memory.Parameter, func(v device.View) {
+			if constant {
+				dev.Fill(v, lo)
+			} else {
+				dev.Random(v, dist, lo, hi, seed)
+			}
+		})
+	} else if constant {
 		p, err = tensor.Full(b.Dev, dt, shape, lo, memory.Parameter)
 	} else {
 		p, err = tensor.Rand(b.Dev, dt, shape, dist, lo, hi, ParamSeed(b.Seed, path), memory.Parameter)

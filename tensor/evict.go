@@ -27,6 +27,7 @@ import (
 // device, without a gradient, holding the only reference to its storage
 // (nothing saved it, no view of it exists), and the ranges
 // [offsets[i], offsets[i]+Len) must lie inside [0, n) without overlapping.
+// A parameter made by Deferred gets its values drawn in place here.
 func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tensor, error) {
 	if len(params) == 0 || len(offsets) != len(params) {
 		return nil, errorf("Flatten", "%d tensors and %d offsets", len(params), len(offsets))
@@ -44,7 +45,7 @@ func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tens
 			return nil, errorf("Flatten", "%s has a gradient", p.describe())
 		case p.st.refs.Load() != 1:
 			return nil, errorf("Flatten", "%s shares its storage with %d other handles", p.describe(), p.st.refs.Load()-1)
-		case p.st.evicted:
+		case p.st.evicted && p.st.deferred == nil:
 			return nil, errorf("Flatten", "%s is evicted", p.describe())
 		case !p.IsContiguous():
 			return nil, errorf("Flatten", "%s is not contiguous", p.describe())
@@ -67,6 +68,10 @@ func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tens
 	}
 	for i, p := range params {
 		dst := device.View{Buf: flat.st.buf, DType: dtype, Offset: offsets[i], Shape: p.shape, Strides: contiguousStrides(p.shape)}
+		if fill := p.st.deferred; fill != nil {
+			fill(dst)
+			continue
+		}
 		dev.Copy(dst, p.view())
 	}
 	for i, p := range params {
@@ -77,6 +82,40 @@ func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tens
 	flat.st.evictable = true
 	return flat, nil
 }
+
+// Deferred returns a leaf of the given shape that holds no memory: its
+// storage is born evicted, and fill writes its values (into a contiguous
+// view of the same dtype and shape) when Flatten moves it into a flat
+// storage. Until then any op that reads or writes it panics with *Error
+// naming it. A model built of deferred parameters can be sharded one
+// block at a time (dist's ZeRO-3), so the whole model never exists on one
+// device. fill must write the same values wherever it is called (draws
+// seeded by the parameter, as nn.Builder's).
+func Deferred(dev device.Device, dtype DType, shape []int, cat memory.Category, fill func(device.View)) (*Tensor, error) {
+	if dev == nil {
+		return nil, errorf("Deferred", "nil device")
+	}
+	for _, d := range shape {
+		if d < 0 {
+			return nil, errorf("Deferred", "negative dimension in shape %v", shape)
+		}
+	}
+	if dtype.Size() == 0 {
+		return nil, errorf("Deferred", "invalid dtype %v", dtype)
+	}
+	if fill == nil {
+		return nil, errorf("Deferred", "nil fill")
+	}
+	shape = append([]int(nil), shape...)
+	st := &storage{dev: dev, size: int64(numel(shape) * dtype.Size()), evicted: true, cat: cat, deferred: fill}
+	st.refs.Store(1)
+	t := &Tensor{st: st, shape: shape, strides: contiguousStrides(shape), dtype: dtype}
+	track(t)
+	return t, nil
+}
+
+// IsDeferred reports whether t was made by Deferred and has no values yet.
+func (t *Tensor) IsDeferred() bool { return t.st.deferred != nil }
 
 // Evict frees the memory of t's storage (see Flatten) while t and every
 // other handle on it stay valid; until Rematerialize, any op that reads

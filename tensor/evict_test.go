@@ -3,8 +3,10 @@ package tensor_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
@@ -88,5 +90,54 @@ func TestFlattenEvictRematerialize(t *testing.T) {
 	x.Release()
 	if got := dev.Memory().Stats().Requested.Current; got != 0 {
 		t.Fatalf("%d bytes still allocated\n%s", got, dev.Memory().Summary())
+	}
+}
+
+// TestDeferred: a deferred tensor holds no memory and cannot be read (an
+// error naming it, nothing allocated); Flatten draws its values in place,
+// the values tensor.Rand gives for the same seed; released unflattened,
+// it frees nothing and leaks nothing.
+func TestDeferred(t *testing.T) {
+	dev := cpu.New()
+	const seed = 7
+	draw := func(v device.View) { dev.Random(v, device.Normal, 0, 1, seed) }
+	d, err := tensor.Deferred(dev, tensor.F32, []int{3, 4}, memory.Parameter, draw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetName("w")
+	if got := dev.Memory().Stats().Requested.Current; got != 0 || !d.IsDeferred() || d.Category() != memory.Parameter {
+		t.Fatalf("deferred: %d B allocated, IsDeferred %v, category %v", got, d.IsDeferred(), d.Category())
+	}
+	err = tensor.Catch(func() error { d.Float32s(); return nil })
+	var te *tensor.Error
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "w f32 [3 4]") || !strings.Contains(err.Error(), "deferred") {
+		t.Errorf("reading a deferred tensor: %v; want a *tensor.Error naming it as deferred", err)
+	}
+	if got := dev.Memory().Stats().Requested.Current; got != 0 {
+		t.Errorf("the failed read left %d B allocated", got)
+	}
+	want, _ := tensor.Rand(dev, tensor.F32, []int{3, 4}, device.Normal, 0, 1, seed, memory.Parameter)
+	defer want.Release()
+	b, _ := tensor.FromFloat32(dev, []float32{5, 6}, []int{2}, memory.Parameter)
+	defer b.Release()
+	flat, err := tensor.Flatten([]*tensor.Tensor{d, b}, []int{2, 14}, 16, memory.Parameter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flat.Release()
+	if d.IsDeferred() || !slices.Equal(d.Float32s(), want.Float32s()) || !slices.Equal(b.Float32s(), []float32{5, 6}) {
+		t.Errorf("flattened: %v (deferred %v), %v; want %v and [5 6]", d.Float32s(), d.IsDeferred(), b.Float32s(), want.Float32s())
+	}
+	d.Release()
+
+	u, _ := tensor.Deferred(dev, tensor.F32, []int{8}, memory.Parameter, draw)
+	before := dev.Memory().Stats().Requested.Current
+	u.Release()
+	if after := dev.Memory().Stats().Requested.Current; after != before {
+		t.Errorf("releasing a deferred tensor changed the allocated bytes from %d to %d", before, after)
+	}
+	if _, err := tensor.Deferred(dev, tensor.F32, []int{2}, memory.Parameter, nil); err == nil {
+		t.Error("a deferred tensor without a fill was accepted")
 	}
 }

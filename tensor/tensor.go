@@ -44,6 +44,9 @@ type storage struct {
 	evictable bool
 	evicted   bool
 	cat       memory.Category // the category to allocate again under
+	// deferred writes the values of a storage made by Deferred (evicted
+	// from the start, never allocated) where Flatten places them.
+	deferred func(device.View)
 }
 
 func (st *storage) retain() { st.refs.Add(1) }
@@ -181,6 +184,9 @@ func (t *Tensor) View() device.View {
 
 func (t *Tensor) view() device.View {
 	if t.st.evicted {
+		if t.st.deferred != nil {
+			panic(errorf("deferred", "%s has no values yet: it was made deferred, to be drawn where a sharding (ZeRO-3) places it, and nothing has", t.describe()))
+		}
 		panic(errorf("evicted", "%s is not materialized: its storage was evicted (a parameter sharded across ranks, used outside the gather of its block)", t.describe()))
 	}
 	return device.View{Buf: t.st.buf, DType: t.dtype, Offset: t.offset, Shape: t.shape, Strides: t.strides}
@@ -207,7 +213,10 @@ func (t *Tensor) share() *Tensor {
 }
 
 // IsContiguous reports whether the elements are dense and row-major.
-func (t *Tensor) IsContiguous() bool { return t.view().Contiguous() }
+func (t *Tensor) IsContiguous() bool {
+	// From the layout alone: an evicted or deferred storage has one too.
+	return device.View{DType: t.dtype, Offset: t.offset, Shape: t.shape, Strides: t.strides}.Contiguous()
+}
 
 func numel(shape []int) int {
 	n := 1

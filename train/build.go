@@ -29,6 +29,12 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
 		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
 		HeadChunkRows: cfg.LMHeadChunkRows, DType: dt, KVHeads: cfg.KVHeads, Hidden: cfg.Hidden,
+		// Under ZeRO-3 the parameters are drawn block by block as they
+		// are sharded (setupDist): the model never exists whole on a
+		// rank, and a rank's peak at start is one block, not 4P. (Not
+		// under -lora, whose checkpoints fingerprint the whole base
+		// when the adapters are applied.)
+		Defer: cfg.Zero == 3 && cfg.LoRA == 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model, displayPath(cfg.Data), err)

@@ -452,7 +452,9 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 			// gathered block, no activation or temporary left behind.
 			var mu sync.Mutex
 			between := map[int][]memory.Stats{}
+			built := make([]int64, ranks) // parameter peak after NewDistributed
 			_, sums := runRanks(t, cfg, ranks, func(tr *Trainer) {
+				built[tr.rank] = tr.Device.Memory().Stats().Category(memory.Parameter).Peak
 				tr.Hooks.AfterStep = func(tr *Trainer, _ Record) error {
 					mu.Lock()
 					defer mu.Unlock()
@@ -481,6 +483,14 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 			}
 			for _, b := range ref.Model.(nn.Model).Blocks() {
 				block = max(block, int64(nn.Count(b)))
+			}
+			// The model is drawn block by block as it is sharded
+			// (deferred): no rank ever held its 4P bytes, not even
+			// while it was built and sharded.
+			for r, peak := range built {
+				if peak >= 4*P {
+					t.Errorf("rank %d: parameters peaked at %d B while the trainer was built, the whole model's 4P = %d B or more", r, peak, 4*P)
+				}
 			}
 			bound := 16*P/int64(ranks) + 2*4*block
 			if tc.prefetch {
