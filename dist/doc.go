@@ -232,7 +232,8 @@
 // backward, the last block while the head runs. The prefetched storage
 // is allocated when the gather starts, on the training goroutine, so the
 // plan stays exact; the cost is one block's parameters more at the peak
-// (measured on the test GPT: +25,408 B at N = 2, +38,112 B at N = 4, a
+// (measured on the test GPT: +25,408 B at N = 2, +38,112 B at N = 4 with
+// checkpointing by √L segments, a
 // block being 50,816 B; TestZero3Prefetch, TestZero3MemoryAndPlan). The
 // trace also spares a gather with or without prefetching: a checkpointed
 // block recomputed right before its backward stays whole (Kept) instead

@@ -308,8 +308,14 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				expShifted(p[:i+1], float64(lses[bh*t+i]))
 				dl := delta[r]
 				if a.Dropout == 0 {
-					for j, pij := range p[:i+1] {
-						dp[j] = pij * (dp[j] - dl)
+					// dSᵢⱼ = Pᵢⱼ·(dPᵢⱼ - Δᵢ): the softmax gradient's row
+					// kernel (the same two roundings as the loop).
+					j0 := 0
+					if p32, ok := any(p[:i+1]).([]float32); ok {
+						j0 = softmaxGradVector(any(dp[:i+1]).([]float32), p32, any(dp[:i+1]).([]float32), float32(dl))
+					}
+					for j := j0; j <= i; j++ {
+						dp[j] = p[j] * (dp[j] - dl)
 					}
 				} else {
 					// dP = dP'·z and the dropped probabilities P' = P·z,
