@@ -71,7 +71,24 @@ type offloadTarget struct {
 }
 
 func (o offloadTarget) Params() []*tensor.Tensor { return o.o.Params() }
-func (o offloadTarget) Step() error              { return o.o.Step(o.opt.Step) }
+
+func (o offloadTarget) Step() error {
+	if o.o.Armed() {
+		return o.o.Finish()
+	}
+	return o.o.Step(o.opt.Step)
+}
+
+// overlapsOffload reports whether this step's host update may overlap
+// its last backward (offload.Optimizer.Arm): with the optimizer
+// offloaded, unless the update needs every gradient first — clipping by
+// the global norm, fp16 loss scaling's inf/nan check. Accumulation arms
+// the last micro-batch's backward only, and a loss that is not finite
+// arms nothing. Arm itself declines optimizers whose updates allocate
+// (Adafactor).
+func (t *Trainer) overlapsOffload() bool {
+	return t.offOpt != nil && t.Scaler == nil && t.Config.Clip == 0
+}
 
 // Host is the device offloaded state lives on, or nil without -offload.
 func (t *Trainer) Host() device.Device { return t.host }
