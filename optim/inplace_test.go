@@ -28,11 +28,15 @@ func TestUpdatesInPlace(t *testing.T) {
 		{"sgd", cpu.New(), func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 			return optim.NewSGD(ps, optim.SGD{LR: 0.1, Momentum: 0.9})
 		}, false, true},
-		{"adam8bit", cpu.New(), func(ps []*tensor.Tensor) (*optim.Optimizer, error) { return optim.NewAdam8bit(ps, optim.Adam8bit{LR: 0.1}) }, false, true},
+		{"adam8bit", cpu.New(), func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
+			return optim.NewAdam8bit(ps, optim.Adam8bit{LR: 0.1})
+		}, false, true},
 		{"adam8bit composed", device.Without(cpu.New(), device.CapAdam8bitStep), func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 			return optim.NewAdam8bit(ps, optim.Adam8bit{LR: 0.1})
 		}, false, true},
-		{"adafactor", cpu.New(), func(ps []*tensor.Tensor) (*optim.Optimizer, error) { return optim.NewAdafactor(ps, optim.Adafactor{LR: 0.1}) }, false, false},
+		{"adafactor", cpu.New(), func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
+			return optim.NewAdafactor(ps, optim.Adafactor{LR: 0.1})
+		}, false, false},
 		{"adam composed", device.Without(cpu.New(), device.CapAdamStep), func(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 			return optim.NewAdam(ps, optim.Adam{LR: 0.1})
 		}, false, false},
