@@ -114,3 +114,89 @@ func BenchmarkOverlap(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefetch times forward and backward of a GPT at the
+// reference's widths with activations offloaded to a second CPU device,
+// alternating prefetch window 0 (each tensor copied back as its node
+// runs) with window 1 (the next block's tensors copied back on a
+// goroutine of their own while backward differentiates this block), and
+// reports the ratio of their summed times (below 1: prefetching gains),
+// and the ratio of window 1's time to window 1's with the copies made
+// synchronously on backward's goroutine (what the copier goroutine
+// gains). cores as in BenchmarkOverlap: split gives the device one
+// thread, so the copier has a core to itself, as a GPU's copy engine
+// would.
+//
+//	go test ./offload -run '^$' -bench Prefetch -benchtime 10x -count 3
+func BenchmarkPrefetch(b *testing.B) {
+	for _, split := range []bool{false, true} {
+		cores := "shared"
+		if split {
+			cores = "split"
+		}
+		b.Run("cores="+cores, func(b *testing.B) {
+			dev, host := cpu.New(), cpu.New()
+			if split {
+				dev = cpu.New(cpu.Threads(1))
+			}
+			const batch, ctx = 8, 128
+			gpt, err := models.NewGPT(dev, models.GPTConfig{Layers: 4, Heads: 6, Dim: 384, Context: ctx, Vocab: 256, Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, p := range gpt.Parameters() {
+					p.Release()
+				}
+			}()
+			toks := make([]int32, batch*ctx)
+			for i := range toks {
+				toks[i] = int32(i * 31 % 256)
+			}
+			x, _ := tensor.FromInt32(dev, toks, []int{batch, ctx}, memory.Data)
+			y, _ := tensor.FromInt32(dev, toks, []int{batch * ctx}, memory.Data)
+			defer x.Release()
+			defer y.Release()
+			step := func(window int, async bool) time.Duration {
+				defer offload.SetAsyncPrefetch(async)()
+				a, _ := offload.NewActivations(host, window)
+				gpt.SetBlockRunner(a.Runner(nil))
+				start := time.Now()
+				err := tensor.Step(func(s *tensor.Scope) error {
+					logits := gpt.Forward(nn.NewRun(s, 1), x)
+					l := s.CrossEntropy(s.Reshape(logits, -1, 256), y, tensor.CrossEntropyOptions{})
+					logits.Release()
+					l.Backward()
+					return nil
+				}, tensor.SaveHooks(a))
+				for _, p := range gpt.Parameters() {
+					p.SetGrad(nil)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			step(0, true)
+			step(1, true)
+			b.ResetTimer()
+			var w0, w1, w1sync time.Duration
+			for i := range b.N {
+				// Rotate the order, so that none always follows another.
+				for k := range 3 {
+					switch (i + k) % 3 {
+					case 0:
+						w0 += step(0, true)
+					case 1:
+						w1 += step(1, true)
+					case 2:
+						w1sync += step(1, false)
+					}
+				}
+			}
+			b.ReportMetric(float64(w1)/float64(w0), "window1/window0")
+			b.ReportMetric(float64(w1)/float64(w1sync), "async/sync")
+			b.ReportMetric(float64(w0.Milliseconds())/float64(b.N), "window0-ms/step")
+		})
+	}
+}

@@ -143,15 +143,19 @@ func (o *Optimizer) Arm(opt Stepper) error {
 		}
 		ov.hooked = true
 	}
-	for i, m := range o.masters {
-		g, err := tensor.New(o.host, m.DType(), m.Shape(), memory.Gradient)
+	for _, m := range o.masters {
+		// Not zeroed: a reserved gradient is either overwritten whole by
+		// its parameter's or freed unread.
+		err := tensor.Catch(func() error {
+			m.SetGrad(m.AllocStorage(o.host, memory.Gradient))
+			return nil
+		})
 		if err != nil {
-			for _, m := range o.masters[:i] {
+			for _, m := range o.masters {
 				m.SetGrad(nil)
 			}
 			return fmt.Errorf("offload: reserving the host gradient of %s: %w", m.Name(), err)
 		}
-		m.SetGrad(g)
 	}
 	clear(ov.fires)
 	clear(ov.moved)

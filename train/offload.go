@@ -18,8 +18,11 @@ import (
 // exactly as the device's. Activations moves saved activations there
 // through the step scope's tensor.SavedHooks and groups them by block
 // (its runner wraps the checkpoint policy's); Optimizer keeps the master
-// weights and the optimizer's state there, and the step target below
-// runs the update there after unscaling and clipping on the device.
+// weights and the optimizer's state there. tryStep arms the last
+// backward of a step (offload.Optimizer.Arm) where the update may start
+// before every gradient exists (overlapsOffload), and the step target
+// below then finishes it; otherwise the target runs the update there
+// after unscaling and clipping on the device.
 
 // hostFor returns the device offloaded state lives on for a run on dev:
 // a CPU device (on the GPU's pinned memory when dev offers it), or a

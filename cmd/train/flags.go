@@ -89,7 +89,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Weights, "weights", "f32", "parameter dtype: f32, or bf16 (no f32 master copy; updates rounded stochastically)")
 	fs.BoolVar(&cfg.StepInBackward, "step-in-backward", cfg.StepInBackward, "apply each parameter's update as soon as its gradient is final, and free the gradient (not with -accum > 1, -amp fp16, -clip or -dist)")
 	fs.StringVar(&cfg.Offload, "offload", "off", "keep state in host memory: off, activations (saved for backward, brought back block by block), optimizer (state and master weights; the update runs on the CPU, overlapping backward unless -clip or -amp fp16) or all")
-	fs.IntVar(&cfg.OffloadPrefetch, "offload-prefetch", cfg.OffloadPrefetch, "with -offload activations: blocks brought back ahead of the one backward is in (copies are synchronous now, so 0 gives the lowest peak)")
+	fs.IntVar(&cfg.OffloadPrefetch, "offload-prefetch", cfg.OffloadPrefetch, "with -offload activations: blocks brought back ahead of the one backward is in (on the CPU by a goroutine of their own; 0 gives the lowest peak)")
 	fs.Var(listFlag{&cfg.Freeze}, "freeze", "comma-separated parameter path `patterns` to freeze, e.g. embed.*,blocks.[0-2].*")
 	fs.IntVar(&cfg.UnfreezeAt, "unfreeze-at", cfg.UnfreezeAt, "step at which frozen parameters start training (0: never)")
 	fs.IntVar(&cfg.LoRA, "lora", cfg.LoRA, "train low-rank adapters of this `rank` on Linear layers and freeze everything else (0: off); -save then writes the adapters only")
