@@ -179,10 +179,11 @@ func (o *Optimizer) Arm(opt Stepper) error {
 // OverlapStats counts what armed steps did.
 type OverlapStats struct {
 	Steps int64 // armed steps finished
-	// Background is the master updates the host's goroutine ran while
-	// backward went on; AtFinish those Finish ran (every one of the
-	// first armed step, which counts; those of parameters whose
-	// gradient completed only at Finish).
+	// Background is the master updates handed to the host's goroutine
+	// during backward (it may finish the last ones after backward);
+	// AtFinish those Finish ran itself (every one of the first armed
+	// step, which counts; those of parameters whose gradient completed
+	// only at Finish).
 	Background, AtFinish int64
 }
 
