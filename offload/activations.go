@@ -31,11 +31,21 @@ import (
 // the tensors of the next Window blocks backward will reach (prefetch),
 // whole; the block being differentiated comes back tensor by tensor as
 // its nodes run. A restored storage is freed on the device as soon as the
-// last node that saved it has run. On the CPU device (and the CUDA
-// device's copies through host staging) every copy completes before it
-// returns, so prefetching overlaps nothing there: it only raises the
-// device peak by the window, and Window 0 is the right setting; it exists
-// for devices whose copies run on a stream of their own.
+// last node that saved it has run. Where both devices are CPU devices a
+// prefetch's copies run on a goroutine of their own while backward goes
+// on: the device memory is allocated at once, on backward's goroutine,
+// where a synchronous prefetch would allocate it, so the peaks are the
+// same to the byte; an Unpack, or freeing the entry, waits for its copy.
+// Elsewhere (the CUDA device, whose copies are ordered with its kernels
+// on one stream, and the meta device of plans) prefetched copies complete
+// before Unpack returns. Either way prefetching raises the device's peak
+// by the window's blocks, and on the CPU it gains little (BENCHMARKS.md):
+// copying a tensor back just before its node reads it warms the cache
+// for that node, and the two "devices" share one memory. Window 0 is the
+// default. The copy to the host at Pack is synchronous everywhere: an
+// asynchronous one would read the saved storage while forward goes on,
+// and an in-place write into a saved tensor — an error that the version
+// checks report only in backward — would race with it.
 //
 // The device peak of the saved activations is then at most the largest
 // block's plus the Window blocks after it, instead of all of them;
@@ -51,6 +61,7 @@ type Activations struct {
 	groups  []*group // live groups in forward order (ascending id)
 	cur     int64    // group of what is saved now
 	seq     int64    // last group id handed out
+	ahead   []*entry // restores of the prefetch being made, to copy
 
 	stats Stats
 }
@@ -85,6 +96,14 @@ type entry struct {
 	host  *tensor.Tensor // first handle packed on the host copy
 	back  *tensor.Tensor // the device copy, once restored
 	users int            // packed handles not yet released
+
+	// A prefetch in flight (copyAhead): the copier reads src, a handle
+	// of its own on the host copy (the packed handles are released on
+	// backward's goroutine meanwhile), and writes back; ready is closed
+	// once it is done, failed is what the copy panicked with.
+	src    *tensor.Tensor
+	ready  chan struct{}
+	failed any
 }
 
 // packed is the handle a node keeps: a view on an entry's host copy.
@@ -161,7 +180,23 @@ func (p *packed) Unpack() *tensor.Tensor {
 		a.prefetch(e.g)
 	}
 	a.restore(e, false)
+	e.wait()
+	if e.failed != nil {
+		panic(e.failed) // as the copy would have on this goroutine
+	}
 	return e.back.Alias(p.host)
+}
+
+// wait waits for e's prefetch in flight, if any. The copier's handle is
+// released here, on backward's goroutine; it never frees the storage,
+// which e.host holds.
+func (e *entry) wait() {
+	if e.ready != nil {
+		<-e.ready
+		e.ready = nil
+		e.src.Release()
+		e.src = nil
+	}
 }
 
 // Release implements tensor.Packed.
@@ -176,12 +211,24 @@ func (p *packed) Release() {
 	}
 }
 
-// restore brings e's storage back to its device.
+// restore brings e's storage back to its device: at once, or, ahead of
+// its block and where both devices allow it (asyncCopies), allocated now
+// and copied by a goroutine of the prefetch's (e.ready).
 func (a *Activations) restore(e *entry, ahead bool) {
 	if e.back != nil {
 		return
 	}
-	e.back = e.host.CopyStorage(e.dev, memory.Activation)
+	if ahead && asyncPrefetch && asyncCopies(e.dev) && asyncCopies(a.host) {
+		// The allocation stays here, at the moment the synchronous
+		// restore would make it: the device's peak does not depend on
+		// the copier's progress.
+		e.back = e.host.AllocStorage(e.dev, memory.Activation)
+		e.src = e.host.Alias(e.host)
+		e.ready = make(chan struct{})
+		a.ahead = append(a.ahead, e)
+	} else {
+		e.back = e.host.CopyStorage(e.dev, memory.Activation)
+	}
 	a.stats.Restored++
 	a.stats.RestoredB += e.back.StorageBytes()
 	if ahead {
@@ -189,12 +236,47 @@ func (a *Activations) restore(e *entry, ahead bool) {
 	}
 }
 
+// asyncPrefetch turns asynchronous prefetching off when false: a
+// variable so that tests can compare the two.
+var asyncPrefetch = true
+
+// asyncCopies reports whether copies to and from dev may run on another
+// goroutine while the training goroutine computes: on the CPU device they
+// are memcpy between Go buffers. The CUDA device's copies go through its
+// context's thread on the compute stream, behind the kernels (Write
+// stages through pinned buffers; Read waits for the stream): to overlap
+// them with compute it would need a copy stream of its own, events
+// ordering it against the compute stream, and copies straight from
+// pinned host tensors (cuMemcpyHtoDAsync, cuStreamWaitEvent).
+func asyncCopies(dev device.Device) bool { return dev.Memory().Device() == "cpu" }
+
+// copyAhead copies the prefetched storages in order, on the goroutine
+// it runs on, and signals each as it completes. It touches only the
+// entries' host copies and device copies, which nothing else writes
+// until their ready is closed.
+func copyAhead(es []*entry) {
+	for _, e := range es {
+		func() {
+			defer close(e.ready)
+			defer func() { e.failed = recover() }()
+			e.back.CopyStorageFrom(e.src)
+		}()
+	}
+}
+
 // prefetch restores the groups backward reaches after g: the window live
-// groups before it in forward order.
+// groups before it in forward order, copied on a goroutine of their own
+// where the devices allow it.
 func (a *Activations) prefetch(g *group) {
 	if a.window == 0 {
 		return
 	}
+	defer func() {
+		if len(a.ahead) > 0 {
+			go copyAhead(a.ahead)
+			a.ahead = nil
+		}
+	}()
 	i, _ := slices.BinarySearchFunc(a.groups, g.id, func(x *group, id int64) int {
 		switch {
 		case x.id < id:
@@ -213,6 +295,7 @@ func (a *Activations) prefetch(g *group) {
 
 // drop frees an entry whose every packed handle is released.
 func (a *Activations) drop(e *entry) {
+	e.wait() // the copier may be reading host and writing back
 	e.host.Release()
 	if e.back != nil {
 		e.back.Release()

@@ -3,6 +3,7 @@ package offload_test
 import (
 	"math"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/memfit/memfit/checkpoint"
@@ -305,5 +306,103 @@ func TestNewActivationsErrors(t *testing.T) {
 		if _, err := offload.NewActivations(c.host, c.window); err == nil {
 			t.Errorf("%s: no error", c.name)
 		}
+	}
+}
+
+// TestActivationsPrefetchAsync: prefetched storages copied on a goroutine
+// of their own (CPU devices) give the synchronous prefetch's loss,
+// gradients, statistics and peaks on both allocators, to the byte: the
+// allocations happen at the same moments, only the copies move.
+func TestActivationsPrefetchAsync(t *testing.T) {
+	for _, b := range builders {
+		for _, window := range []int{1, 2} {
+			t.Run(b.name+"/"+strconv.Itoa(window), func(t *testing.T) {
+				type run struct {
+					res        result
+					stats      offload.Stats
+					devP, hstP int64
+				}
+				do := func(async bool) run {
+					defer offload.SetAsyncPrefetch(async)()
+					dev, host := cpu.New(), cpu.New()
+					m := b.make(t, dev, 4, 0.1)
+					defer m.release()
+					a, _ := offload.NewActivations(host, window)
+					res := step(t, m, a.Runner(checkpoint.Segments(2).Runner()), tensor.SaveHooks(a))
+					if a.Live() != 0 || host.Memory().Stats().Requested.Current != 0 || dev.Memory().Stats().Category(memory.Activation).Current != 0 {
+						t.Errorf("async %v: left %d storages, %d host bytes", async, a.Live(), host.Memory().Stats().Requested.Current)
+					}
+					return run{res, a.Stats(), dev.Memory().Stats().Requested.Peak, host.Memory().Stats().Requested.Peak}
+				}
+				sync, async := do(false), do(true)
+				if !equal(sync.res, async.res) {
+					t.Error("loss or gradients differ")
+				}
+				if sync.stats != async.stats || sync.devP != async.devP || sync.hstP != async.hstP {
+					t.Errorf("asynchronous %+v, device peak %d, host peak %d; synchronous %+v, %d, %d",
+						async.stats, async.devP, async.hstP, sync.stats, sync.devP, sync.hstP)
+				}
+				if async.stats.Prefetched == 0 {
+					t.Error("nothing prefetched")
+				}
+			})
+		}
+	}
+}
+
+// TestActivationsPrefetchAborted: a backward that fails while prefetched
+// copies are in flight returns its error; every storage is freed on both
+// sides once its copy has finished, and nothing waits forever.
+func TestActivationsPrefetchAborted(t *testing.T) {
+	dev, host := cpu.New(), cpu.New()
+	m := newGPT(t, dev, 4, 0)
+	defer m.release()
+	// A node after block 1 whose backward fails, as running out of
+	// memory there would: blocks 3 and 2 are differentiated first, and
+	// prefetch blocks 1 and 0.
+	boom := func(r *nn.Run, y *tensor.Tensor) *tensor.Tensor {
+		plain := tensor.NewScope(tensor.NoGrad())
+		d := plain.Keep(plain.Detach(y))
+		plain.Close()
+		return r.Function("boom", d, []*tensor.Tensor{y}, nil, func(*tensor.Scope, *tensor.Tensor, []*tensor.Tensor) []*tensor.Tensor {
+			panic(&memory.OOMError{Requested: 1, Device: "test"})
+		})
+	}
+	runner := func(r *nn.Run, blocks []nn.Module, x *tensor.Tensor) *tensor.Tensor {
+		h := x
+		for i, b := range blocks {
+			y := b.Forward(r, h)
+			if h != x {
+				h.Release()
+			}
+			if i == 1 {
+				z := boom(r, y)
+				y.Release()
+				y = z
+			}
+			h = y
+		}
+		return h
+	}
+	a, _ := offload.NewActivations(host, 2)
+	m.m.(interface{ SetBlockRunner(nn.BlockRunner) }).SetBlockRunner(a.Runner(runner))
+	err := tensor.Step(func(s *tensor.Scope) error {
+		logits := m.m.Forward(nn.NewRun(s, 1), m.in)
+		l := s.CrossEntropy(s.Reshape(logits, -1, m.classes), m.tgt, tensor.CrossEntropyOptions{})
+		logits.Release()
+		l.Backward()
+		return nil
+	}, tensor.SaveHooks(a))
+	if !tensor.IsOOM(err) {
+		t.Fatalf("backward: %v, want the failure", err)
+	}
+	if a.Stats().Prefetched == 0 {
+		t.Error("nothing was prefetched before the failure")
+	}
+	for _, q := range m.m.Parameters() {
+		q.SetGrad(nil)
+	}
+	if a.Live() != 0 || host.Memory().Stats().Requested.Current != 0 || dev.Memory().Stats().Category(memory.Activation).Current != 0 {
+		t.Errorf("left: %d storages, host %d bytes, device activations %d bytes", a.Live(), host.Memory().Stats().Requested.Current, dev.Memory().Stats().Category(memory.Activation).Current)
 	}
 }

@@ -55,3 +55,47 @@ func Example() {
 	// host optimizer state = 2 × parameters: true
 	// activations saved on the host, none left: true true
 }
+
+// The update overlapped with backward: Arm before backward, Finish after
+// it. The first armed step counts when each gradient completes and
+// updates after backward; from the second on, each parameter's update
+// runs on the host while backward goes on with the earlier layers.
+func ExampleOptimizer_Arm() {
+	dev, host := cpu.New(), cpu.New()
+	model, _ := models.NewGPT(dev, models.GPTConfig{Layers: 2, Heads: 2, Dim: 32, Context: 16, Vocab: 64, Seed: 1})
+	off, _ := offload.NewOptimizer(host, model.Parameters())
+	defer off.Release()
+	opt, _ := optim.New("adamw", off.Masters(), optim.Settings{LR: 1e-3})
+	defer opt.Release()
+
+	toks := make([]int32, 2*16)
+	for i := range toks {
+		toks[i] = int32(i % 64)
+	}
+	x, _ := tensor.FromInt32(dev, toks, []int{2, 16}, memory.Data)
+	y, _ := tensor.FromInt32(dev, toks, []int{32}, memory.Data)
+	defer x.Release()
+	defer y.Release()
+	for range 3 {
+		err := tensor.Step(func(s *tensor.Scope) error {
+			logits := model.Forward(nn.NewRun(s, 1), x)
+			loss := s.CrossEntropy(s.Reshape(logits, -1, 64), y, tensor.CrossEntropyOptions{})
+			if err := off.Arm(opt); err != nil { // reserves the host's gradients
+				return err
+			}
+			loss.Backward() // hands each gradient over as it completes
+			return off.Finish()
+		})
+		if err != nil {
+			fmt.Println(err)
+		}
+	}
+	st := off.OverlapStats()
+	fmt.Println("armed steps:", st.Steps)
+	fmt.Println("updates during backward:", st.Background, "of", 2*int64(len(off.Params())))
+	fmt.Println("gradients left on the device:", dev.Memory().Stats().Category(memory.Gradient).Current)
+	// Output:
+	// armed steps: 3
+	// updates during backward: 56 of 56
+	// gradients left on the device: 0
+}

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/memfit/memfit/device"
@@ -12,25 +13,36 @@ import (
 // weights, in the parameter's own dtype, counted as memory.Parameter on
 // the host's allocator) for an optimizer built over those copies
 // (Masters), whose state is then made on the host too (counted as
-// memory.OptimizerState there). Step moves the gradients to the host
-// (memory.Gradient there), runs the update on the host device and writes
-// the parameters back: the device holds parameters, gradients and
-// activations, never optimizer state, and the update is the host
+// memory.OptimizerState there). The device holds parameters, gradients
+// and activations, never optimizer state, and the update is the host
 // device's arithmetic.
 //
+// A step ends one of two ways. Step, after backward, moves the gradients
+// to the host (memory.Gradient there), runs the update and writes the
+// parameters back: the update follows backward. Arm, before backward,
+// and Finish, after it, overlap them: each gradient moves to the host
+// as soon as backward completes it and its master is updated on a
+// goroutine of the host's while backward goes on with the earlier
+// layers (from the second armed step on; see Arm and overlap.go). Arm
+// where the update may start before every gradient exists; Step where
+// it needs them all (clipping by the global norm, fp16 loss scaling).
+//
 // On the CPU device standing in for both sides the results are bit for
-// bit those without offload (the same kernels on the same bytes). With
-// a CUDA model, the update is the CPU's (AVX-512 Adam, the same rule as
-// CUDA's kernel, so equal within rounding of a fused multiply-add), and
-// the copies go through the CUDA device's Read and Write: staged through
-// pinned buffers, synchronous; they do not overlap the next backward.
+// bit those without offload, either way (the same kernels on the same
+// bytes). With a CUDA model, the update is the CPU's (AVX-512 Adam, the
+// same rule as CUDA's kernel, so equal within rounding of a fused
+// multiply-add), and the copies go through the CUDA device's Read and
+// Write: staged through pinned buffers, synchronous, on backward's
+// goroutine. What overlaps backward is the host's update, not the copies.
 //
 // The parameters must not change on the device between steps except
-// through Step (load weights with Pull afterwards).
+// through Step or Finish (load weights with Pull afterwards).
 type Optimizer struct {
 	host    device.Device
 	params  []*tensor.Tensor // on the device, trainable
 	masters []*tensor.Tensor // their host copies
+	ov      *overlap         // the overlapped step (overlap.go), from the first Arm
+	stats   OverlapStats
 }
 
 // NewOptimizer makes host copies of the trainable parameters among params.
@@ -78,6 +90,9 @@ func (o *Optimizer) Masters() []*tensor.Tensor { return o.masters }
 // moved nor updated. On an error the gradients are freed on both sides
 // and the parameters keep their values.
 func (o *Optimizer) Step(update func() error) error {
+	if o.Armed() {
+		return o.abort(errors.New("offload: Step in an armed step (Finish ends it)"))
+	}
 	defer o.ZeroGrad()
 	return tensor.Catch(func() error {
 		for i, p := range o.params {
@@ -98,8 +113,13 @@ func (o *Optimizer) Step(update func() error) error {
 	})
 }
 
-// ZeroGrad frees the gradients on both sides (set-to-none).
+// ZeroGrad frees the gradients on both sides (set-to-none); in an armed
+// step it discards the step (see Arm).
 func (o *Optimizer) ZeroGrad() {
+	if o.Armed() {
+		o.abort(nil)
+		return
+	}
 	for i, p := range o.params {
 		p.SetGrad(nil)
 		o.masters[i].SetGrad(nil)
@@ -109,6 +129,9 @@ func (o *Optimizer) ZeroGrad() {
 // Pull copies the device's parameters into the masters: after weights
 // were loaded on the device (resuming a run).
 func (o *Optimizer) Pull() error {
+	if o.Armed() {
+		return errors.New("offload: Pull in an armed step")
+	}
 	return tensor.Catch(func() error {
 		for i, p := range o.params {
 			o.masters[i].CopyStorageFrom(p)
@@ -118,8 +141,20 @@ func (o *Optimizer) Pull() error {
 }
 
 // Release frees the masters and their gradients (the optimizer built
-// over them releases its own state).
+// over them releases its own state), discarding an armed step, and
+// removes the parameters' OnGradReady hooks.
 func (o *Optimizer) Release() {
+	if o.ov != nil {
+		if o.ov.armed {
+			o.abort(nil)
+		}
+		if o.ov.hooked {
+			for _, p := range o.params {
+				p.OnGradReady(nil)
+			}
+		}
+		o.ov = nil
+	}
 	for _, m := range o.masters {
 		m.Release()
 	}

@@ -97,6 +97,8 @@ func (adamRule) buffers() []string { return []string{"exp_avg", "exp_avg_sq"} }
 
 func (r adamRule) specs(p *tensor.Tensor) []bufSpec { return elementSpecs(p, r.buffers()) }
 
+func (adamRule) inPlace(d device.Device) bool { return device.Has(d, device.CapAdamStep) }
+
 func (r adamRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
 	t := float64(h.t)
 	tensor.AdamStep(p, g, bufs[0], bufs[1], device.AdamHyper{

@@ -53,6 +53,10 @@ type adam8Rule struct{ adamRule }
 
 func (r adam8Rule) name() string { return r.adamRule.name() + "8bit" }
 
+// inPlace: the fused kernel, or its host composition, which stages
+// through pooled Go buffers and allocates nothing on the device.
+func (adam8Rule) inPlace(device.Device) bool { return true }
+
 var adam8Buffers = []string{"exp_avg_codes", "exp_avg_sq_codes", "exp_avg_scale", "exp_avg_sq_scale"}
 
 func (adam8Rule) buffers() []string { return adam8Buffers }

@@ -51,5 +51,8 @@
 // a step (out of memory while creating state, a released parameter, a
 // gradient of the wrong shape) are returned as errors too, never panics.
 //
-// An Optimizer is not safe for concurrent use.
+// An Optimizer is not safe for concurrent use: one goroutine at a time
+// (package offload hands it to the goroutine that runs the host's
+// updates for the length of a step, and takes it back before the step
+// ends). UpdatesInPlace says whether its updates allocate anything.
 package optim

@@ -279,6 +279,30 @@ func (o *Optimizer) StateBytes() int64 {
 // HasState reports whether the optimizer keeps state for p.
 func (o *Optimizer) HasState(p *tensor.Tensor) bool { return o.state[p] != nil }
 
+// inPlaceRule is a rule whose update of a parameter on dev can be one
+// fused kernel that allocates nothing.
+type inPlaceRule interface{ inPlace(dev device.Device) bool }
+
+// UpdatesInPlace reports whether an update (Step, StepParam) of a
+// parameter that has state allocates nothing on its device: each is one
+// fused kernel the device has (Adam and AdamW with adam_step, SGD with
+// sgd_step, 8-bit Adam always). Adafactor's reductions, a composed
+// fallback and stochastic rounding of BF16 parameters make temporaries.
+// Package offload runs updates on a goroutine of their own only where
+// this holds, so that no allocation's moment depends on that goroutine.
+func (o *Optimizer) UpdatesInPlace() bool {
+	r, ok := o.rule.(inPlaceRule)
+	if !ok {
+		return false
+	}
+	for _, p := range o.Params() {
+		if (o.rounding && p.DType() == tensor.BF16) || !r.inPlace(p.Device()) {
+			return false
+		}
+	}
+	return true
+}
+
 // ZeroGrad releases the gradient of every parameter (set-to-none): the
 // memory returns to the allocator, and the next backward allocates fresh
 // buffers.
@@ -492,6 +516,49 @@ func (o *Optimizer) StepParam(p *tensor.Tensor, gradScale float64) error {
 		return fmt.Errorf("optim: step %d, %s: %w", o.steps, label(p), err)
 	}
 	st.steps++
+	return nil
+}
+
+// MakeState creates the state of those of params that have none, in the
+// order Step would, all of them or none: an error (out of memory) leaves
+// the optimizer as it was. A step made of StepParam calls makes the
+// state of every parameter first with it, so that, as with Step, running
+// out of memory there changes nothing.
+func (o *Optimizer) MakeState(params ...*tensor.Tensor) error {
+	want := map[*tensor.Tensor]bool{}
+	for _, p := range params {
+		want[p] = true
+	}
+	var order []*tensor.Tensor
+	for _, gr := range o.groups {
+		for _, p := range gr.params {
+			if want[p] {
+				delete(want, p)
+				if o.state[p] == nil {
+					order = append(order, p)
+				}
+			}
+		}
+	}
+	for _, p := range params {
+		if want[p] {
+			return fmt.Errorf("optim: %s is not a parameter of this optimizer", label(p))
+		}
+	}
+	fresh := map[*tensor.Tensor]*paramState{}
+	for _, p := range order {
+		st, err := o.newState(p)
+		if err != nil {
+			for _, f := range fresh {
+				release(f.bufs...)
+			}
+			return fmt.Errorf("optim: creating %s state for %s: %w", o.rule.name(), label(p), err)
+		}
+		fresh[p] = st
+	}
+	for p, st := range fresh {
+		o.state[p] = st
+	}
 	return nil
 }
 

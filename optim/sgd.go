@@ -53,6 +53,8 @@ type sgdRule struct {
 
 func (sgdRule) name() string { return "sgd" }
 
+func (sgdRule) inPlace(d device.Device) bool { return device.Has(d, device.CapSGDStep) }
+
 func (r sgdRule) buffers() []string {
 	if r.momentum == 0 {
 		return nil

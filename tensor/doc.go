@@ -27,7 +27,8 @@
 // of its own — package offload copies activations to host memory — and
 // backward calls Unpack just before the node that saved it runs. Version
 // checks still apply to packed tensors. CopyStorage, Alias and StorageKey
-// are what such hooks move storages between devices with.
+// are what such hooks move storages between devices with (AllocStorage
+// and CopyStorageFrom when the allocation and the copy happen apart).
 //
 // Debugging memory: TrackLeaks records where each live tensor was made
 // (LeakReport lists them with file:line); a GrowthDetector watches

@@ -127,12 +127,23 @@ func (t *Tensor) StorageBytes() int64 {
 // dev is full, as ops do.
 func (t *Tensor) CopyStorage(dev device.Device, cat memory.Category) *Tensor {
 	t.mustLive("CopyStorage")
-	n := t.StorageBytes()
-	buf, err := dev.Alloc(n, cat)
+	c := t.AllocStorage(dev, cat)
+	copyBuffer(dev, c.st.buf, t.st.dev, t.st.buf, t.StorageBytes())
+	return c
+}
+
+// AllocStorage is CopyStorage without the copy: a new allocation of t's
+// storage size on dev, counted under cat, whose contents are undefined
+// until CopyStorageFrom fills it. It lets the allocation happen at one
+// moment and the copy at another, or on another goroutine (offload
+// reserves host gradients before backward fills them, and brings
+// activations back on a goroutine of its own).
+func (t *Tensor) AllocStorage(dev device.Device, cat memory.Category) *Tensor {
+	t.mustLive("AllocStorage")
+	buf, err := dev.Alloc(t.StorageBytes(), cat)
 	if err != nil {
 		panic(err)
 	}
-	copyBuffer(dev, buf, t.st.dev, t.st.buf, n)
 	st := &storage{dev: dev, buf: buf}
 	st.refs.Store(1)
 	c := &Tensor{st: st, shape: t.shape, strides: t.strides, offset: t.offset, dtype: t.dtype, name: t.name}

@@ -82,7 +82,8 @@ func TestSavedHooks(t *testing.T) {
 
 // TestCopyStorageAcrossDevices: CopyStorage copies a view's whole storage
 // between devices with and without host bytes (the meta device's copies
-// do nothing but account), and Alias rebuilds a view on the copy.
+// do nothing but account), Alias rebuilds a view on the copy, and
+// AllocStorage allocates what CopyStorage would.
 func TestCopyStorageAcrossDevices(t *testing.T) {
 	a, b := cpu.New(), cpu.New()
 	x, _ := tensor.FromFloat32(a, []float32{1, 2, 3, 4, 5, 6}, []int{2, 3}, memory.Activation)
@@ -105,6 +106,17 @@ func TestCopyStorageAcrossDevices(t *testing.T) {
 	}
 	if x.StorageKey() != view.StorageKey() || c.StorageKey() == x.StorageKey() {
 		t.Error("storage keys: views of one storage must agree, copies differ")
+	}
+	// AllocStorage is the same allocation without the copy, which
+	// CopyStorageFrom makes later.
+	d := view.AllocStorage(b, memory.Gradient)
+	defer d.Release()
+	if got := b.Memory().Stats().Category(memory.Gradient).Current; got != x.StorageBytes() || !slices.Equal(d.Shape(), view.Shape()) {
+		t.Errorf("AllocStorage holds %d bytes (want %d), shape %v", got, x.StorageBytes(), d.Shape())
+	}
+	d.CopyStorageFrom(x)
+	if got := d.Float32s(); !slices.Equal(got, []float32{2, 3, 5, 6}) {
+		t.Errorf("filled allocation reads %v", got)
 	}
 	m1, m2 := meta.New(0), meta.New(0)
 	y, _ := tensor.New(m1, tensor.F32, []int{1 << 19}, memory.Activation) // 2 MiB: more than one bounce chunk

@@ -75,14 +75,16 @@ type Config struct {
 	// Offload keeps state in host memory (package offload): "off" (or
 	// empty), "activations" (what autograd saves moves to the host and
 	// back for backward), "optimizer" (master weights and optimizer state
-	// on the host, the update computed there) or "all" (both).
+	// on the host, the update computed there, overlapping backward where
+	// it may: see overlapsOffload) or "all" (both).
 	Offload string `json:"offload,omitempty"`
 	// OffloadPrefetch is how many blocks' activations backward brings
 	// back ahead of the block it differentiates (with -offload
-	// activations). Copies complete before they return on every device
-	// memfit has now, so prefetching overlaps nothing and 0 (the default)
-	// gives the lowest peak; each block of window adds one block's
-	// activations to it.
+	// activations). On the CPU device a goroutine copies them while
+	// backward goes on; elsewhere copies complete before they return.
+	// Either way it gains little on the CPU (BENCHMARKS.md), and 0 (the
+	// default) gives the lowest peak; each block of window adds one
+	// block's activations to it.
 	OffloadPrefetch int    `json:"offload_prefetch,omitempty"`
 	Device          string `json:"device"` // a registered device: cpu, or cuda in a build with the cuda tag
 	// Without names device capabilities to hide (device.Capabilities):

@@ -200,7 +200,8 @@ func (t *Trainer) gradNorm() (float64, error) {
 		return t.zero.GradNorm()
 	}
 	if t.offOpt != nil {
-		return optim.GradNorm(t.offOpt.Params())
+		// After an overlapped backward the gradients are the masters'.
+		return optim.GradNorm(t.offOpt.GradHolders())
 	}
 	return optim.GradNorm(t.Opt.Params())
 }
@@ -215,10 +216,12 @@ func (t *Trainer) zeroGrad() {
 		t.zero.ZeroGrad()
 		return
 	}
-	t.Opt.ZeroGrad()
 	if t.offOpt != nil {
+		// First: it waits for the host's updates, which read the
+		// masters' gradients that t.Opt's ZeroGrad frees.
 		t.offOpt.ZeroGrad()
 	}
+	t.Opt.ZeroGrad()
 }
 
 // exportOptimizer is the full optimizer state; under ZeRO a collective.

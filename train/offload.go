@@ -18,8 +18,11 @@ import (
 // exactly as the device's. Activations moves saved activations there
 // through the step scope's tensor.SavedHooks and groups them by block
 // (its runner wraps the checkpoint policy's); Optimizer keeps the master
-// weights and the optimizer's state there, and the step target below
-// runs the update there after unscaling and clipping on the device.
+// weights and the optimizer's state there. tryStep arms the last
+// backward of a step (offload.Optimizer.Arm) where the update may start
+// before every gradient exists (overlapsOffload), and the step target
+// below then finishes it; otherwise the target runs the update there
+// after unscaling and clipping on the device.
 
 // hostFor returns the device offloaded state lives on for a run on dev:
 // a CPU device (on the GPU's pinned memory when dev offers it), or a
@@ -71,7 +74,24 @@ type offloadTarget struct {
 }
 
 func (o offloadTarget) Params() []*tensor.Tensor { return o.o.Params() }
-func (o offloadTarget) Step() error              { return o.o.Step(o.opt.Step) }
+
+func (o offloadTarget) Step() error {
+	if o.o.Armed() {
+		return o.o.Finish()
+	}
+	return o.o.Step(o.opt.Step)
+}
+
+// overlapsOffload reports whether this step's host update may overlap
+// its last backward (offload.Optimizer.Arm): with the optimizer
+// offloaded, unless the update needs every gradient first — clipping by
+// the global norm, fp16 loss scaling's inf/nan check. Accumulation arms
+// the last micro-batch's backward only, and a loss that is not finite
+// arms nothing. Arm itself declines optimizers whose updates allocate
+// (Adafactor).
+func (t *Trainer) overlapsOffload() bool {
+	return t.offOpt != nil && t.Scaler == nil && t.Config.Clip == 0
+}
 
 // Host is the device offloaded state lives on, or nil without -offload.
 func (t *Trainer) Host() device.Device { return t.host }

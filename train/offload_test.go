@@ -11,6 +11,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/offload"
 )
 
 // offloadCases are configurations trained with and without -offload.
@@ -52,6 +53,14 @@ func offloadCases() []struct {
 	add("gpt/all/adafactor-sqrt-prefetch2", gpt, func(c *Config) {
 		c.Offload, c.Optim, c.Checkpoint, c.OffloadPrefetch = "all", "adafactor", "sqrt", 2
 	})
+	// The host's update overlapping backward (no clipping, no fp16):
+	// under accumulation, checkpointing and autocast, and with 8-bit
+	// state and SGD.
+	add("gpt/all/bf16-checkpoint-accum", gpt, func(c *Config) {
+		c.Offload, c.AMP, c.Checkpoint, c.Accum, c.Optim = "all", "bf16", "every", 2, "adamw"
+	})
+	add("gpt/optimizer/adam8bit-sqrt", gpt, func(c *Config) { c.Offload, c.Optim, c.Checkpoint = "optimizer", "adam8bit", "sqrt" })
+	add("mlp/optimizer/sgd-accum", mlp, func(c *Config) { c.Offload, c.Optim, c.Accum = "optimizer", "sgd", 2 })
 	return cases
 }
 
@@ -64,11 +73,13 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 	for _, tc := range offloadCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(cfg Config) (*Trainer, []float64) {
-				cfg.Steps = 3
+				// Metrics: the gradient norm is logged, from the masters'
+				// gradients after an overlapped backward.
+				cfg.Steps, cfg.Metrics = 3, filepath.Join(t.TempDir(), "m.jsonl")
 				tr := newTrainer(t, cfg)
 				var losses []float64
 				tr.Hooks.AfterStep = func(tr *Trainer, r Record) error {
-					losses = append(losses, r.Loss)
+					losses = append(losses, r.Loss, r.GradNorm)
 					// Between steps: no activation, gradient or
 					// temporary left on either side.
 					for _, a := range []*memory.Allocator{tr.Device.Memory(), hostMem(tr)} {
@@ -94,7 +105,21 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 			pTr, pLoss := run(plain)
 			oTr, oLoss := run(tc.cfg)
 			if !slices.Equal(bits64(oLoss), bits64(pLoss)) {
-				t.Errorf("losses %v, without offload %v", oLoss, pLoss)
+				t.Errorf("losses and gradient norms %v, without offload %v", oLoss, pLoss)
+			}
+			// From the second step on the host updates during backward,
+			// wherever the update may start before every gradient exists.
+			var ov offload.OverlapStats
+			if oTr.offOpt != nil {
+				ov = oTr.offOpt.OverlapStats()
+			}
+			c := oTr.Config
+			if c.OffloadsOptimizer() && c.Clip == 0 && c.AMP != "fp16" && c.Optim != "adafactor" {
+				if ov.Steps != 3 || ov.Background == 0 {
+					t.Errorf("overlap %+v, want 3 armed steps with updates during backward", ov)
+				}
+			} else if ov.Steps != 0 {
+				t.Errorf("overlap %+v, want none", ov)
 			}
 			sameWeights(t, weights(t, pTr), weights(t, oTr))
 			p, o := pTr.Peaks(), oTr.Peaks()

@@ -170,6 +170,10 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 			return res, fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
 		}
 		t.zeroGrad()
+		if t.offOpt != nil && t.offOpt.Torn() {
+			t.noteTried(err, false)
+			return res, fmt.Errorf("step %d: %w (the host had begun this step's update during backward, so it cannot be retried in more micro-batches)", t.step+1, err)
+		}
 		if t.distributed() {
 			// Raising -accum on one rank alone would desynchronise the
 			// collectives of the step.
@@ -278,8 +282,11 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		scale = t.Scaler.Scale
 	}
 	var armErr error
+	overlap := t.overlapsOffload()
+	var sofar float64 // the loss as Window sums it, for the overlap's check
 	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
-		if i == len(micro)-1 && armErr == nil {
+		last := i == len(micro)-1
+		if last && armErr == nil {
 			armErr = t.armReduction()
 		}
 		// Each rank draws its own dropout masks (rank 0 those of a
@@ -291,6 +298,15 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		l := t.loss(r, m.Inputs, m.Targets)
 		if t.Config.StepInBackward {
 			t.checkLossBeforeBackward(l.Item())
+		}
+		if overlap {
+			// The host updates during the last backward, so the step
+			// must be one that updates: a loss that is not finite is
+			// skipped or fails below, after a backward left unarmed.
+			sofar += m.Weight * l.Item()
+			if last && armErr == nil && !math.IsNaN(sofar) && !math.IsInf(sofar, 0) {
+				armErr = t.offOpt.Arm(t.Opt)
+			}
 		}
 		return l
 	}, scale, opts...)
