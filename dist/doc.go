@@ -211,11 +211,13 @@
 // N = 2 (16P/N = 321,792; bound 16P/N + 8·B = 423,424) and 249,824 B at
 // N = 4 (bound 262,528); train's -plan -ranks N predicts it exactly
 // (TestZero3MemoryAndPlan). A model built deferred (nn.Builder.Defer,
-// tensor.Deferred: parameters without memory; train does it under -zero
-// 3 unless -lora or -init) is drawn group by group as NewZeRO3 flattens
-// it, so no rank ever holds it whole, not even at start
-// (TestZero3DeferredModel); a model built whole (an import) must fit one
-// rank once. With 8-bit Adam every parameter starts on a 2048-element block, as in ZeRO;
+// tensor.Deferred: parameters without memory), or imported deferred
+// (hf.Options.Defer: checked against the checkpoint at once, read from
+// its memory-mapped files when flattened), is drawn group by group as
+// NewZeRO3 flattens it, so no rank ever holds it whole, not even at
+// start (TestZero3DeferredModel, train's TestZero3Import); train does
+// both under -zero 3 except with -lora, whose checkpoints fingerprint the
+// whole base. A model built whole must fit one rank once. With 8-bit Adam every parameter starts on a 2048-element block, as in ZeRO;
 // under stage 3 the gaps are memory (shards and gathered groups, up to
 // 2047 elements per parameter): nothing for GPT-2's matrices, more than
 // the model itself for a test GPT of width 32.
@@ -256,7 +258,4 @@
 //   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused
 //     (its flat storage is F32 and its groups are cut by element ranges);
 //     stages 1 and 2 take both.
-//   - An imported model (train's -init) is loaded whole before it is
-//     sharded; loading each group's tensors as it is flattened would
-//     spare that.
 package dist

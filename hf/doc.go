@@ -2,7 +2,11 @@
 // config.json beside model.safetensors (or shards listed in
 // model.safetensors.index.json), tensors in F32, F16 or BF16, read through
 // a memory map so that an import holds the model's parameters and one
-// tensor, never a second copy of the model.
+// tensor, never a second copy of the model. With Options.Defer it holds
+// not even the parameters: they are checked against the checkpoint at
+// once and read from the mapped files only when a sharding places them
+// (dist's ZeRO-3, one block at a time), the files staying mapped until
+// then.
 //
 // The GPT-2 family maps onto models.GPT (LoadGPT2, SaveGPT2): names with or
 // without the "transformer." prefix, Conv1D weights stored (in, out) and

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
@@ -132,6 +133,13 @@ type Options struct {
 	Seed          uint64
 	HeadChunkRows int
 	DType         device.DType
+	// Defer returns the model with its parameters deferred
+	// (tensor.Deferred): checked against the checkpoint now, read from
+	// it only when a sharding places them (dist.NewZeRO3, one block at a
+	// time), so the whole model never exists on the device. The
+	// checkpoint's files stay mapped until every parameter has been read
+	// or released. Such a model runs only once sharded.
+	Defer bool
 }
 
 // GPT2Options is the name Options had when GPT-2 was the only import.
@@ -143,7 +151,8 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 	if err != nil {
 		return nil, "", err
 	}
-	defer c.Close()
+	files := holdOpen(c)
+	defer files.done()
 	cfg, note, err := ReadGPT2Config(c)
 	if err != nil {
 		return nil, "", err
@@ -152,7 +161,7 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 		return nil, "", fmt.Errorf("hf: %s: config %+v does not describe a GPT-2", c.Dir, cfg)
 	}
 	g, err := models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab,
-		Dropout: o.Dropout, Seed: o.Seed, HeadChunkRows: o.HeadChunkRows, DType: o.DType})
+		Dropout: o.Dropout, Seed: o.Seed, HeadChunkRows: o.HeadChunkRows, DType: o.DType, Defer: o.Defer})
 	if err != nil {
 		return nil, "", err
 	}
@@ -168,7 +177,7 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 			return fail(fmt.Errorf("hf: %s: no tensor %s (or transformer.%s) for %s", c.Dir, hn, hn, p.Name()))
 		}
 		used[t.File+"\x00"+hn] = true
-		if err := fill(p, t, hn, conv); err != nil {
+		if err := fill(p, t, hn, conv, files); err != nil {
 			return fail(err)
 		}
 	}
@@ -183,8 +192,10 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 }
 
 // fill sets p from t, the checkpoint's tensor hn, stored transposed
-// (in × out) when conv, widening 16-bit values exactly.
-func fill(p *tensor.Tensor, t Tensor, hn string, conv bool) error {
+// (in × out) when conv, widening 16-bit values exactly. A deferred p
+// (Options.Defer) is checked now and read when it is flattened, files
+// staying open until then.
+func fill(p *tensor.Tensor, t Tensor, hn string, conv bool, files *openFiles) error {
 	want := p.Shape()
 	if conv {
 		want = []int{want[1], want[0]}
@@ -192,17 +203,65 @@ func fill(p *tensor.Tensor, t Tensor, hn string, conv bool) error {
 	if !equal(t.Shape, want) {
 		return fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, want)
 	}
-	vals, err := t.Float32s()
-	if err != nil {
-		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
+	switch t.DType {
+	case "F32", "BF16", "F16":
+	default:
+		return fmt.Errorf("hf: %s: tensor %s: dtype %s (memfit reads F32, F16 and BF16)", t.File, hn, t.DType)
 	}
-	if conv {
-		vals = transpose(vals, want[0], want[1])
+	read := func() ([]float32, error) {
+		vals, err := t.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
+		}
+		if conv {
+			vals = transpose(vals, want[0], want[1])
+		}
+		return vals, nil
+	}
+	if p.IsDeferred() {
+		dev := p.Device()
+		files.hold()
+		return p.DeferFrom(func(v device.View) error {
+			vals, err := read()
+			if err != nil {
+				return err
+			}
+			// As SetFloat32s: through an F32 copy, rounded by the
+			// device's conversion when the parameter is 16-bit.
+			src, err := tensor.FromFloat32(dev, vals, v.Shape, memory.Temporary)
+			if err != nil {
+				return err
+			}
+			defer src.Release()
+			dev.Copy(v, src.View())
+			return nil
+		}, files.done)
+	}
+	vals, err := read()
+	if err != nil {
+		return err
 	}
 	if err := p.SetFloat32s(vals); err != nil {
 		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
 	}
 	return nil
+}
+
+// openFiles closes a checkpoint when the last of its holders is done:
+// the loader, and each deferred parameter until it has been read.
+type openFiles struct {
+	c     *Checkpoint
+	holds int
+}
+
+func holdOpen(c *Checkpoint) *openFiles { return &openFiles{c: c, holds: 1} }
+
+func (f *openFiles) hold() { f.holds++ }
+
+func (f *openFiles) done() {
+	if f.holds--; f.holds == 0 {
+		f.c.Close()
+	}
 }
 
 func equal(a, b []int) bool {

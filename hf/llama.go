@@ -227,13 +227,14 @@ func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, st
 	if err != nil {
 		return nil, "", err
 	}
-	defer c.Close()
+	files := holdOpen(c)
+	defer files.done()
 	cfg, note, err := ReadLlamaConfig(c)
 	if err != nil {
 		return nil, "", err
 	}
 	mc := cfg.Model()
-	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType = o.Dropout, o.Seed, o.HeadChunkRows, o.DType
+	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
 	if mc.Layers < 1 || mc.Heads < 1 || mc.Dim < 1 || mc.Hidden < 1 || mc.Context < 1 || mc.Vocab < 1 {
 		return nil, "", fmt.Errorf("hf: %s: config %+v does not describe a Llama", c.Dir, cfg)
 	}
@@ -253,7 +254,7 @@ func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, st
 			return fail(fmt.Errorf("hf: %s: no tensor %s for %s", c.Dir, hn, p.Name()))
 		}
 		used[hn] = true
-		if err := fill(p, t, hn, false); err != nil {
+		if err := fill(p, t, hn, false, files); err != nil {
 			return fail(err)
 		}
 	}

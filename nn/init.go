@@ -206,12 +206,13 @@ func (b *Builder) Param(path string, shape []int, init Init) (*tensor.Tensor, er
 	var err error
 	if b.Defer {
 		dev, seed := b.Dev, ParamSeed(b.Seed, path)
-		p, err = tensor.Deferred(dev, dt, shape, memory.Parameter, func(v device.View) {
+		p, err = tensor.Deferred(dev, dt, shape, memory.Parameter, func(v device.View) error {
 			if constant {
 				dev.Fill(v, lo)
 			} else {
 				dev.Random(v, dist, lo, hi, seed)
 			}
+			return nil
 		})
 	} else if constant {
 		p, err = tensor.Full(b.Dev, dt, shape, lo, memory.Parameter)

@@ -69,7 +69,10 @@ func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tens
 	for i, p := range params {
 		dst := device.View{Buf: flat.st.buf, DType: dtype, Offset: offsets[i], Shape: p.shape, Strides: contiguousStrides(p.shape)}
 		if fill := p.st.deferred; fill != nil {
-			fill(dst)
+			if err := fill(dst); err != nil {
+				flat.Release()
+				return nil, errorf("Flatten", "drawing %s: %v", p.describe(), err)
+			}
 			continue
 		}
 		dev.Copy(dst, p.view())
@@ -86,12 +89,13 @@ func Flatten(params []*Tensor, offsets []int, n int, cat memory.Category) (*Tens
 // Deferred returns a leaf of the given shape that holds no memory: its
 // storage is born evicted, and fill writes its values (into a contiguous
 // view of the same dtype and shape) when Flatten moves it into a flat
-// storage. Until then any op that reads or writes it panics with *Error
-// naming it. A model built of deferred parameters can be sharded one
-// block at a time (dist's ZeRO-3), so the whole model never exists on one
-// device. fill must write the same values wherever it is called (draws
-// seeded by the parameter, as nn.Builder's).
-func Deferred(dev device.Device, dtype DType, shape []int, cat memory.Category, fill func(device.View)) (*Tensor, error) {
+// storage; an error of fill is Flatten's. Until then any op that reads
+// or writes it panics with *Error naming it. A model built of deferred
+// parameters can be sharded one block at a time (dist's ZeRO-3), so the
+// whole model never exists on one device. fill must write the same
+// values wherever it is called (draws seeded by the parameter, as
+// nn.Builder's; a checkpoint's tensor, as an import's: see DeferFrom).
+func Deferred(dev device.Device, dtype DType, shape []int, cat memory.Category, fill func(device.View) error) (*Tensor, error) {
 	if dev == nil {
 		return nil, errorf("Deferred", "nil device")
 	}
@@ -116,6 +120,25 @@ func Deferred(dev device.Device, dtype DType, shape []int, cat memory.Category, 
 
 // IsDeferred reports whether t was made by Deferred and has no values yet.
 func (t *Tensor) IsDeferred() bool { return t.st.deferred != nil }
+
+// DeferFrom replaces the fill of a deferred t (an import that writes a
+// checkpoint's values where a builder would draw) and sets end, which runs
+// once when the deferred storage goes: after Flatten has filled it, or
+// when t is released unfilled (an import closes its files there).
+func (t *Tensor) DeferFrom(fill func(device.View) error, end func()) error {
+	t.mustLive("DeferFrom")
+	switch {
+	case t.st.deferred == nil:
+		return errorf("DeferFrom", "%s is not deferred", t.describe())
+	case fill == nil:
+		return errorf("DeferFrom", "nil fill for %s", t.describe())
+	}
+	if prev := t.st.deferEnd; prev != nil {
+		prev()
+	}
+	t.st.deferred, t.st.deferEnd = fill, end
+	return nil
+}
 
 // Evict frees the memory of t's storage (see Flatten) while t and every
 // other handle on it stay valid; until Rematerialize, any op that reads

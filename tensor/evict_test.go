@@ -100,7 +100,7 @@ func TestFlattenEvictRematerialize(t *testing.T) {
 func TestDeferred(t *testing.T) {
 	dev := cpu.New()
 	const seed = 7
-	draw := func(v device.View) { dev.Random(v, device.Normal, 0, 1, seed) }
+	draw := func(v device.View) error { dev.Random(v, device.Normal, 0, 1, seed); return nil }
 	d, err := tensor.Deferred(dev, tensor.F32, []int{3, 4}, memory.Parameter, draw)
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +139,54 @@ func TestDeferred(t *testing.T) {
 	}
 	if _, err := tensor.Deferred(dev, tensor.F32, []int{2}, memory.Parameter, nil); err == nil {
 		t.Error("a deferred tensor without a fill was accepted")
+	}
+}
+
+// TestDeferFrom: an import's fill replaces the draws, its end runs once
+// when the storage goes (filled by Flatten, or released unfilled), and a
+// fill's error is Flatten's, leaving the tensors as they were.
+func TestDeferFrom(t *testing.T) {
+	dev := cpu.New()
+	none := func(device.View) error { return nil }
+	ends := 0
+	end := func() { ends++ }
+	values := func(v device.View) error {
+		src, err := tensor.FromFloat32(dev, []float32{1, 2, 3}, []int{3}, memory.Temporary)
+		if err != nil {
+			return err
+		}
+		defer src.Release()
+		dev.Copy(v, src.View())
+		return nil
+	}
+	a, _ := tensor.Deferred(dev, tensor.F32, []int{3}, memory.Parameter, none)
+	if err := a.DeferFrom(values, end); err != nil {
+		t.Fatal(err)
+	}
+	flat, err := tensor.Flatten([]*tensor.Tensor{a}, []int{0}, 3, memory.Parameter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Float32s(), []float32{1, 2, 3}) || ends != 1 {
+		t.Errorf("flattened: %v, end ran %d times; want [1 2 3] and once", a.Float32s(), ends)
+	}
+	if err := a.DeferFrom(values, end); err == nil {
+		t.Error("DeferFrom on a filled tensor was accepted")
+	}
+	a.Release()
+	flat.Release()
+
+	b, _ := tensor.Deferred(dev, tensor.F32, []int{3}, memory.Parameter, none)
+	_ = b.DeferFrom(func(device.View) error { return errors.New("truncated file") }, end)
+	before := dev.Memory().Stats().Requested.Current
+	if _, err := tensor.Flatten([]*tensor.Tensor{b}, []int{0}, 3, memory.Parameter); err == nil || !strings.Contains(err.Error(), "truncated file") {
+		t.Errorf("a failing fill: Flatten returned %v", err)
+	}
+	if after := dev.Memory().Stats().Requested.Current; after != before || !b.IsDeferred() || ends != 1 {
+		t.Errorf("after the failed Flatten: %d B more, deferred %v, end ran %d times", after-before, b.IsDeferred(), ends)
+	}
+	b.Release()
+	if ends != 2 {
+		t.Errorf("releasing an unfilled import ran end %d times in all, want 2", ends)
 	}
 }

@@ -45,8 +45,10 @@ type storage struct {
 	evicted   bool
 	cat       memory.Category // the category to allocate again under
 	// deferred writes the values of a storage made by Deferred (evicted
-	// from the start, never allocated) where Flatten places them.
-	deferred func(device.View)
+	// from the start, never allocated) where Flatten places them;
+	// deferEnd runs once when such a storage goes (drawn or released).
+	deferred func(device.View) error
+	deferEnd func()
 }
 
 func (st *storage) retain() { st.refs.Add(1) }
@@ -56,6 +58,10 @@ func (st *storage) release() {
 	case n == 0:
 		if !st.evicted {
 			st.dev.Free(st.buf)
+		}
+		if end := st.deferEnd; end != nil {
+			st.deferEnd = nil
+			end()
 		}
 		st.buf = device.Buffer{}
 	case n < 0:

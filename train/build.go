@@ -19,7 +19,10 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		dt = device.BF16
 	}
 	if cfg.Init != "" {
-		g, _, err := hf.Load(dev, cfg.Init, hf.Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt})
+		// Under ZeRO-3 an import is read block by block as it is sharded,
+		// as a new model is drawn (below).
+		g, _, err := hf.Load(dev, cfg.Init, hf.Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt,
+			Defer: cfg.Zero == 3 && cfg.LoRA == 0})
 		if err != nil {
 			return nil, fmt.Errorf("-init %s: %v", cfg.Init, err)
 		}
@@ -33,7 +36,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 		// are sharded (setupDist): the model never exists whole on a
 		// rank, and a rank's peak at start is one block, not 4P. (Not
 		// under -lora, whose checkpoints fingerprint the whole base
-		// when the adapters are applied.)
+		// when the adapters are applied; nor above, for an import.)
 		Defer: cfg.Zero == 3 && cfg.LoRA == 0,
 	})
 	if err != nil {
