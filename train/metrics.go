@@ -146,6 +146,9 @@ type Zero3Stats struct {
 type EvalStats struct {
 	Loss     float64  `json:"loss"`
 	Accuracy *float64 `json:"accuracy,omitempty"`
+	// Examples is how many held-out examples the loss is over: 0 when
+	// there were none (-val-split 0), and Loss means nothing.
+	Examples int `json:"examples"`
 }
 
 // PeakBytes are the allocator's peaks over the run, in bytes: Total and

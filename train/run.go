@@ -107,8 +107,10 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 				return Summary{}, err
 			}
 			t.lastEval = e
-			rec.EvalLoss, rec.EvalAccuracy = &e.Loss, e.Accuracy
-			if !cfg.Quiet && lead {
+			if e.Examples > 0 {
+				rec.EvalLoss, rec.EvalAccuracy = &e.Loss, e.Accuracy
+			}
+			if !cfg.Quiet && lead && e.Examples > 0 {
 				if bar != nil {
 					bar.Clear()
 				}

@@ -473,6 +473,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 		}
 	}
 	st.Loss = lossSum / float64(max(n, 1))
+	st.Examples = n
 	if !t.task.tokens {
 		acc := float64(correct) / float64(max(n, 1))
 		st.Accuracy = &acc

@@ -206,6 +206,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if code == 0 {
 		line := fmt.Sprintf("steps %d, final loss %.4f, eval loss %.4f", sum.Steps, sum.FinalLoss, sum.Eval.Loss)
+		if sum.Eval.Examples == 0 {
+			line = fmt.Sprintf("steps %d, final loss %.4f, no evaluation (no held-out data)", sum.Steps, sum.FinalLoss)
+		}
 		if sum.Eval.Accuracy != nil {
 			line += fmt.Sprintf(", eval accuracy %.2f%%", 100**sum.Eval.Accuracy)
 		}

@@ -665,3 +665,24 @@ func TestTokenizerData(t *testing.T) {
 		t.Errorf("a missing tokenizer: exit %d, %q", code, errs)
 	}
 }
+
+// TestNoHeldOutData: without held-out data the final line says there was
+// no evaluation instead of an eval loss of 0, and the summary's eval
+// counts no examples.
+func TestNoHeldOutData(t *testing.T) {
+	summary := filepath.Join(t.TempDir(), "s.json")
+	code, out, errs := runCmd(t, "-steps", "2", "-val-split", "0", "-eval-every", "1", "-quiet", "-summary", summary)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if strings.Contains(out, "eval loss") || !strings.Contains(out, "no evaluation (no held-out data)") {
+		t.Errorf("output:\n%s", out)
+	}
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(b)), ""), `"examples":0`) {
+		t.Errorf("summary: %s", b)
+	}
+}
