@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/checkpoint"
@@ -350,13 +351,18 @@ func TestZero3Checkpoint(t *testing.T) {
 }
 
 // TestZero3DeadRank: a rank that closes its communicator in the middle of
-// training makes the others fail with a *dist.RankError naming it.
+// training makes the others fail with a *dist.RankError naming it, also
+// when their gathers are prefetched (waited for on the Async).
 func TestZero3DeadRank(t *testing.T) {
-	for _, ranks := range []int{2, 4} {
-		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
+	for _, tc := range []struct {
+		ranks    int
+		prefetch bool
+	}{{2, false}, {4, false}, {2, true}, {4, true}} {
+		ranks := tc.ranks
+		t.Run(fmt.Sprintf("%d ranks, prefetch %v", ranks, tc.prefetch), func(t *testing.T) {
 			const dead = 1
-			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
-				run := gptRun{zero3: true}
+			errs := runRanks(dist.NewLocal(ranks, dist.Timeout(10*time.Second)), func(c dist.Comm) error {
+				run := gptRun{zero3: true, prefetch: tc.prefetch}
 				if c.Rank() == dead {
 					run.measure = func(step int, _ int64, _ *dist.ZeRO3) {
 						if step == 1 {
