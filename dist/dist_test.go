@@ -183,7 +183,8 @@ func TestMismatchedCollectives(t *testing.T) {
 
 // Two ranks with half the batch each end with the parameters of one rank
 // with the whole batch, with and without ZeRO, with and without
-// accumulation; and accumulation adds no communication.
+// accumulation; and accumulation adds no communication, but where stage 2
+// reduces every micro-batch's gradients (once more per micro-batch).
 func TestEquivalence(t *testing.T) {
 	const steps = 20
 	ref, err := trainRank(dist.NewLocal(1)[0], plain, steps, 1, 0, nil)
@@ -191,7 +192,7 @@ func TestEquivalence(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := map[mode]int{}
-	for _, m := range []mode{ddp, zero1, zero2, zero2ov} {
+	for _, m := range []mode{ddp, zero1, zero2, zero2ov, zero2each} {
 		for _, accum := range []int{1, 2} {
 			res := make([]result, 2)
 			errs := runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
@@ -210,9 +211,14 @@ func TestEquivalence(t *testing.T) {
 			if !slices.Equal(res[0].params, res[1].params) {
 				t.Errorf("%v accum %d: ranks disagree", m, accum)
 			}
-			if accum == 1 {
+			switch {
+			case accum == 1:
 				calls[m] = res[0].calls
-			} else if res[0].calls != calls[m] {
+			case m == zero2each:
+				if res[0].calls <= calls[m] {
+					t.Errorf("%v: %d collectives with accumulation, %d without: each micro-batch is reduced", m, res[0].calls, calls[m])
+				}
+			case res[0].calls != calls[m]:
 				t.Errorf("%v: %d collectives with accumulation, %d without: accumulation must communicate once per step", m, res[0].calls, calls[m])
 			}
 		}
@@ -379,5 +385,32 @@ func TestZeROGradNorm(t *testing.T) {
 		if d := math.Abs(norms["ddp"][r]-norms["zero2"][r]) / norms["ddp"][r]; d > 1e-6 {
 			t.Errorf("rank %d: ddp norm %g, zero norm %g", r, norms["ddp"][r], norms["zero2"][r])
 		}
+	}
+}
+
+// TestZeRO2ReducesEachMicroBatch: with accumulation, stage 2 armed for
+// every micro-batch starts each micro-batch's forward without a full
+// gradient (the earlier micro-batches' are reduced into the shard's),
+// where armed for the last micro-batch alone it carries all of them (4P)
+// through every forward after the first.
+func TestZeRO2ReducesEachMicroBatch(t *testing.T) {
+	held := map[mode]int64{} // the most gradient bytes at a micro-batch's start
+	for _, m := range []mode{zero2ov, zero2each} {
+		got := make([]int64, 2)
+		checkErrs(t, runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+			_, err := trainRank(c, m, 2, 4, 256, func(stage string, st memory.Stats) {
+				if stage == "micro-batch" {
+					got[c.Rank()] = max(got[c.Rank()], st.Category(memory.Gradient).Current)
+				}
+			})
+			return err
+		}))
+		held[m] = max(got[0], got[1])
+	}
+	t.Logf("gradient bytes at a micro-batch's start: %d armed for the last, %d armed for each (4P = %d)", held[zero2ov], held[zero2each], 4*paramCount)
+	// Reducing each: the shard's gradients only (4 B per owned element,
+	// 195 at most); reducing the last: every full gradient.
+	if held[zero2each] > 4*195 || held[zero2ov] < 4*paramCount {
+		t.Errorf("gradients at a micro-batch's start: %d B reducing each micro-batch (want the shard's, at most %d B), %d B reducing the last (want 4P = %d B)", held[zero2each], 4*195, held[zero2ov], 4*paramCount)
 	}
 }

@@ -118,7 +118,12 @@
 // them, keep the owned part and release the full gradients, so backward
 // itself never holds all of them (measured: 0.59·4P at N = 2); it costs an
 // all-reduce (twice a reduce-scatter's bytes) and needs every rank to use
-// the same parameters in the same graph. Under stage 2 parameters have no
+// the same parameters in the same graph. With accumulation train arms
+// every micro-batch's backward, each adding its averaged buckets into the
+// shard's gradients, so no full gradient outlives its micro-batch (one
+// reduction per micro-batch, as DeepSpeed's stage 2; stage 1 is the
+// choice that communicates once per step and keeps them all, as DDP).
+// Under stage 2 parameters have no
 // gradient after ReduceGradients; the averaged gradient of the owned range
 // is on the shard views (Shard). ClipGradNorm and GradNorm all-reduce the
 // norm.

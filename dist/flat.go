@@ -132,6 +132,12 @@ func slice(s *tensor.Scope, t *tensor.Tensor, a, n int) *tensor.Tensor {
 // nearest from F32 into BF16 (an averaged BF16 gradient).
 func assign(s *tensor.Scope, dst, src *tensor.Tensor) {
 	dst.Fill(0)
+	addInto(s, dst, src)
+}
+
+// addInto adds src into dst (same length, contiguous dst), rounding src
+// to dst's dtype first when they differ, as assign does.
+func addInto(s *tensor.Scope, dst, src *tensor.Tensor) {
 	if src.DType() != dst.DType() {
 		c := s.Cast(src, dst.DType())
 		s.AddInPlace(dst, c).Release()

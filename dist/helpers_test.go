@@ -105,10 +105,13 @@ const (
 	ddp
 	zero1
 	zero2
-	zero2ov // stage 2, reducing during the last micro-batch's backward
+	zero2ov   // stage 2, reducing during the last micro-batch's backward
+	zero2each // stage 2, reducing during every micro-batch's backward
 )
 
-func (m mode) String() string { return [...]string{"plain", "ddp", "zero1", "zero2", "zero2ov"}[m] }
+func (m mode) String() string {
+	return [...]string{"plain", "ddp", "zero1", "zero2", "zero2ov", "zero2each"}[m]
+}
 
 func newAdam(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 	return optim.NewAdamW(ps, optim.AdamW{LR: 1e-2, WeightDecay: 0.01})
@@ -146,7 +149,7 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 		if err == nil {
 			d, err = dist.NewDDP(cc, params, dist.DDPConfig{BucketBytes: bucketBytes})
 		}
-	case zero1, zero2, zero2ov:
+	case zero1, zero2, zero2ov, zero2each:
 		z, err = dist.NewZeRO(cc, params, dist.ZeROConfig{Stage: min(int(m-ddp), 2), BucketBytes: bucketBytes}, newAdam)
 		if z != nil {
 			defer z.Release()
@@ -173,7 +176,10 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 		}
 		k := 0
 		_, err = accumulate.Window(micro, func(s *tensor.Scope, mb accumulate.Micro) *tensor.Tensor {
-			if k++; m == zero2ov && k == len(micro) {
+			if measure != nil {
+				measure("micro-batch", dev.Memory().Stats())
+			}
+			if k++; (m == zero2ov && k == len(micro)) || m == zero2each {
 				if err := z.ReduceDuringBackward(); err != nil {
 					panic(err)
 				}
@@ -203,7 +209,7 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 				}
 				err = opt.Step()
 			}
-		case zero1, zero2, zero2ov:
+		case zero1, zero2, zero2ov, zero2each:
 			if err = z.ReduceGradients(); err == nil {
 				if measure != nil {
 					measure("reduced", dev.Memory().Stats())

@@ -21,11 +21,21 @@ import (
 // neighbour: Gradient peaks near 4P/N plus a few buckets instead of 4P.
 // An all-reduce moves twice the bytes of a reduce-scatter; that is the
 // price of reducing a range before the rest of the vector exists.
+//
+// With accumulation it can be armed for every micro-batch's backward
+// (each call of ReduceDuringBackward before ReduceGradients starts another
+// pass of the same step): each pass's buckets are reduced and added into
+// the shard gradients, so full gradients never outlive their pass, at
+// the price of one reduction per micro-batch (DeepSpeed's stage 2) where
+// arming the last pass alone communicates once per step but holds every
+// full gradient until then (PyTorch's no_sync).
 
 type overlap struct {
 	k       int    // elements per bucket
 	armed   bool   // this backward reduces
+	pass    int    // armed passes in this step (1: the first)
 	fired   []bool // params[i] completed in this backward
+	seen    []bool // params[i] completed in some pass of this step
 	waiting []int  // per bucket: parameters overlapping it not yet complete
 	left    []int  // per parameter: its buckets not yet reduced
 	reduced []bool // per bucket
@@ -40,10 +50,12 @@ func (o *overlap) buckets(f *flat, i int) (int, int) {
 }
 
 // ReduceDuringBackward arms stage 2 to reduce gradients during the next
-// backward pass (the last micro-batch's, with accumulation): call it
-// before that backward, then ReduceGradients after it as usual, which
-// reduces whatever backward did not complete. Every rank must arm the
-// same passes. The parameters' OnGradReady hooks belong to the ZeRO
+// backward pass: call it before that backward, then ReduceGradients after
+// the step's last backward as usual, which reduces whatever backward did
+// not complete. With accumulation, arm either the last micro-batch's
+// backward alone or every micro-batch's (calling it again before each
+// backward of the step): see the overlap. Every rank must arm the same
+// passes. The parameters' OnGradReady hooks belong to the ZeRO
 // while it lives. A parameter used inside a checkpointed segment and also
 // outside it is not supported (its gradient would be reduced when the
 // segment's pass completes, before the rest arrives) and is reported by
@@ -56,6 +68,7 @@ func (z *ZeRO) ReduceDuringBackward() error {
 		o := &overlap{k: max(bucketElems(z.bucketBytes), 1)}
 		nb := (z.f.total + o.k - 1) / o.k
 		o.fired, o.left = make([]bool, len(z.f.params)), make([]int, len(z.f.params))
+		o.seen = make([]bool, len(z.f.params))
 		o.waiting, o.reduced = make([]int, nb), make([]bool, nb)
 		z.ov = o
 		for i, p := range z.f.params {
@@ -64,7 +77,14 @@ func (z *ZeRO) ReduceDuringBackward() error {
 	}
 	o := z.ov
 	if o.armed {
-		return fmt.Errorf("dist: zero: already armed (ReduceGradients was not called after the last backward)")
+		// Another pass of the same step (the next micro-batch).
+		if o.err != nil {
+			return o.err
+		}
+		o.pass++
+	} else {
+		o.pass = 1
+		clear(o.seen)
 	}
 	for i := range o.fired {
 		o.fired[i] = false
@@ -97,7 +117,7 @@ func (z *ZeRO) gradReady(i int) {
 		o.err = fmt.Errorf("dist: zero: %s completed twice in one backward (used inside a checkpointed segment and outside it?)", nameOf(z.f.params[i]))
 		return
 	}
-	o.fired[i] = true
+	o.fired[i], o.seen[i] = true, true
 	if z.f.params[i].Len() == 0 {
 		return
 	}
@@ -141,15 +161,20 @@ func (z *ZeRO) reduceBucket(b int) error {
 			if v.Grad() == nil {
 				// The gradient's dtype is the parameter's (BF16
 				// weights have BF16 gradients): the average is
-				// rounded to nearest into it.
-				g, err := tensor.New(z.dev, v.DType(), v.Shape(), memory.Gradient)
+				// rounded to nearest into it. Zeros: a later pass
+				// adds its ranges to it.
+				g, err := tensor.Full(z.dev, v.DType(), v.Shape(), 0, memory.Gradient)
 				if err != nil {
 					return err
 				}
 				v.SetGrad(g)
 			}
 			dst := slice(s, v.Grad(), a-sg.pos, e-a)
-			assign(s, dst, s.Narrow(buf, 0, a-lo, e-a))
+			if o.pass > 1 {
+				addInto(s, dst, s.Narrow(buf, 0, a-lo, e-a))
+			} else {
+				assign(s, dst, s.Narrow(buf, 0, a-lo, e-a))
+			}
 		}
 		return nil
 	})
@@ -158,8 +183,21 @@ func (z *ZeRO) reduceBucket(b int) error {
 	}
 	o.reduced[b] = true
 	for _, sg := range z.f.segments(lo, hi) {
+		p := z.f.params[sg.i]
 		if o.left[sg.i]--; o.left[sg.i] == 0 {
-			z.f.params[sg.i].SetGrad(nil)
+			p.SetGrad(nil)
+		} else if g := p.Grad(); g != nil {
+			// The gradient lives on for its other buckets, and the
+			// next pass accumulates into it: this range is reduced.
+			err := tensor.Catch(func() error {
+				s := tempScope()
+				defer s.Close()
+				slice(s, g, sg.a, sg.n).Fill(0)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -187,7 +225,7 @@ func (z *ZeRO) finishOverlap() error {
 	// reads as present everywhere (see syncPresence).
 	missing := make([]float32, len(z.f.params))
 	for i, p := range z.f.params {
-		if !o.fired[i] && p.Grad() == nil {
+		if !o.seen[i] && p.Grad() == nil {
 			missing[i] = 1
 		}
 	}

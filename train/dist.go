@@ -128,8 +128,10 @@ func (t *Trainer) allReduce(v float32, op dist.Op) (float32, error) {
 	return x.Float32s()[0], nil
 }
 
-// armReduction makes ZeRO stage 2 reduce during the coming backward (the
-// last micro-batch's).
+// armReduction makes ZeRO stage 2 reduce during the coming backward: with
+// accumulation every micro-batch's, so that the full gradients of one
+// never outlive its backward (DeepSpeed's stage 2; stage 1 keeps them and
+// communicates once per step, as DDP).
 func (t *Trainer) armReduction() error {
 	if t.zero == nil || t.zero.Stage() != 2 {
 		return nil

@@ -831,3 +831,34 @@ func TestZero3Import(t *testing.T) {
 		})
 	}
 }
+
+// TestZero2AccumKeepsGradientsSharded: under -zero 2 with accumulation
+// each micro-batch's gradients are reduced during its backward, so no
+// full gradient outlives its micro-batch: the forwards after the first
+// run without them, and the step's peak falls below stage 1's (which
+// keeps every full gradient, 4P, from the first micro-batch to the
+// last); -plan predicts both exactly.
+func TestZero2AccumKeepsGradientsSharded(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Accum, cfg.Workers = 0, 2, 8, 4, 1
+	peaks := map[int]PeakBytes{}
+	for _, zero := range []int{1, 2} {
+		c := cfg
+		c.Zero = zero
+		_, sums := runRanks(t, c, 2, nil)
+		peaks[zero] = sums[0].PeakBytes
+		pc := c
+		pc.Dist, pc.Ranks = "mpi", 2
+		plan, err := Plan(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Gradient != peaks[zero].Gradient || plan.Total != peaks[zero].Total {
+			t.Errorf("-zero %d: plan gradient %d B, total %d B; measured %d B, %d B", zero, plan.Gradient, plan.Total, peaks[zero].Gradient, peaks[zero].Total)
+		}
+	}
+	t.Logf("4 micro-batches: peak %d B at stage 1, %d B at stage 2 (gradients %d B and %d B)", peaks[1].Total, peaks[2].Total, peaks[1].Gradient, peaks[2].Gradient)
+	if peaks[2].Total >= peaks[1].Total {
+		t.Errorf("peak %d B at stage 2, not below stage 1's %d B", peaks[2].Total, peaks[1].Total)
+	}
+}

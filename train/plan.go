@@ -341,16 +341,18 @@ const zeroStage3Comm = 0.15
 // during backward is an all-reduce, then the all-gather, 1.5 times DDP's
 // bytes, but BENCHMARKS.md measured stages 1 and 2 no slower than DDP
 // (39.7 and 41.2 samples/s against 39.2): a tie-breaking factor each, so
-// that a lower stage, and the run as given, wins when both fit. Stage 3
-// gathers every micro-batch (stages 0-2 communicate once per optimizer
-// step), and a recomputed segment gathers its blocks once more, 4
+// that a lower stage, and the run as given, wins when both fit. With
+// accumulation stage 2 reduces every micro-batch (its gradients stay
+// sharded; stages 0 and 1 communicate once per step): an all-reduce
+// each, counted as half of stage 3's transfers. Stage 3 gathers every
+// micro-batch, and a recomputed segment gathers its blocks once more, 4
 // transfers instead of 3.
 func zeroCost(z, accum int, recompute bool) float64 {
 	switch z {
 	case 1:
 		return 1.01
 	case 2:
-		return 1.02
+		return 1.02 + zeroStage3Comm*float64(accum-1)/2
 	case 3:
 		passes := 3.0
 		if recompute {

@@ -286,7 +286,8 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	var sofar float64 // the loss as Window sums it, for the overlap's check
 	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
 		last := i == len(micro)-1
-		if last && armErr == nil {
+		if armErr == nil {
+			// Stage 2 reduces during every micro-batch's backward.
 			armErr = t.armReduction()
 		}
 		// Each rank draws its own dropout masks (rank 0 those of a
