@@ -248,7 +248,13 @@ var asyncPrefetch = true
 // them with compute it would need a copy stream of its own, events
 // ordering it against the compute stream, and copies straight from
 // pinned host tensors (cuMemcpyHtoDAsync, cuStreamWaitEvent).
-func asyncCopies(dev device.Device) bool { return dev.Memory().Device() == "cpu" }
+func asyncCopies(dev device.Device) bool {
+	switch dev.Memory().Device() {
+	case "cpu", "host": // a CPU device, or one labelled as host memory
+		return true
+	}
+	return false
+}
 
 // copyAhead copies the prefetched storages in order, on the goroutine
 // it runs on, and signals each as it completes. It touches only the

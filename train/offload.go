@@ -24,6 +24,9 @@ import (
 // below then finishes it; otherwise the target runs the update there
 // after unscaling and clipping on the device.
 
+// hostOptions are added to the host device's (tests limit its capacity).
+var hostOptions []cpu.Option
+
 // hostFor returns the device offloaded state lives on for a run on dev:
 // a CPU device (on the GPU's pinned memory when dev offers it), or a
 // meta device while planning.
@@ -34,7 +37,7 @@ func hostFor(dev device.Device) device.Device {
 	if dev.Memory().Device() == "meta" {
 		return meta.New(0)
 	}
-	var opts []cpu.Option
+	opts := append([]cpu.Option{cpu.Label("host")}, hostOptions...) // its out-of-memory errors say "device host"
 	if hm, ok := dev.(device.HostMemory); ok {
 		// A GPU's page-locked memory: its copies to and from the GPU
 		// are DMA, without a bounce through pageable memory.
@@ -51,12 +54,12 @@ func (t *Trainer) setupOffload(cfg Config) error {
 	t.host = hostFor(t.Device)
 	if cfg.OffloadsActivations() {
 		if t.acts, err = offload.NewActivations(t.host, cfg.OffloadPrefetch); err != nil {
-			return fmt.Errorf("-offload: %v", err)
+			return fmt.Errorf("-offload: %w", err)
 		}
 	}
 	if cfg.OffloadsOptimizer() {
 		if t.offOpt, err = offload.NewOptimizer(t.host, t.Model.Parameters()); err != nil {
-			return fmt.Errorf("-offload: %v", err)
+			return fmt.Errorf("-offload: %w", err)
 		}
 		if t.Opt, err = newOptimizer(cfg, t.offOpt.Masters()); err != nil {
 			return err

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/offload"
@@ -299,5 +302,28 @@ func TestOffloadValidate(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("-offload %q: %v", ok, err)
 		}
+	}
+}
+
+// TestOffloadHostOutOfMemory: host memory too small for the offloaded
+// optimizer is an error that names the host, at once: more micro-batches
+// would not shrink what it holds, so the step is not retried.
+func TestOffloadHostOutOfMemory(t *testing.T) {
+	hostOptions = []cpu.Option{cpu.Capacity(320 << 10)} // the master weights (4P = 134 KiB) and their gradients, not Adam's state
+	defer func() { hostOptions = nil }()
+	cfg := tinyGPT()
+	cfg.Offload, cfg.Steps = "optimizer", 2
+	var log bytes.Buffer
+	tr, err := New(cfg.Resolved(), cpu.New(), &log)
+	if err == nil {
+		defer tr.Close()
+		_, err = tr.Run(context.Background())
+	}
+	var oom *memory.OOMError
+	if !errors.As(err, &oom) || oom.Device != "host" || !strings.Contains(err.Error(), "device host") || !strings.Contains(err.Error(), "do not shrink") {
+		t.Fatalf("a small host: %v; want an out-of-memory error on the host", err)
+	}
+	if strings.Contains(log.String(), "retrying") {
+		t.Errorf("the step was retried in more micro-batches:\n%s", log.String())
 	}
 }

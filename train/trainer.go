@@ -170,6 +170,14 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 			return res, fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
 		}
 		t.zeroGrad()
+		var oom *memory.OOMError
+		if errors.As(err, &oom) && oom.Device == "host" && !t.Config.OffloadsActivations() {
+			// The host holds the offloaded optimizer: master weights,
+			// gradients and state, none of which shrinks with the
+			// micro-batches.
+			t.noteTried(err, false)
+			return res, fmt.Errorf("step %d: %w (host memory holds the offloaded optimizer's master weights, gradients and state, which more micro-batches do not shrink)", t.step+1, err)
+		}
 		if t.offOpt != nil && t.offOpt.Torn() {
 			t.noteTried(err, false)
 			return res, fmt.Errorf("step %d: %w (the host had begun this step's update during backward, so it cannot be retried in more micro-batches)", t.step+1, err)

@@ -30,6 +30,11 @@ func Capacity(n int64) Option { return func(d *Device) { d.raw.capacity = n } }
 // offloaded from that GPU is copied to and from at full speed.
 func HostMemory(h device.HostMemory) Option { return func(d *Device) { d.raw.segs.src = h } }
 
+// Label names the device in its allocator's errors, reports and
+// snapshots (default "cpu"): "host" for the memory training state is
+// offloaded to, so that an out-of-memory error says which memory ran out.
+func Label(name string) Option { return func(d *Device) { d.raw.label = name } }
+
 // Threads sets how many goroutines one kernel may use (default GOMAXPROCS).
 func Threads(n int) Option { return func(d *Device) { d.threads = max(n, 1) } }
 

@@ -24,6 +24,7 @@ type hostRaw struct {
 	capacity int64
 	used     int64
 	segs     *segTable
+	label    string // the allocator's device name ("" : "cpu")
 }
 
 // segTable maps each segment's address to its bytes. It is apart from
@@ -104,7 +105,12 @@ func (r *hostRaw) Free(p memory.Ptr) {
 }
 
 func (r *hostRaw) Capacity() int64 { return r.capacity }
-func (r *hostRaw) Device() string  { return "cpu" }
+func (r *hostRaw) Device() string {
+	if r.label != "" {
+		return r.label
+	}
+	return "cpu"
+}
 
 // bytes returns the host bytes of a block.
 func (r *hostRaw) bytes(b *memory.Block) []byte {
