@@ -52,6 +52,11 @@ func hostFor(dev device.Device) device.Device {
 func (t *Trainer) setupOffload(cfg Config) error {
 	var err error
 	t.host = hostFor(t.Device)
+	if cfg.HostMemReport() != "" && t.host.Memory().Device() != "meta" {
+		// The host's report, beside the device's (cmd/train writes both).
+		t.host.Memory().EnableHistory(1 << 20)
+		tensor.EnableAllocSites(t.host.Memory())
+	}
 	if cfg.OffloadsActivations() {
 		if t.acts, err = offload.NewActivations(t.host, cfg.OffloadPrefetch); err != nil {
 			return fmt.Errorf("-offload: %w", err)

@@ -295,6 +295,18 @@ func (c Config) CheckPaths() error {
 	return nil
 }
 
+// HostMemReport is where a run that offloads writes the memory report of
+// its host memory, beside -mem-report's of the device: the same name with
+// ".host" before the extension (mem.html: mem.host.html); "" without
+// -mem-report or -offload.
+func (c Config) HostMemReport() string {
+	if c.MemReport == "" || c.Offload == "" || c.Offload == "off" {
+		return ""
+	}
+	ext := filepath.Ext(c.MemReport)
+	return strings.TrimSuffix(c.MemReport, ext) + ".host" + ext
+}
+
 type namedPath struct {
 	flag, path string
 	kind       OutputKind
@@ -306,7 +318,8 @@ func (c Config) outputs() []namedPath {
 	if c.Save != "" && c.SaveFormat != "hf" {
 		o = append(o, namedPath{"save", c.Save, FileOnly}, namedPath{"save", c.Save + ".state", FileOnly})
 	}
-	for _, p := range []namedPath{{"summary", c.Summary, Streamable}, {"metrics", c.Metrics, Streamable}, {"mem-report", c.MemReport, Streamable}} {
+	for _, p := range []namedPath{{"summary", c.Summary, Streamable}, {"metrics", c.Metrics, Streamable}, {"mem-report", c.MemReport, Streamable},
+		{"mem-report", c.HostMemReport(), Streamable}} {
 		if p.path != "" {
 			o = append(o, p)
 		}

@@ -107,7 +107,7 @@ func newFlagSet(cfg *train.Config, out io.Writer) *flag.FlagSet {
 	// output
 	fs.IntVar(&cfg.EvalEvery, "eval-every", cfg.EvalEvery, "evaluate every N steps in inference mode (0: only at the end)")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "write per-step metrics to this .csv or .jsonl file")
-	fs.StringVar(&cfg.MemReport, "mem-report", cfg.MemReport, "write a memory report: .html, .svg or .txt")
+	fs.StringVar(&cfg.MemReport, "mem-report", cfg.MemReport, "write a memory report: .html, .svg or .txt (with -offload also the host memory's, beside it as NAME.host.EXT)")
 	fs.StringVar(&cfg.Summary, "summary", cfg.Summary, "write a JSON summary of the run to this file")
 	fs.StringVar(&cfg.Save, "save", cfg.Save, "save the final state (weights as safetensors) to this path")
 	fs.IntVar(&cfg.SaveEvery, "save-every", cfg.SaveEvery, "also save every N steps (needs -save)")

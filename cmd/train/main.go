@@ -203,6 +203,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err := train.WriteMemoryReport(cfg.MemReport, dev.Memory()); err != nil {
 			return fail(1, saved(fmt.Errorf("-mem-report %v", err)))
 		}
+		if path, host := cfg.HostMemReport(), t.Host(); path != "" && host != nil {
+			if err := train.WriteMemoryReport(path, host.Memory()); err != nil {
+				return fail(1, saved(fmt.Errorf("-mem-report (host memory) %v", err)))
+			}
+		}
 	}
 	if code == 0 {
 		line := fmt.Sprintf("steps %d, final loss %.4f, eval loss %.4f", sum.Steps, sum.FinalLoss, sum.Eval.Loss)

@@ -64,3 +64,30 @@ func TestPlanReportOffload(t *testing.T) {
 	}
 	goldenfile.Check(t, "plan_offload.golden", out)
 }
+
+// TestOffloadHostMemReport: with -offload, -mem-report writes the host
+// memory's report beside the device's (mem.txt: mem.host.txt), and it
+// shows what lives there: the optimizer's state and master weights.
+func TestOffloadHostMemReport(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mem.txt")
+	code, _, errs := runCmd(t, "-model", "gpt", "-layers", "2", "-width", "32", "-heads", "4", "-context", "16", "-steps", "2", "-quiet",
+		"-offload", "optimizer", "-mem-report", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	dev, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.ReadFile(filepath.Join(dir, "mem.host.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(host), "host") || !strings.Contains(string(host), "optimizer_state") {
+		t.Errorf("the host's report does not show the host's optimizer state:\n%s", host)
+	}
+	if strings.Contains(string(dev), "optimizer_state  ") && strings.Contains(string(dev), "device host") {
+		t.Errorf("the device's report is the host's:\n%s", dev)
+	}
+}
