@@ -14,16 +14,17 @@ import (
 // pair is one unit of work, done by one goroutine from start to end, so
 // results do not depend on scheduling. Within a head, query rows go in
 // blocks of Br = device.AttentionBlock: the block's scores against the
-// keys up to its last row are one product, normalised row by row in
-// place, and multiplied by v; nothing of size T×T exists. Backward
+// keys up to its last row (two products: see scores), normalised row by
+// row in place, are multiplied by v; nothing of size T×T exists. Backward
 // recomputes each block's probabilities from the saved log-sum-exps.
 //
 // The products read q, k, v and dout where they lie (heads viewed in a
 // fused projection, at its row stride), in their own dtype, as the
 // composed path's products do; scores and probabilities are f32 (f64 for
 // F64), and for 16-bit inputs the probabilities and their gradient are
-// rounded to the input dtype before the products that take them, as the
-// composed path stores them.
+// rounded to the input dtype for the products that take them, as the
+// composed path stores them (backward rounds each row as it is finished,
+// into buffers of their own, so that no pass re-reads the block).
 
 // attnGeom is the [B, H, T, D] shape of one call.
 type attnGeom struct{ b, h, t, d, br int }
@@ -57,15 +58,22 @@ func headRows(v device.View, b, h, r0 int) rows {
 	return rows{buf: v.Buf.Host, dt: v.DType, off: v.Offset + b*v.Strides[0] + h*v.Strides[1] + r0*v.Strides[2], ld: v.Strides[2]}
 }
 
+// at is the operand r without its first i rows and j columns.
+func (r rows) at(i, j int) rows {
+	r.off += i*r.ld + j
+	return r
+}
+
 func (r rows) f32() []float32 { return floats[float32](r.buf)[r.off:] }
 func (r rows) f64() []float64 { return floats[float64](r.buf)[r.off:] }
 func (r rows) u16() []uint16  { return floats[uint16](r.buf)[r.off:] }
 
 // product computes c = alpha·op(a)·op(b) + beta·c on one thread (the
 // heads are the parallelism); a and b share a dtype, c is T (f32 for
-// every dtype but F64).
-func product[T float](ta, tb bool, m, n, k int, alpha float64, a, b rows, beta float64, c []T, ldc int) {
-	o := gemm.Options{Threads: 1}
+// every dtype but F64). tri lets the square products of a block's
+// diagonal skip what the causal mask zeroes.
+func product[T float](tri gemm.Triangle, ta, tb bool, m, n, k int, alpha float64, a, b rows, beta float64, c []T, ldc int) {
+	o := gemm.Options{Threads: 1, Triangle: tri}
 	switch a.dt {
 	case device.F64:
 		o.Dgemm(ta, tb, m, n, k, alpha, a.f64(), a.ld, b.f64(), b.ld, beta, any(c).([]float64), ldc)
@@ -78,30 +86,53 @@ func product[T float](ta, tb bool, m, n, k int, alpha float64, a, b rows, beta f
 	}
 }
 
-// operand returns m rows of n elements of src (ld apart) as an operand of
-// dtype dt: src itself when dt is T's dtype, else rounded into to.
-func operand[T float](src []T, m, n, ld int, dt device.DType, to []byte) rows {
-	var z T
-	if _, wide := any(z).(float64); (wide && dt == device.F64) || (!wide && dt == device.F32) {
-		return rows{buf: unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), len(src)*int(unsafe.Sizeof(z))), dt: dt, ld: ld}
-	}
-	v := device.View{Buf: device.Buffer{Host: to}, DType: dt}
-	for r := range m {
-		store(v, r*ld, 1, src[r*ld:r*ld+n])
-	}
-	return rows{buf: to, dt: dt, ld: ld}
+// The products of a block of m query rows from row i0 meet keys 0…n-1,
+// n = i0+m: the past keys (j < i0), which every row of the block sees,
+// and the block's diagonal square (i0 <= j < n), of which the causal mask
+// keeps the lower triangle. Each product is split there so that the
+// square goes through the GEMM's triangular options and skips what the
+// mask zeroes: at T = 256 and Br = 128 a third of the multiply-adds,
+// less the tiles the diagonal crosses.
+
+// scores writes c[:, :n] = alpha·a·bᵀ for a's m rows against b's n rows
+// (rows of b past the diagonal give zeros). Splitting C's columns does
+// not change any element's sum.
+func scores[T float](c []T, ldc, i0, m, d int, alpha float64, a, b rows) {
+	product(gemm.Full, false, true, m, i0, d, alpha, a, b, 0, c, ldc)
+	product(gemm.LowerC, false, true, m, m, d, alpha, a, b.at(i0, 0), 0, c[i0:], ldc)
 }
 
-// loadRows widens m rows of d elements of head (b, h) of v, from row r0,
-// into dst (m×d).
-func loadRows[T float](dst []T, v device.View, b, h, r0, m, d int) {
-	o := headRows(v, b, h, r0)
-	for r := range m {
-		row := dst[r*d : (r+1)*d]
-		if got := load(v, o.off+r*o.ld, d, 1, row); &got[0] != &row[0] {
-			copy(row, got)
-		}
+// alongKeys computes c = alpha·p·b + beta·c, p (m×n) the block's
+// probabilities or their gradient, zero above the diagonal, and b the
+// head's rows 0…n-1 (d columns). The sum over the keys is split into the
+// past and the square, so that it rounds twice, deterministically.
+func alongKeys[T float](c []T, ldc, i0, m, d int, alpha float64, p, b rows, beta float64) {
+	product(gemm.Full, false, false, m, d, i0, alpha, p, b, beta, c, ldc)
+	product(gemm.LowerA, false, false, m, d, m, alpha, p.at(0, i0), b.at(i0, 0), 1, c, ldc)
+}
+
+// perKey accumulates c[:n] += alpha·pᵀ·b into the head's per-key rows, p
+// as alongKeys and b the block's m rows. Splitting C's rows does not
+// change any element's sum.
+func perKey[T float](c []T, ldc, i0, m, d int, alpha float64, p, b rows) {
+	product(gemm.Full, true, false, i0, d, m, alpha, p, b, 1, c, ldc)
+	product(gemm.UpperA, true, false, m, d, m, alpha, p.at(0, i0), b, 1, c[i0*ldc:], ldc)
+}
+
+// blockOperand is a block's rows src (ld apart) as a product's operand
+// of dtype dt: src itself when dt is T's dtype (rounded false), else the
+// 16-bit buffer to, which roundRow fills.
+func blockOperand[T float](src []T, ld int, dt device.DType, to []byte) (op rows, rounded bool) {
+	var z T
+	if _, wide := any(z).(float64); (wide && dt == device.F64) || (!wide && dt == device.F32) {
+		return rows{buf: unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), len(src)*int(unsafe.Sizeof(z))), dt: dt, ld: ld}, false
 	}
+	return rows{buf: to, dt: dt, ld: ld}, true
+}
+
+// roundRow writes row r of a rounded blockOperand from src.
+func roundRow[T float](op rows, r int, src []T) {
+	store(device.View{Buf: device.Buffer{Host: op.buf}, DType: op.dt}, op.off+r*op.ld, 1, src)
 }
 
 // storeRows writes src (m×d) into rows r0… of head (b, h) of v.
@@ -134,6 +165,19 @@ func sumT[T float](x []T) float64 {
 	var s float64
 	for _, v := range x {
 		s += float64(v)
+	}
+	return s
+}
+
+// dotT is the dot product of two rows (f32 ones as the softmax
+// gradient's kernel sums y·dy).
+func dotT[T float](a, b []T) float64 {
+	if a32, ok := any(a).([]float32); ok {
+		return float64(rowDot(a32, any(b).([]float32)))
+	}
+	var s float64
+	for i, v := range a {
+		s += float64(v) * float64(b[i])
 	}
 	return s
 }
@@ -221,12 +265,12 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 	d.forHeads(g, ws, func(slot []byte, b, h int) {
 		sc, rest := split[T](slot, br*t) // the block's scores, then probabilities
 		ow, rest := split[T](rest, br*dim)
-		p16 := rest // the probabilities in q's dtype, when 16-bit
+		p, round := blockOperand(sc, t, q.DType, rest) // the probabilities in q's dtype
 		bh := b*g.h + h
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m // keys of the block: those up to its last row
-			product(false, true, m, n, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, 0), 0, sc, t)
+			scores(sc, t, i0, m, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, 0))
 			for r := range m {
 				i := i0 + r
 				row := sc[r*t : r*t+n]
@@ -249,8 +293,12 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 				}
 				clear(row[i+1:])
 			}
-			p := operand(sc, m, n, t, q.DType, p16)
-			product(false, false, m, dim, n, 1, p, headRows(v, b, h, 0), 0, ow, dim)
+			if round {
+				for r := range m {
+					roundRow(p, r, sc[r*t:r*t+n])
+				}
+			}
+			alongKeys(ow, dim, i0, m, dim, 1, p, headRows(v, b, h, 0), 0)
 			storeRows(out, ow, b, h, i0, m, dim)
 		}
 	})
@@ -278,9 +326,12 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 		dpw, rest := split[T](rest, br*t)  // the probabilities' gradient, then the scores'
 		dkw, rest := split[T](rest, t*dim) // the head's dk and dv
 		dvw, rest := split[T](rest, t*dim)
-		dqw, rest := split[T](rest, br*dim) // the block's out, then its dq
-		dow, rest := split[T](rest, br*dim) // the block's dout
-		p16 := rest                         // 16-bit operands, when q is 16-bit
+		dqw, rest := split[T](rest, br*dim) // a row of out, then the block's dq
+		dow, rest := split[T](rest, dim)    // a row of dout
+		// P' and dS as the products take them: in q's dtype, rounded
+		// from sc and dpw, when 16-bit (rest is then their two buffers).
+		pr, round := blockOperand(sc, t, q.DType, rest[:len(rest)/2])
+		dsr, _ := blockOperand(dpw, t, q.DType, rest[len(rest)/2:])
 		clear(dkw)
 		clear(dvw)
 		bh := b*g.h + h
@@ -288,19 +339,17 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m
-			// Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
-			loadRows(dqw, out, b, h, i0, m, dim)
-			loadRows(dow, dout, b, h, i0, m, dim)
+			// Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout. load
+			// widens 16-bit rows into the scratch rows and reads f32 ones
+			// in place.
+			qr, dor, outr := headRows(q, b, h, i0), headRows(dout, b, h, i0), headRows(out, b, h, i0)
 			for r := range m {
-				var s float64
-				for c := range dim {
-					s += float64(dow[r*dim+c]) * float64(dqw[r*dim+c])
-				}
-				delta[r] = T(s)
+				ov := load(out, outr.off+r*outr.ld, dim, 1, dqw[:dim])
+				gv := load(dout, dor.off+r*dor.ld, dim, 1, dow[:dim])
+				delta[r] = T(dotT(gv, ov))
 			}
-			qr, dor := headRows(q, b, h, i0), headRows(dout, b, h, i0)
-			product(false, true, m, n, dim, a.Scale, qr, headRows(k, b, h, 0), 0, sc, t)
-			product(false, true, m, n, dim, 1, dor, headRows(v, b, h, 0), 0, dpw, t)
+			scores(sc, t, i0, m, dim, a.Scale, qr, headRows(k, b, h, 0))
+			scores(dpw, t, i0, m, dim, 1, dor, headRows(v, b, h, 0))
 			for r := range m {
 				i := i0 + r
 				p := sc[r*t : r*t+n]
@@ -332,12 +381,15 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				}
 				clear(p[i+1:])
 				clear(dp[i+1:])
+				if round {
+					roundRow(pr, r, p)
+					roundRow(dsr, r, dp)
+				}
 			}
 			// dv += P'ᵀ·dout; dq = scale·dS·k; dk += scale·dSᵀ·q.
-			product(true, false, n, dim, m, 1, operand(sc, m, n, t, q.DType, p16), dor, 1, dvw, dim)
-			ds := operand(dpw, m, n, t, q.DType, p16)
-			product(false, false, m, dim, n, a.Scale, ds, headRows(k, b, h, 0), 0, dqw, dim)
-			product(true, false, n, dim, m, a.Scale, ds, qr, 1, dkw, dim)
+			perKey(dvw, dim, i0, m, dim, 1, pr, dor)
+			alongKeys(dqw, dim, i0, m, dim, a.Scale, dsr, headRows(k, b, h, 0), 0)
+			perKey(dkw, dim, i0, m, dim, a.Scale, dsr, qr)
 			storeRows(dq, dqw, b, h, i0, m, dim)
 		}
 		storeRows(dk, dkw, b, h, 0, t, dim)

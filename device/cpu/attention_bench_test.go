@@ -8,11 +8,17 @@ import (
 )
 
 // BenchmarkCausalAttention runs the fused attention kernels at the GPT
-// reference's shape (B 16, H 6, T 256, D 64), with q, k and v viewed in
-// a fused projection as the models pass them.
+// reference's shape (B 16, H 6, T 256, D 64), and bf16 at stepbench's
+// long-context one (gpt_bf16_ctx1024: B 4, T 1024), with q, k and v
+// viewed in a fused projection as the models pass them.
 func BenchmarkCausalAttention(b *testing.B) {
-	const bs, h, t, dim = 16, 6, 256, 64
-	for _, dt := range []device.DType{device.F32, device.BF16} {
+	benchAttention(b, "", 16, 256, device.F32, device.BF16)
+	benchAttention(b, "ctx1024/", 4, 1024, device.BF16)
+}
+
+func benchAttention(b *testing.B, prefix string, bs, t int, dts ...device.DType) {
+	const h, dim = 6, 64
+	for _, dt := range dts {
 		d := New()
 		alloc := func(n int, dt device.DType) device.Buffer {
 			buf, _ := d.Alloc(int64(n*dt.Size()), memory.Other)
@@ -30,12 +36,12 @@ func BenchmarkCausalAttention(b *testing.B) {
 		d.Fill(dout, 0.01)
 		lse := device.View{Buf: alloc(bs*h*t, device.F32), DType: device.F32, Shape: []int{bs, h, t}, Strides: []int{h * t, t, 1}}
 		a := device.Attention{Scale: 0.125}
-		b.Run("forward/"+dt.String(), func(b *testing.B) {
+		b.Run(prefix+"forward/"+dt.String(), func(b *testing.B) {
 			for range b.N {
 				d.CausalAttention(out, lse, head(0), head(1), head(2), a)
 			}
 		})
-		b.Run("backward/"+dt.String(), func(b *testing.B) {
+		b.Run(prefix+"backward/"+dt.String(), func(b *testing.B) {
 			for range b.N {
 				d.CausalAttentionBackward(dq, dk, dv, dout, out, lse, head(0), head(1), head(2), a)
 			}
