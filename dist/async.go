@@ -40,10 +40,8 @@ type Request struct {
 	fn   func(Comm) error
 	done chan struct{}
 	err  error
-	// Ran is how long the collective took once it started, and Queued
-	// how long it waited behind the ones before it.
-	Ran, Queued time.Duration
-	queuedAt    time.Time
+	// Ran is how long the collective took once it started.
+	Ran time.Duration
 }
 
 // NewAsync wraps c. Wrapping an Async returns it.
@@ -54,12 +52,9 @@ func NewAsync(c Comm) *Async {
 	return &Async{c: c}
 }
 
-// Engine is the wrapped communicator.
-func (a *Async) Engine() Comm { return a.c }
-
 // start queues fn, starting the goroutine if none runs.
 func (a *Async) start(fn func(Comm) error) *Request {
-	r := &Request{fn: fn, done: make(chan struct{}), queuedAt: time.Now()}
+	r := &Request{fn: fn, done: make(chan struct{})}
 	a.mu.Lock()
 	a.queue = append(a.queue, r)
 	if !a.running {
@@ -83,7 +78,6 @@ func (a *Async) run() {
 		a.queue = a.queue[1:]
 		a.mu.Unlock()
 		begin := time.Now()
-		r.Queued = begin.Sub(r.queuedAt)
 		r.err = r.fn(a.c)
 		r.Ran = time.Since(begin)
 		close(r.done)
@@ -112,23 +106,10 @@ func (r *Request) Wait() error {
 	return r.err
 }
 
-// Done reports whether the collective has run (Wait would not block).
-func (r *Request) Done() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // StartAllGather queues AllGather(out, in) and returns at once.
 func (a *Async) StartAllGather(out, in *tensor.Tensor) *Request {
 	return a.start(func(c Comm) error { return c.AllGather(out, in) })
 }
-
-// Drain waits for everything queued.
-func (a *Async) Drain() error { return a.do(func(Comm) error { return nil }) }
 
 func (a *Async) Rank() int { return a.c.Rank() }
 func (a *Async) Size() int { return a.c.Size() }
@@ -153,6 +134,6 @@ func (a *Async) Barrier() error { return a.do(func(c Comm) error { return c.Barr
 
 // Close waits for the queue, then closes the engine.
 func (a *Async) Close() error {
-	_ = a.Drain() // a failed collective was returned to its waiter
+	_ = a.do(func(Comm) error { return nil }) // drain: a failed collective was returned to its waiter
 	return a.c.Close()
 }

@@ -350,11 +350,7 @@ func (z *ZeRO3) fail(err error) {
 func (z *ZeRO3) gather(g *group3) error {
 	switch {
 	case g.req != nil:
-		start := time.Now()
-		err := g.req.Wait()
-		z.GatherWait += time.Since(start)
-		z.GatherTime += g.req.Ran
-		if err := z.landed(g, err); err != nil {
+		if err := z.await(g); err != nil {
 			return err
 		}
 	case g.kept:
@@ -378,9 +374,14 @@ func (z *ZeRO3) gather(g *group3) error {
 	return nil
 }
 
-// landed completes g's prefetch, whose request returned err.
-func (z *ZeRO3) landed(g *group3, err error) error {
-	err = g.done(tensor.Catch(func() error { return err }))
+// await completes g's prefetch: it waits for the gather (the wait is the
+// training goroutine's) and hands the storage its values or evicts it.
+func (z *ZeRO3) await(g *group3) error {
+	start := time.Now()
+	err := g.req.Wait()
+	z.GatherWait += time.Since(start)
+	z.GatherTime += g.req.Ran
+	err = g.done(err)
 	g.req, g.done = nil, nil
 	if err != nil {
 		return z.gatherFailed(g, err)
@@ -439,9 +440,7 @@ func (z *ZeRO3) drop(g *group3) error {
 	}
 	var err error
 	if g.req != nil {
-		werr := g.req.Wait()
-		z.GatherTime += g.req.Ran
-		err = z.landed(g, werr)
+		err = z.await(g)
 	}
 	g.kept = false
 	return errors.Join(err, g.full.Evict())
@@ -693,7 +692,7 @@ func (z *ZeRO3) ReduceGradients() error {
 	if z.err != nil {
 		return z.err
 	}
-	if err := z.settle(); err != nil {
+	if err := z.settle(); err != nil { // every group evicted
 		return err
 	}
 	for _, g := range z.groups {
@@ -705,9 +704,6 @@ func (z *ZeRO3) ReduceGradients() error {
 			if err := z.reduce(g); err != nil {
 				return err
 			}
-		}
-		if err := g.full.Evict(); err != nil {
-			return err
 		}
 		g.fired = 0
 	}

@@ -103,13 +103,7 @@ func (z *ZeRO3) ExportFull() (optim.State, error) {
 			full.ParamSteps[nameOf(p.g.f.params[p.i])] = int(meta[np+n])
 		}
 	}
-	if len(full.Tensors) == 0 {
-		full.Tensors = nil
-	}
-	if len(full.ParamSteps) == 0 {
-		full.ParamSteps = nil
-	}
-	return full, nil
+	return full.Compact(), nil
 }
 
 // ImportFull loads a whole-model optimizer state (ExportFull's, or an

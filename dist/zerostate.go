@@ -97,13 +97,7 @@ func (z *ZeRO) ExportFull() (optim.State, error) {
 			full.ParamSteps[nameOf(p)] = int(meta[np+i])
 		}
 	}
-	if len(full.Tensors) == 0 {
-		full.Tensors = nil
-	}
-	if len(full.ParamSteps) == 0 {
-		full.ParamSteps = nil
-	}
-	return full, nil
+	return full.Compact(), nil
 }
 
 // ImportFull loads a whole-model optimizer state (from ExportFull, or from
@@ -277,13 +271,7 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 			}
 		}
 	}
-	if len(full.Tensors) == 0 {
-		full.Tensors = nil
-	}
-	if len(full.ParamSteps) == 0 {
-		full.ParamSteps = nil
-	}
-	return full, nil
+	return full.Compact(), nil
 }
 
 // importWhole is ImportFull for an optimizer whose state is per whole

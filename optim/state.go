@@ -87,13 +87,20 @@ func (o *Optimizer) Export() (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("optim: Export: %w", err)
 	}
-	if len(st.Tensors) == 0 {
-		st.Tensors = nil // as JSON decodes an omitted field
+	return st.Compact(), nil
+}
+
+// Compact returns s with its empty maps as nil, as JSON decodes an
+// omitted field: every exporter (the sharded ones too) gives the same
+// State for the same state.
+func (s State) Compact() State {
+	if len(s.Tensors) == 0 {
+		s.Tensors = nil
 	}
-	if len(st.ParamSteps) == 0 {
-		st.ParamSteps = nil
+	if len(s.ParamSteps) == 0 {
+		s.ParamSteps = nil
 	}
-	return st, nil
+	return s
 }
 
 // Import replaces the optimizer's state with st: the step count, the
