@@ -60,7 +60,35 @@ var (
 	}
 )
 
+func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+
+// vendor returns the CPU's vendor string, such as "GenuineIntel" or
+// "AuthenticAMD".
+func vendor() string {
+	_, b, c, d := cpuid(0, 0)
+	var s [12]byte
+	for i := range 4 {
+		s[i], s[4+i], s[8+i] = byte(b>>(8*i)), byte(d>>(8*i)), byte(c>>(8*i))
+	}
+	return string(s[:])
+}
+
+// nativeBF16Pays reports whether VDPBF16PS beats converting bfloat16 to
+// float32 while packing on this CPU. On AMD's Zen 4 and 5 one VDPBF16PS
+// does the work of two float32 FMAs at the FMA's rate (Zen 5: 213 against
+// 110 GFLOP/s per core, fmapeak); on Intel's Cooper Lake to Granite Rapids
+// it runs at half that rate (Emerald Rapids: 85 against 167), so that the
+// converting engine, whose packing costs little beside the products, is
+// the faster there (BENCHMARKS.md). The choice is made once, from the
+// CPU's identity rather than a timing, so that it, and with it every
+// result's rounding, is the same on every run on one machine.
+func nativeBF16Pays() bool { return vendor() == "AuthenticAMD" }
+
 func init() {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
+		packBF16 = bf16Converter.packer()
+		packF16 = f16Converter.packer()
+	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		f32Engines = append(f32Engines, avx2F32Engine)
 		setF32Engine(avx2F32Engine)
@@ -70,7 +98,9 @@ func init() {
 		setF32Engine(avx512F32Engine)
 		if cpu.X86.HasAVX512BF16 {
 			bf16Engines = append(bf16Engines, avx512BF16Engine)
-			bf16Engine = avx512BF16Engine
+			if nativeBF16Pays() {
+				bf16Engine = avx512BF16Engine
+			}
 		}
 	}
 }

@@ -64,16 +64,23 @@ var (
 	dgemmEngine = goF64Engine
 	// bf16Engine is the native bfloat16 engine, nil where the CPU lacks one.
 	bf16Engine    *engine[uint16, uint16, float32]
-	bf16CvtEngine = convertEngine(goF32Engine, bf16Table)
-	f16Engine     = convertEngine(goF32Engine, f16Table)
+	bf16CvtEngine = convertEngine(goF32Engine, packBF16)
+	f16Engine     = convertEngine(goF32Engine, packF16)
+)
+
+// The converting engines' packers; kernel_amd64.go's init replaces them
+// with vector ones.
+var (
+	packBF16 = convertPacker(bf16Table)
+	packF16  = convertPacker(f16Table)
 )
 
 // convertEngine wraps a float32 engine so that it packs 16-bit sources,
-// converting them to float32 through tab.
-func convertEngine(e *engine[float32, float32, float32], tab func() *[1 << 16]float32) *engine[uint16, float32, float32] {
+// converting them to float32 with pack.
+func convertEngine(e *engine[float32, float32, float32], pack func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int)) *engine[uint16, float32, float32] {
 	return &engine[uint16, float32, float32]{
 		name: e.name + "+cvt", mr: e.mr, nr: e.nr, kg: 1, mc: e.mc, kc: e.kc, nc: e.nc, kcOne: e.kcOne, mcOne: e.mcOne,
-		pack: convertPacker(tab), kern: e.kern,
+		pack: pack, kern: e.kern,
 	}
 }
 
@@ -81,8 +88,8 @@ func convertEngine(e *engine[float32, float32, float32], tab func() *[1 << 16]fl
 // ones.
 func setF32Engine(e *engine[float32, float32, float32]) {
 	sgemmEngine = e
-	bf16CvtEngine = convertEngine(e, bf16Table)
-	f16Engine = convertEngine(e, f16Table)
+	bf16CvtEngine = convertEngine(e, packBF16)
+	f16Engine = convertEngine(e, packF16)
 }
 
 // Every engine this CPU can run, for the tests (filled by init functions).

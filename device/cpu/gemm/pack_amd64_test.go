@@ -2,9 +2,25 @@
 
 package gemm
 
+import "golang.org/x/sys/cpu"
+
 func init() {
 	pairPackers = append(pairPackers, struct {
 		name string
 		pack func(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int)
 	}{"packPairsAVX512", packPairsAVX512})
+	if cpu.X86.HasAVX512F {
+		f32Packers = append(f32Packers, struct {
+			name string
+			pack func(dst []float32, x mat[float32], i0, rows, p0, kc, mr, kg int)
+		}{"packF32AVX512", packF32AVX512})
+	}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
+		for name, cv := range map[string]converter{"bf16": bf16Converter, "f16": f16Converter} {
+			convertPackers[name] = append(convertPackers[name], struct {
+				name string
+				pack func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int)
+			}{"packConvertAVX512", cv.packer()})
+		}
+	}
 }

@@ -44,3 +44,103 @@ ploop:
 pdone:
 	VZEROUPPER
 	RET
+
+// func cvtRowsBF16AVX512(dst *float32, src *uint16, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int)
+// For p < kc: dst[p*dstStride/4 + i] = the float32 of bfloat16 src[p*ld + i]
+// for the lanes of loadLo (i < 16) and loadHi (16 <= i < 32), and 0 for
+// the other lanes of storeLo and storeHi: packs a transposed operand's rows
+// into a float32 panel of up to 32 lanes.
+TEXT ·cvtRowsBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    ld+16(FP), R8
+	MOVQ    kc+24(FP), CX
+	KMOVW   loadLo+32(FP), K1
+	KMOVW   loadHi+34(FP), K2
+	KMOVW   storeLo+36(FP), K3
+	KMOVW   storeHi+38(FP), K4
+	MOVQ    dstStride+40(FP), R10
+	SHLQ    $1, R8
+
+bloop:
+	TESTQ       CX, CX
+	JZ          bdone
+	VPMOVZXWD.Z (SI), K1, Z0
+	VPSLLD      $16, Z0, Z0
+	VMOVUPS     Z0, K3, (DI)
+	VPMOVZXWD.Z 32(SI), K2, Z1
+	VPSLLD      $16, Z1, Z1
+	VMOVUPS     Z1, K4, 64(DI)
+	ADDQ        R8, SI
+	ADDQ        R10, DI
+	DECQ        CX
+	JMP         bloop
+
+bdone:
+	VZEROUPPER
+	RET
+
+// func cvtRowsF16AVX512(dst *float32, src *uint16, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int)
+// cvtRowsBF16AVX512 for IEEE half precision (VCVTPH2PS is exact; the
+// masked loads are VMOVDQU16's, whose masked-off lanes never fault).
+TEXT ·cvtRowsF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    ld+16(FP), R8
+	MOVQ    kc+24(FP), CX
+	KMOVW   loadLo+32(FP), K1
+	KMOVW   loadHi+34(FP), K2
+	KMOVW   storeLo+36(FP), K3
+	KMOVW   storeHi+38(FP), K4
+	MOVQ    dstStride+40(FP), R10
+	SHLQ    $1, R8
+
+hloop:
+	TESTQ       CX, CX
+	JZ          hdone
+	VMOVDQU16.Z (SI), K1, Y0
+	VCVTPH2PS   Y0, Z0
+	VMOVUPS     Z0, K3, (DI)
+	VMOVDQU16.Z 32(SI), K2, Y1
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K4, 64(DI)
+	ADDQ        R8, SI
+	ADDQ        R10, DI
+	DECQ        CX
+	JMP         hloop
+
+hdone:
+	VZEROUPPER
+	RET
+
+// func copyRowsF32AVX512(dst *float32, src *float32, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int)
+// cvtRowsBF16AVX512 for float32 sources: packs a transposed float32
+// operand's rows (one masked vector move per 16 lanes instead of a memmove
+// call per panel row).
+TEXT ·copyRowsF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    ld+16(FP), R8
+	MOVQ    kc+24(FP), CX
+	KMOVW   loadLo+32(FP), K1
+	KMOVW   loadHi+34(FP), K2
+	KMOVW   storeLo+36(FP), K3
+	KMOVW   storeHi+38(FP), K4
+	MOVQ    dstStride+40(FP), R10
+	SHLQ    $2, R8
+
+floop:
+	TESTQ     CX, CX
+	JZ        fdone
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS   Z0, K3, (DI)
+	VMOVUPS.Z 64(SI), K2, Z1
+	VMOVUPS   Z1, K4, 64(DI)
+	ADDQ      R8, SI
+	ADDQ      R10, DI
+	DECQ      CX
+	JMP       floop
+
+fdone:
+	VZEROUPPER
+	RET
