@@ -213,6 +213,13 @@ const (
 // Triangle declares causal structure in each matrix (see the constants);
 // a device may ignore LowerA and UpperA (computing the zeros it could
 // skip) but must honour LowerC's zeros.
+//
+// Bias, when it has a dtype, is a contiguous vector of N elements added to
+// every row of every C: C = Alpha·op(A)·op(B) + Bias, Beta 0 (a linear
+// layer's x·Wᵀ + b). A device may add it inside the product (the CPU adds
+// an F32 bias to each tile before a 16-bit C is rounded) or write it into
+// C first and accumulate onto it (BiasFirst); the two differ only in how
+// often a 16-bit C's bias is rounded.
 type Gemm struct {
 	TransA, TransB            bool
 	M, N, K, Batch            int
@@ -227,6 +234,33 @@ type Gemm struct {
 	Outer                                    int
 	OuterStrideA, OuterStrideB, OuterStrideC int
 	Triangle                                 Triangle
+	Bias                                     View
+}
+
+// HasBias reports whether g adds a bias.
+func (g Gemm) HasBias() bool { return g.Bias.DType != Invalid }
+
+// BiasFirst writes g's bias into every row of each of its C matrices and
+// returns g without it, accumulating onto C (Beta 1): how a device whose
+// products cannot add a bias runs one.
+func BiasFirst(k Kernels, g Gemm) Gemm {
+	if !g.HasBias() {
+		return g
+	}
+	if g.Beta != 0 {
+		panic("device: a Gemm with a bias needs Beta 0")
+	}
+	for p := range g.Groups() * g.Batch {
+		o, b := p/g.Batch, p%g.Batch
+		c := g.C
+		c.Offset += o*g.OuterStrideC + b*g.StrideC
+		c.Shape, c.Strides = []int{g.M, g.N}, []int{g.LDC, 1}
+		bias := g.Bias
+		bias.Shape, bias.Strides = []int{g.M, g.N}, []int{0, 1}
+		k.Copy(c, bias)
+	}
+	g.Bias, g.Beta = View{}, 1
+	return g
 }
 
 // Groups returns max(Outer, 1).

@@ -64,9 +64,10 @@ func NewCausalSelfAttention(b *Builder, path string, c AttentionConfig) (*Causal
 //	y = dropout(softmax(causal(q·kᵀ/√(Dim/H))))·v, heads joined
 //	out = dropout(y·Wprojᵀ + bproj)
 //
-// The attention itself is tensor's CausalAttention: on a device with fused
-// attention kernels no [B, H, T, T] scores or probabilities exist, forward
-// or backward; elsewhere it composes CausalScores (only the causal
+// The attention itself is tensor's CausalSelfAttention (CausalAttention
+// reading the heads inside qkv): on a device with fused attention kernels
+// no [B, H, T, T] scores or probabilities exist, forward or backward, and
+// backward writes qkv's gradient whole; elsewhere it composes CausalScores (only the causal
 // triangle computed) with Softmax and CausalMatMul (skipping the
 // probabilities' zeros). Every intermediate is released as soon as its
 // consumer has run; the output is a new tensor that no op saved.
@@ -82,8 +83,6 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	train := r.Train && a.Dropout > 0
 
 	qkv := a.QKV.Forward(r, x) // [B, T, 3D]
-	q, k, v := splitHeads(r, qkv, bsz, t, h, dh)
-	qkv.Release()
 
 	// Fused where the device has the kernels (no [B, H, T, T] tensor,
 	// forward or backward), else CausalScores, Softmax, Dropout and
@@ -92,10 +91,8 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	if train {
 		p = a.Dropout
 	}
-	y := r.CausalAttention(q, k, v, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt)) // [B, H, T, Dh]
-	q.Release()
-	k.Release()
-	v.Release()
+	y := r.CausalSelfAttention(qkv, h, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt)) // [B, H, T, Dh]
+	qkv.Release()
 	yt := r.Permute(y, 0, 2, 1, 3)
 	y.Release()
 	joined := r.Reshape(yt, bsz, t, d)
@@ -113,24 +110,6 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 		out = dropped
 	}
 	return out
-}
-
-// splitHeads turns qkv [B, T, 3·H·Dh] into q, k and v [B, H, T, Dh] as
-// views of it: no copy forward (the products read the heads with qkv's
-// row stride). Backward lays each head's gradient out as [B, T, H, Dh],
-// as the view it belongs to, so it joins qkv's gradient as dense rows.
-func splitHeads(r *Run, qkv *tensor.Tensor, b, t, h, dh int) (q, k, v *tensor.Tensor) {
-	r5 := r.Reshape(qkv, b, t, 3, h, dh)
-	var out [3]*tensor.Tensor
-	for i := range out {
-		n := r.Narrow(r5, 2, i, 1)
-		n4 := r.Reshape(n, b, t, h, dh)
-		n.Release()
-		out[i] = r.Permute(n4, 0, 2, 1, 3)
-		n4.Release()
-	}
-	r5.Release()
-	return out[0], out[1], out[2]
 }
 
 // Parameters are those of the two projections.

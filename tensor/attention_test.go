@@ -1,7 +1,9 @@
 package tensor_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -35,6 +37,15 @@ func init() {
 			fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
 				q, k, v := heads(s, x[0], 2, 4)
 				return s.CausalAttention(q, k, v, 0.5, p, 99)
+			},
+		})
+	}
+	for _, p := range []float64{0, 0.3} {
+		gradCases = append(gradCases, gradCase{
+			name:   fmt.Sprintf("causal_self_attention/dropout-%v", p),
+			inputs: []input{in("", 1, device.AttentionBlock+6, 3*2*4)},
+			fn: func(s *tensor.Scope, x []*tensor.Tensor) *tensor.Tensor {
+				return s.CausalSelfAttention(x[0], 2, 0.5, p, 99)
 			},
 		})
 	}
@@ -186,5 +197,96 @@ func TestCausalAttentionDeterministic(t *testing.T) {
 				t.Fatalf("element %d: %v, then %v", i, first[i], got[i])
 			}
 		}
+	}
+}
+
+// CausalSelfAttention is CausalAttention of the views heads makes, bit for
+// bit, forward and backward (its backward writes the projection's gradient
+// whole instead of assembling it from the three views'), with the fused
+// kernels and without them, in every dtype and under autocast, at a peak
+// no higher.
+func TestCausalSelfAttentionMatchesViews(t *testing.T) {
+	const b, h, tt, d = 2, 3, device.AttentionBlock + 50, 8
+	for _, tc := range []struct {
+		name     string
+		dt       tensor.DType
+		autocast tensor.DType
+		dropout  float64
+	}{
+		{"f64", tensor.F64, 0, 0}, {"f32", tensor.F32, 0, 0}, {"f32/dropout", tensor.F32, 0, 0.2},
+		{"bf16", tensor.BF16, 0, 0}, {"f32/autocast-bf16", tensor.F32, tensor.BF16, 0.1},
+	} {
+		for _, hide := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/composed=%v", tc.name, hide), func(t *testing.T) {
+				run := func(self bool) (out, grad []float64, peak int64) {
+					var dev device.Device = cpu.New()
+					if hide {
+						dev = device.Without(dev, device.CapAttention)
+					}
+					qkv, err := tensor.Rand(dev, tc.dt, []int{b, tt, 3 * h * d}, device.Uniform, -1, 1, 5, memory.Activation)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer qkv.Release()
+					qkv.SetRequiresGrad(true)
+					var opts []tensor.ScopeOption
+					if tc.autocast != 0 {
+						opts = append(opts, tensor.Autocast(tc.autocast))
+					}
+					dev.Memory().ResetPeak()
+					base := dev.Memory().Stats().Requested.Current
+					s := tensor.NewScope(opts...)
+					var y *tensor.Tensor
+					if self {
+						y = s.CausalSelfAttention(qkv, h, 0.3, tc.dropout, 17)
+					} else {
+						q, k, v := heads(s, qkv, h, d)
+						y = s.CausalAttention(q, k, v, 0.3, tc.dropout, 17)
+					}
+					out = y.Float64s()
+					s.Sum(s.Mul(y, y), false).Backward()
+					peak = dev.Memory().Stats().Requested.Peak - base
+					s.Close()
+					grad = qkv.Grad().Float64s()
+					return
+				}
+				sOut, sGrad, sPeak := run(true)
+				vOut, vGrad, vPeak := run(false)
+				for _, c := range []struct {
+					name      string
+					got, want []float64
+				}{{"output", sOut, vOut}, {"gradient", sGrad, vGrad}} {
+					for i := range c.want {
+						if math.Float64bits(c.got[i]) != math.Float64bits(c.want[i]) {
+							t.Fatalf("%s element %d: %v, through the views %v", c.name, i, c.got[i], c.want[i])
+						}
+					}
+				}
+				if sPeak > vPeak {
+					t.Errorf("peak %d bytes, through the views %d", sPeak, vPeak)
+				}
+			})
+		}
+	}
+}
+
+func TestCausalSelfAttentionBadShapes(t *testing.T) {
+	dev := cpu.New()
+	for _, tc := range []struct {
+		shape []int
+		heads int
+	}{{[]int{2, 5, 12}, 5}, {[]int{2, 5, 12}, 0}, {[]int{10, 12}, 2}, {[]int{2, 5, 13}, 1}} {
+		x, err := tensor.Rand(dev, tensor.F32, tc.shape, device.Uniform, 0, 1, 1, memory.Activation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := tensor.NewScope()
+		err = tensor.Catch(func() error { s.CausalSelfAttention(x, tc.heads, 1, 0, 0); return nil })
+		var te *tensor.Error
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), "causal_self_attention") {
+			t.Errorf("qkv %v with %d heads: %v, want a causal_self_attention error", tc.shape, tc.heads, err)
+		}
+		s.Close()
+		x.Release()
 	}
 }

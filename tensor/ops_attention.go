@@ -73,6 +73,103 @@ func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed ui
 	return s.own(out)
 }
 
+// CausalSelfAttention is CausalAttention of the heads of one fused
+// projection: qkv [B, T, 3·H·D] holds each position's q, k and v side by
+// side, each H heads of D, as a [D, 3·H·D] projection writes them. The
+// result is CausalAttention's, [B, H, T, D] laid out as [B, T, H, D].
+//
+// With fused attention kernels the op reads the heads in place and its
+// backward writes dq, dk and dv straight into one [B, T, 3·H·D]
+// gradient, which the projection's backward takes as it is. Viewing the
+// heads with Reshape, Narrow and Permute instead gives the same values,
+// but backward then assembles that gradient from three pieces (a zeroed
+// buffer, a copy and two additions: 2% of the GPT reference's f32 step).
+// Without the kernels it is exactly that composition.
+func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float64, seed uint64) *Tensor {
+	const op = "causal_self_attention"
+	dev := sameDevice(op, qkv)
+	if qkv.Dim() != 3 || heads <= 0 || qkv.shape[2]%(3*heads) != 0 {
+		panic(errorf(op, "qkv %s must be [B, T, 3·H·D] with %d heads", qkv.describe(), heads))
+	}
+	if !qkv.dtype.IsFloat() {
+		panic(errorf(op, "qkv %s must be a float tensor", qkv.describe()))
+	}
+	if dropout < 0 || dropout >= 1 {
+		panic(errorf(op, "dropout %v must be in [0, 1)", dropout))
+	}
+	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
+	kern := device.AttentionOf(dev)
+	if kern == nil || !qkv.IsContiguous() {
+		return s.splitAttention(qkv, heads, scale, dropout, seed)
+	}
+	target := qkv.dtype
+	if s.autocast != device.Invalid && target != F64 {
+		target = s.autocast
+	}
+	c := s.castTo(qkv, target)
+	defer func() {
+		if c != qkv {
+			s.release(c)
+		}
+	}()
+	// heads returns q (i = 0), k or v of x, a [B, T, 3·H·D] tensor, as a
+	// [B, H, T, D] view.
+	view := func(x *Tensor, i int) *Tensor {
+		dh := d / heads
+		v := x.share()
+		v.shape = []int{b, heads, t, dh}
+		v.strides = []int{t * 3 * d, dh, 3 * d, 1}
+		v.offset = x.offset + i*d
+		return v
+	}
+	q, k, v := view(c, 0), view(c, 1), view(c, 2)
+	defer q.Release()
+	defer k.Release()
+	defer v.Release()
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed}
+	out := mustAllocLike(dev, target, v, s.cat)
+	lse := mustAlloc(dev, accumDType(target), []int{b, heads, t}, s.cat)
+	kern.CausalAttention(out.view(), lse.view(), q.view(), k.view(), v.view(), a)
+	s.record(out, op, []*Tensor{c}, []*Tensor{c, out, lse}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		sc, so, sl := saved[0], saved[1], saved[2]
+		dev := g.st.dev
+		gc := g.rowsDense(s)
+		defer gc.Release()
+		// The kernel writes every element of dq, dk and dv: no fill.
+		dqkv := mustAlloc(dev, target, []int{b, t, 3 * d}, s.cat)
+		sq, sk, sv := view(sc, 0), view(sc, 1), view(sc, 2)
+		dq, dk, dv := view(dqkv, 0), view(dqkv, 1), view(dqkv, 2)
+		device.AttentionOf(dev).CausalAttentionBackward(dq.view(), dk.view(), dv.view(), gc.view(), so.view(), sl.view(), sq.view(), sk.view(), sv.view(), a)
+		for _, x := range []*Tensor{sq, sk, sv, dq, dk, dv} {
+			x.Release()
+		}
+		return []*Tensor{dqkv}
+	})
+	lse.Release()
+	return s.own(out)
+}
+
+// splitAttention is CausalSelfAttention through views of the heads and
+// CausalAttention.
+func (s *Scope) splitAttention(qkv *Tensor, heads int, scale, dropout float64, seed uint64) *Tensor {
+	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
+	r5 := s.Reshape(qkv, b, t, 3, heads, d/heads)
+	defer s.release(r5)
+	var qkvs [3]*Tensor
+	for i := range qkvs {
+		n := s.Narrow(r5, 2, i, 1)
+		n4 := s.Reshape(n, b, t, heads, d/heads)
+		s.release(n)
+		qkvs[i] = s.Permute(n4, 0, 2, 1, 3)
+		s.release(n4)
+	}
+	y := s.CausalAttention(qkvs[0], qkvs[1], qkvs[2], scale, dropout, seed)
+	for _, x := range qkvs {
+		s.release(x)
+	}
+	return y
+}
+
 // composedAttention is CausalAttention from the ops a device without the
 // fused kernels has; its dropout draws the fused kernels' masks (Dropout
 // numbers the contiguous probabilities as they do).

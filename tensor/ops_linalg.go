@@ -59,6 +59,12 @@ func gemmInto(out, a, b *Tensor, alpha, beta float64, scratch *Scope) {
 // gemmIntoTri is gemmInto with a declared triangular structure of each
 // matrix (device.Triangle).
 func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, scratch *Scope) {
+	gemmWith(out, a, b, alpha, beta, tri, nil, scratch)
+}
+
+// gemmWith is gemmIntoTri adding bias (nil: none; else beta must be 0) to
+// every row of each product.
+func gemmWith(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, bias *Tensor, scratch *Scope) {
 	dev := out.st.dev
 	ta, lda, ok := matrixOf(a)
 	if !ok {
@@ -109,6 +115,13 @@ func gemmIntoTri(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, sc
 		A: a.view(), B: b.view(), C: out.view(),
 		LDA: lda, LDB: ldb, LDC: ldc,
 		Triangle: tri,
+	}
+	if bias != nil {
+		if !bias.IsContiguous() {
+			bias = bias.packed(bias.dtype, scratch.cat)
+			defer bias.Release()
+		}
+		g.Bias = bias.view()
 	}
 	if len(size) == 0 {
 		dev.Gemm(g)
@@ -316,8 +329,8 @@ func transposeView(t *Tensor) *Tensor {
 }
 
 // Linear returns x·wᵀ + b for x [..., in], w [out, in] and b [out] (b may be
-// nil): the bias is written first and the product accumulated onto it, so
-// the layer makes one activation, not two.
+// nil): the product adds the bias itself (device.Gemm's Bias), so the
+// layer makes one activation, not two, and no pass copies b into it.
 func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	sameDevice("linear", x, w, b)
 	if w.Dim() != 2 || x.Dim() < 1 || x.shape[x.Dim()-1] != w.shape[1] {
@@ -333,13 +346,8 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	defer done()
 	rows := x2.shape[0]
 	out := mustAlloc(cx.st.dev, cx.dtype, []int{rows, outDim}, s.cat)
-	beta := 0.0
-	if b != nil {
-		cx.st.dev.Copy(out.view(), b.broadcastView(out.shape))
-		beta = 1
-	}
 	wt := transposeView(cw)
-	gemmInto(out, cx, wt, 1, beta, s)
+	gemmWith(out, cx, wt, 1, 0, device.Full, b, s)
 	wt.Release()
 	needX, needW, needB := cx.needsGrad(), cw.needsGrad(), b != nil && b.needsGrad()
 	s.record(out, "linear", []*Tensor{cx, cw, b}, []*Tensor{cx, cw}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {

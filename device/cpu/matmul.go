@@ -15,6 +15,11 @@ func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
+	if g.HasBias() && (g.Bias.DType != device.F32 || g.A.DType == device.F64) {
+		// The products add a float32 bias to float32 sums; the rest is
+		// written into C first.
+		g = device.BiasFirst(d, g)
+	}
 	total := g.Groups() * g.Batch
 	if parts := min(d.threads, total); parts > 1 && total*g.M*g.N*g.K >= 1<<20 &&
 		(total%parts == 0 || total >= 4*parts) {
@@ -55,6 +60,9 @@ func gemmRange(dev *Device, g *device.Gemm, p0, p1 int) {
 func (d *Device) gemmOne(g *device.Gemm, oa, ob, oc int) {
 	alpha, beta := float32(g.Alpha), float32(g.Beta)
 	t := gemm.Options{Threads: d.threads, Triangle: gemm.Triangle(g.Triangle)}
+	if g.HasBias() {
+		t.Bias = f32s(g.Bias)[g.Bias.Offset:][:g.N]
+	}
 	switch g.A.DType {
 	case device.F64:
 		t.Dgemm(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, f64s(g.A)[oa:], g.LDA, f64s(g.B)[ob:], g.LDB, g.Beta, f64s(g.C)[oc:], g.LDC)

@@ -147,11 +147,13 @@ func (d *Device) Reduce(op device.ReduceOp, dst, src device.View) {
 	d.launch("k_reduce_block"+sfx, rowsGrid(int(g.nout)), a)
 }
 
-// Gemm runs C = Alpha·op(A)·op(B) + Beta·C through cuBLAS.
+// Gemm runs C = Alpha·op(A)·op(B) + Beta·C (+ Bias) through cuBLAS.
 func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
+	// cuBLAS's plain products add no bias: it goes into C first.
+	g = device.BiasFirst(d, g)
 	if g.Outer > 1 {
 		for o := range g.Outer {
 			d.Gemm(g.Group(o))

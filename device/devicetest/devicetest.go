@@ -375,6 +375,25 @@ var cases = []kcase{
 			}
 		}
 	}},
+	{"GemmBias", floats, func(e *env, dt device.DType) {
+		// A linear layer's x·Wᵀ + b: a bias in F32 (a master weight under
+		// autocast) or in the operands' dtype, into either C.
+		m, n, k, batch := 19, 37, 21, 2
+		for _, bdt := range []device.DType{device.F32, dt} {
+			for _, cdt := range []device.DType{device.F32, dt} {
+				a := e.tensor(dt, []int{batch, m * k}, e.random(batch*m*k, -1, 1))
+				w := e.tensor(dt, []int{n * k}, e.random(n*k, -1, 1))
+				bias := e.tensor(bdt, []int{n}, e.random(n, -1, 1))
+				c := e.tensor(cdt, []int{batch, m, n}, e.random(batch*m*n, -1, 1)) // beta 0: never read
+				both(e, func(d device.Device, v func(pair) device.View) {
+					d.Gemm(device.Gemm{TransB: true, M: m, N: n, K: k, Batch: batch,
+						Alpha: 1, A: v(a), B: v(w), C: v(c), LDA: k, LDB: k, LDC: n,
+						StrideA: m * k, StrideC: m * n, Bias: v(bias)})
+				})
+				e.check(fmt.Sprintf("gemm with a %v bias into %v", bdt, cdt), c, 2*math.Max(Tolerance(dt), Tolerance(cdt)))
+			}
+		}
+	}},
 	{"GemmGroups", floats, func(e *env, dt device.DType) {
 		// Heads inside [B, T, H, D]: B groups of H products each.
 		b, t, h, d := 2, 5, 3, 4

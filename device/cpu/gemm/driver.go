@@ -138,7 +138,7 @@ func roundUp(x, r int) int { return (x + r - 1) / r * r }
 // float32 copy of C at all (the micro-kernel writes a tile that is rounded
 // at once); otherwise c is float32 scratch of m×n (ldc) that carries the
 // partial sums between K blocks.
-func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16, tri triangle) {
+func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16, tri region) {
 	mr, nr, kg := e.mr, e.nr, e.kg
 	ws.tile = grow(ws.tile, mr*nr)
 	var tile32, acc32 []float32
@@ -191,13 +191,20 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 						// elements above the diagonal must be cleared.
 						q0, q1, upper := tri.span(ic+ir, jc+jr, mrr, nrr, pc, kg, kq)
 						if tileOnly {
-							if e.kernTo16 != nil && o.bf16 && q1 > q0 && !upper && mrr == mr && nrr == nr {
+							if e.kernTo16 != nil && o.bf16 && q1 > q0 && !upper && mrr == mr && nrr == nr && tri.bias == nil {
 								e.kernTo16(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], o.c[(ic+ir)*o.ldc+jc+jr:], o.ldc, alpha, C(o.beta))
 								continue
 							}
+							tb := C(0)
+							if tri.bias != nil {
+								// The tile starts from the bias, added in
+								// float32 before the one rounding.
+								biasRows(ws.tile, nr, mrr, nrr, tri.bias, tri.col0+jc+jr)
+								tb = 1
+							}
 							if q1 > q0 {
-								e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, alpha, 0)
-							} else {
+								e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, alpha, tb)
+							} else if tb == 0 {
 								clear(ws.tile)
 							}
 							if upper {
@@ -208,6 +215,13 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 						}
 						off := (ic+ir)*ldc + jc + jr
 						cc := c[off:]
+						bet := bet
+						if tri.bias != nil && pc == 0 {
+							// C starts from the bias instead of beta·C
+							// (beta is 0).
+							biasRows(cc, ldc, mrr, nrr, tri.bias, tri.col0+jc+jr)
+							bet = 1
+						}
 						switch {
 						case q1 <= q0:
 							scaleTile(cc, ldc, mrr, nrr, bet) // nothing to add: C = bet·C
@@ -239,18 +253,32 @@ func (e *engine[S, D, C]) blocks(k int) (mc, kc int) {
 	return e.mc, e.kc
 }
 
-// triangle is a product's Triangle and the position of the rows and
-// columns this goroutine computes within the whole matrix.
-type triangle struct {
+// region is what a goroutine's part of a product needs to know of the
+// whole: the position of its rows and columns within C, the product's
+// Triangle, and its Bias (indexed by C's column, col0 + j).
+type region struct {
 	kind       Triangle
 	row0, col0 int
+	bias       []float32
+}
+
+// biasRows sets the rows×cols tile t (leading dimension ldt) to the bias
+// of C's columns from j, in every row.
+func biasRows[C float32 | float64](t []C, ldt, rows, cols int, bias []float32, j int) {
+	b := bias[j : j+cols]
+	for i := range rows {
+		r := t[i*ldt : i*ldt+cols]
+		for x, v := range b {
+			r[x] = C(v)
+		}
+	}
 }
 
 // span returns the k-groups [q0, q1) of the K block starting at pc that
 // the rows×cols tile at (i, j) needs, and whether the tile has elements
 // above the diagonal that LowerC must clear. A tile entirely above the
 // diagonal needs none.
-func (t triangle) span(i, j, rows, cols, pc, kg, kq int) (q0, q1 int, upper bool) {
+func (t region) span(i, j, rows, cols, pc, kg, kq int) (q0, q1 int, upper bool) {
 	q1 = kq
 	gi, gj := t.row0+i, t.col0+j
 	switch t.kind {

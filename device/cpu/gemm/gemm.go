@@ -28,6 +28,12 @@ func SetThreads(n int) int {
 type Options struct {
 	Threads  int
 	Triangle Triangle
+	// Bias, when set, holds n values added to every row of C: the product
+	// starts from it where it would start from beta·C, so beta must be 0
+	// (a linear layer's x·Wᵀ + b without a pass that copies b into every
+	// row first). A 16-bit C gets the bias in float32, before its one
+	// rounding. Dgemm has none.
+	Bias []float32
 }
 
 // Triangle declares the triangular structure of a square product (M = N
@@ -58,9 +64,9 @@ func (t Options) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 	if !prologue("Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("Sgemm", m, n, k, beta == 0)
+	t.check("Sgemm", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+		t.startC(m, n, beta, c, ldc)
 		return
 	}
 	run(t.Threads, t.tri(), sgemmEngine, &poolF32, m, n, k, alpha, mat[float32]{a, lda, transA}, mat[float32]{b, ldb, transB}, beta, c, ldc, nil)
@@ -77,7 +83,7 @@ func (t Options) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []floa
 	if !prologue("Dgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("Dgemm", m, n, k, beta == 0)
+	t.check("Dgemm", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
@@ -96,9 +102,9 @@ func (t Options) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []u
 	if !prologue("GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("GemmBF16", m, n, k, beta == 0)
+	t.check("GemmBF16", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+		t.startC(m, n, beta, c, ldc)
 		return
 	}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
@@ -121,9 +127,9 @@ func (t Options) GemmF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 	if !prologue("GemmF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("GemmF16", m, n, k, beta == 0)
+	t.check("GemmF16", m, n, k, beta == 0)
 	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+		t.startC(m, n, beta, c, ldc)
 		return
 	}
 	run(t.Threads, t.tri(), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, beta, c, ldc, nil)
@@ -138,7 +144,7 @@ func (t Options) GemmBF16To(transA, transB bool, m, n, k int, alpha float32, a [
 	if !prologue("GemmBF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("GemmBF16To", m, n, k, beta == 0)
+	t.check("GemmBF16To", m, n, k, beta == 0)
 	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileBF16, bf16: true}
 	am, bm := mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}
 	if bf16Engine != nil {
@@ -153,7 +159,7 @@ func (t Options) GemmF16To(transA, transB bool, m, n, k int, alpha float32, a []
 	if !prologue("GemmF16To", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	t.checkTriangle("GemmF16To", m, n, k, beta == 0)
+	t.check("GemmF16To", m, n, k, beta == 0)
 	o := &out16{c: c, ldc: ldc, beta: beta, tile: tileF16}
 	runTo16(t.Threads, t.tri(), f16Engine, &poolF32, m, n, k, alpha, mat[uint16]{a, lda, transA}, mat[uint16]{b, ldb, transB}, o)
 }
@@ -196,14 +202,18 @@ func putAcc(b []float32) {
 	}
 }
 
-func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool *wsPool[D, float32], m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
+func runTo16[D any](parts int, tri region, e *engine[uint16, D, float32], pool *wsPool[D, float32], m, n, k int, alpha float32, a, b mat[uint16], o *out16) {
 	if k == 0 || alpha == 0 {
 		// C = beta·C, a row of tiles at a time.
 		var zero [maxTileCols]float32
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j += maxTileCols {
+				cols := min(maxTileCols, n-j)
 				clear(zero[:])
-				o.finish(i, j, zero[:], maxTileCols, 1, min(maxTileCols, n-j))
+				if tri.bias != nil {
+					biasRows(zero[:], maxTileCols, 1, cols, tri.bias, tri.col0+j)
+				}
+				o.finish(i, j, zero[:], maxTileCols, 1, cols)
 			}
 		}
 		return
@@ -236,10 +246,13 @@ func runTo16[D any](parts int, tri triangle, e *engine[uint16, D, float32], pool
 	putAcc(acc)
 }
 
-func (t Options) tri() triangle { return triangle{kind: t.Triangle} }
+func (t Options) tri() region { return region{kind: t.Triangle, bias: t.Bias} }
 
 // checkTriangle panics when a product's shape does not fit its Triangle.
-func (t Options) checkTriangle(fn string, m, n, k int, betaZero bool) {
+func (t Options) check(fn string, m, n, k int, betaZero bool) {
+	if t.Bias != nil && (len(t.Bias) < n || !betaZero || fn == "Dgemm") {
+		panic(fmt.Sprintf("gemm: %s: a bias needs n (%d) values, beta 0 and a float32 product; it has %d", fn, n, len(t.Bias)))
+	}
 	switch t.Triangle {
 	case Full:
 	case LowerC:
@@ -283,6 +296,16 @@ func checkOperand(fn, name string, trans bool, rows, cols, l, ld int) {
 	if ld < cols || l < (rows-1)*ld+cols {
 		panic(fmt.Sprintf("gemm: %s: %s is stored %d×%d (trans=%v) with ld=%d but len=%d", fn, name, rows, cols, trans, ld, l))
 	}
+}
+
+// startC sets C to what a product adds to: the bias in every row, or
+// beta*C.
+func (t Options) startC(m, n int, beta float32, c []float32, ldc int) {
+	if t.Bias != nil {
+		biasRows(c, ldc, m, n, t.Bias, 0)
+		return
+	}
+	scaleC(m, n, beta, c, ldc)
 }
 
 // scaleC sets C = beta*C, with beta == 0 clearing C.

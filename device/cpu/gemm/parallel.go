@@ -12,7 +12,7 @@ const minWorkPerThread = 1 << 19
 
 // run computes the product, split over up to parts goroutines when it is
 // large enough. k > 0 and alpha != 0.
-func run[S, D any, C float32 | float64](parts int, tri triangle, e *engine[S, D, C], pool *wsPool[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
+func run[S, D any, C float32 | float64](parts int, tri region, e *engine[S, D, C], pool *wsPool[D, C], m, n, k int, alpha C, a, b mat[S], beta C, c []C, ldc int, o *out16) {
 	parts = max(parts, 1)
 	if work := m * n * k; parts > 1 && work < parts*minWorkPerThread {
 		parts = max(1, work/minWorkPerThread)
@@ -74,7 +74,7 @@ type job[S, D any, C float32 | float64] struct {
 	ldc         int
 	o           out16 // a 16-bit C (when hasO), c being its float32 scratch
 	hasO        bool
-	tri         triangle
+	tri         region
 	parts       int
 	units       int // mr-row or nr-column blocks along the split dimension
 	splitM      bool
