@@ -3,9 +3,9 @@ package tensor_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/device"
