@@ -110,3 +110,25 @@ func ExampleScope_ScaledMatMul() {
 	})
 	// Output: [0.5 1 1.5 2]
 }
+
+// Causal self-attention straight from a fused projection's output: the
+// heads are read inside qkv [B, T, 3·H·D], no [B, H, T, T] tensor exists on
+// a device with fused attention kernels, and backward hands the
+// projection one [B, T, 3·H·D] gradient.
+func ExampleScope_CausalSelfAttention() {
+	dev := cpu.New()
+	const b, t, heads, d = 2, 5, 3, 4
+	qkv, _ := tensor.Rand(dev, tensor.F32, []int{b, t, 3 * heads * d}, device.Normal, 0, 1, 1, memory.Activation)
+	qkv.SetRequiresGrad(true)
+	err := tensor.Step(func(s *tensor.Scope) error {
+		y := s.CausalSelfAttention(qkv, heads, 1/math.Sqrt(d), 0, 0) // [B, H, T, D]
+		joined := s.Reshape(s.Permute(y, 0, 2, 1, 3), b, t, heads*d)
+		s.Sum(joined, false).Backward()
+		fmt.Println(y.Shape(), joined.Shape())
+		return nil
+	})
+	fmt.Println(err, qkv.Grad().Shape())
+	// Output:
+	// [2 3 5 4] [2 5 12]
+	// <nil> [2 5 36]
+}

@@ -61,6 +61,19 @@
 	VMOVAPS Z14, K1, Z13; \
 	VMOVUPS Z13, dst
 
+// EXPSHIFTMASK is EXPSHIFT on the lanes of K2 only (a row's last, partial
+// vector): masked-off lanes are neither read (no fault past the row) nor
+// written.
+#define EXPSHIFTMASK(src, dst) \
+	VMOVUPS.Z src, K2, Z10; \
+	VSUBPS  Z7, Z10, Z10; \
+	VCMPPS  $1, Z6, Z10, K1; \
+	VMAXPS  Z6, Z10, Z10; \
+	EXP(Z10); \
+	VPXORD  Z14, Z14, Z14; \
+	VMOVAPS Z14, K1, Z13; \
+	VMOVUPS Z13, K2, dst
+
 // HFOLD folds the 16 lanes of Z0 with OP into X0's lowest element.
 #define HFOLD(OP) \
 	VEXTRACTF64X4 $1, Z0, Y1; \

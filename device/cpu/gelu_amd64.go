@@ -85,13 +85,16 @@ func geluGradBF16Vector(out, x, g []uint16) int {
 //go:noescape
 func expShiftF32AVX512(y, x *float32, n int, shift float32, c *geluConsts)
 
-// expShiftVector writes y = exp(x - shift) for the largest multiple of 16
-// elements (x - shift <= 0) and returns how many it did.
+// expShiftVector writes y = exp(x - shift) (x - shift <= 0) and returns
+// how many elements it did: all of them with AVX-512, the last partial
+// vector under a mask, so that a row's every exponential rounds alike
+// whatever its length.
 func expShiftVector(y, x []float32, shift float32) int {
-	n := len(y) &^ 15
+	n := len(y)
 	if !hasAVX512 || n == 0 {
 		return 0
 	}
+	_ = x[n-1]
 	expShiftF32AVX512(&y[0], &x[0], n, shift, &geluTable)
 	return n
 }

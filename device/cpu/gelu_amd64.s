@@ -152,8 +152,9 @@ kdone:
 	RET
 
 // func expShiftF32AVX512(y, x *float32, n int, shift float32, c *geluConsts)
-// y = exp(x - shift) for n (a multiple of 16) elements, with x - shift <= 0
-// (softmax rows); arguments below -87.3 (masked entries) give exactly 0.
+// y = exp(x - shift) for n elements (the last up to 15 under a mask), with
+// x - shift <= 0 (softmax rows); arguments below -87.3 (masked entries)
+// give exactly 0.
 TEXT ·expShiftF32AVX512(SB), NOSPLIT, $0-40
 	MOVQ y+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -174,5 +175,14 @@ eloop:
 	JMP     eloop
 
 edone:
+	TESTQ CX, CX
+	JE    eret
+	MOVL  $1, DX
+	SHLL  CX, DX
+	DECL  DX
+	KMOVW DX, K2
+	EXPSHIFTMASK((SI)(BX*4), (DI)(BX*4))
+
+eret:
 	VZEROUPPER
 	RET

@@ -49,3 +49,15 @@ func ExampleOptions_GemmBF16To() {
 	fmt.Println()
 	// Output: 0.5 0.5 1.5 1
 }
+
+// A linear layer's y = x·Wᵀ + b in one product: Options.Bias starts every
+// row of C from b (beta must be 0), so no pass copies b into C first.
+func ExampleOptions_bias() {
+	x := []float32{1, 2, 3, 4}       // 2×2
+	w := []float32{1, 0, 0, 1, 1, 1} // 3×2: [out, in]
+	bias := []float32{0.5, -0.5, 10} // 3
+	y := make([]float32, 6)
+	gemm.Options{Bias: bias}.Sgemm(false, true, 2, 3, 2, 1, x, 2, w, 2, 0, y, 3)
+	fmt.Println(y)
+	// Output: [1.5 1.5 13 3.5 3.5 17]
+}
