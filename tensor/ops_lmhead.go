@@ -239,25 +239,29 @@ func castWeight(w *Tensor, dtype DType) *Tensor {
 }
 
 // chunkLogits returns rows [lo, lo+n) of x·wᵀ + b as a new temporary in
-// x's dtype, computed as Linear computes them (bias first, the product
-// accumulated onto it), block of vocabulary by block, so a chunk's logits
-// are the composed path's rows.
+// x's dtype, computed as Linear computes them (the product adding the
+// bias), block of vocabulary by block, so a chunk's logits are the
+// composed path's rows.
 func chunkLogits(x *Tensor, w *headWeight, b *Tensor, lo, n int, s *Scope) *Tensor {
 	dev := x.st.dev
 	out := mustAlloc(dev, x.dtype, []int{n, w.vocab}, memory.Temporary)
 	defer releaseOnPanic(out)()
-	beta := 0.0
-	if b != nil {
-		dev.Copy(out.view(), b.broadcastView(out.shape))
-		beta = 1
-	}
 	rx := rowsOf(x, lo, n)
 	for v0 := 0; v0 < w.vocab; v0 += w.rows {
 		vn := min(w.rows, w.vocab-v0)
 		wb := w.block(v0, vn)
 		wt := transposeView(wb)
 		ob := colsOf(out, v0, vn)
-		gemmInto(ob, rx, wt, 1, beta, s)
+		var bb *Tensor // the block's bias
+		if b != nil {
+			bb = b.share()
+			bb.shape, bb.strides = []int{vn}, []int{b.strides[0]}
+			bb.offset += v0 * b.strides[0]
+		}
+		gemmWith(ob, rx, wt, 1, 0, device.Full, bb, s)
+		if bb != nil {
+			bb.Release()
+		}
 		ob.Release()
 		wt.Release()
 		wb.Release()
