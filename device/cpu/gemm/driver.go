@@ -266,6 +266,9 @@ type region struct {
 // of C's columns from j, in every row.
 func biasRows[C float32 | float64](t []C, ldt, rows, cols int, bias []float32, j int) {
 	b := bias[j : j+cols]
+	if t32, ok := any(t).([]float32); ok && rows > 0 && cols <= 32 && fillRows(t32[:(rows-1)*ldt+cols], ldt, rows, b) {
+		return
+	}
 	for i := range rows {
 		r := t[i*ldt : i*ldt+cols]
 		for x, v := range b {

@@ -2,7 +2,11 @@
 
 package gemm
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 //go:noescape
 func pairRowsAVX512(out *uint32, src *uint16, ld, nq int, loadLo, loadHi, storeLo, storeHi uint16, outStride int)
@@ -228,4 +232,20 @@ func packConvertAVX512(dst []float32, x mat[uint16], i0, rows, p0, kc, mr int, c
 	if full < rows {
 		packConvert(dst[full*kc:], x, i0+full, rows-full, p0, kc, mr, cv.table())
 	}
+}
+
+var hasAVX512 = cpu.X86.HasAVX512F
+
+//go:noescape
+func fillRowsF32AVX512(dst *float32, ld, rows int, src *float32, maskLo, maskHi uint16)
+
+// fillRows sets each of rows rows of t (ld apart, the last ending t) to
+// b, up to 32 values, and reports whether it could.
+func fillRows(t []float32, ld, rows int, b []float32) bool {
+	if !hasAVX512 || len(b) == 0 {
+		return false
+	}
+	lo, hi := lanes(len(b))
+	fillRowsF32AVX512(&t[0], ld, rows, &b[0], lo, hi)
+	return true
 }

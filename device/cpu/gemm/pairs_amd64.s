@@ -144,3 +144,30 @@ floop:
 fdone:
 	VZEROUPPER
 	RET
+
+// func fillRowsF32AVX512(dst *float32, ld, rows int, src *float32, maskLo, maskHi uint16)
+// For i < rows: dst[i*ld + j] = src[j] for the lanes of maskLo (j < 16) and
+// maskHi (16 <= j < 32): a bias row into every row of a C tile.
+TEXT ·fillRowsF32AVX512(SB), NOSPLIT, $0-36
+	MOVQ      dst+0(FP), DI
+	MOVQ      ld+8(FP), R8
+	MOVQ      rows+16(FP), CX
+	MOVQ      src+24(FP), SI
+	KMOVW     maskLo+32(FP), K1
+	KMOVW     maskHi+34(FP), K2
+	SHLQ      $2, R8
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z 64(SI), K2, Z1
+
+rloop:
+	TESTQ   CX, CX
+	JZ      rdone
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    R8, DI
+	DECQ    CX
+	JMP     rloop
+
+rdone:
+	VZEROUPPER
+	RET
