@@ -135,6 +135,22 @@ func roundRow[T float](op rows, r int, src []T) {
 	store(device.View{Buf: device.Buffer{Host: op.buf}, DType: op.dt}, op.off+r*op.ld, 1, src)
 }
 
+// direct reports whether the kernels' T is v's dtype: the products then
+// write v's rows in place (at its row stride) instead of a block of
+// scratch that storeRows copies out.
+func direct[T float](v device.View) bool {
+	var z T
+	_, wide := any(z).(float64)
+	return (wide && v.DType == device.F64) || (!wide && v.DType == device.F32)
+}
+
+// headC is rows r0… of head (b, h) of v as a product's C: elements and
+// row stride. v's dtype is T's (direct).
+func headC[T float](v device.View, b, h, r0 int) ([]T, int) {
+	r := headRows(v, b, h, r0)
+	return floats[T](r.buf)[r.off:], r.ld
+}
+
 // storeRows writes src (m×d) into rows r0… of head (b, h) of v.
 func storeRows[T float](v device.View, src []T, b, h, r0, m, d int) {
 	o := headRows(v, b, h, r0)
@@ -298,6 +314,11 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 					roundRow(p, r, sc[r*t:r*t+n])
 				}
 			}
+			if direct[T](out) {
+				c, ldc := headC[T](out, b, h, i0)
+				alongKeys(c, ldc, i0, m, dim, 1, p, headRows(v, b, h, 0), 0)
+				continue
+			}
 			alongKeys(ow, dim, i0, m, dim, 1, p, headRows(v, b, h, 0), 0)
 			storeRows(out, ow, b, h, i0, m, dim)
 		}
@@ -332,8 +353,20 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 		// from sc and dpw, when 16-bit (rest is then their two buffers).
 		pr, round := blockOperand(sc, t, q.DType, rest[:len(rest)/2])
 		dsr, _ := blockOperand(dpw, t, q.DType, rest[len(rest)/2:])
-		clear(dkw)
-		clear(dvw)
+		// dk and dv accumulate over the blocks: in place when their
+		// dtype is T's (cleared first), else in scratch stored at the end.
+		dkc, dkld, dvc, dvld := dkw, dim, dvw, dim
+		inDK, inDV := direct[T](dk), direct[T](dv)
+		if inDK {
+			dkc, dkld = headC[T](dk, b, h, 0)
+		}
+		if inDV {
+			dvc, dvld = headC[T](dv, b, h, 0)
+		}
+		for r := range t {
+			clear(dkc[r*dkld : r*dkld+dim])
+			clear(dvc[r*dvld : r*dvld+dim])
+		}
 		bh := b*g.h + h
 		var delta [device.AttentionBlock]T
 		for i0 := 0; i0 < t; i0 += br {
@@ -387,12 +420,21 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				}
 			}
 			// dv += P'ᵀ·dout; dq = scale·dS·k; dk += scale·dSᵀ·q.
-			perKey(dvw, dim, i0, m, dim, 1, pr, dor)
+			perKey(dvc, dvld, i0, m, dim, 1, pr, dor)
+			perKey(dkc, dkld, i0, m, dim, a.Scale, dsr, qr)
+			if direct[T](dq) {
+				c, ldc := headC[T](dq, b, h, i0)
+				alongKeys(c, ldc, i0, m, dim, a.Scale, dsr, headRows(k, b, h, 0), 0)
+				continue
+			}
 			alongKeys(dqw, dim, i0, m, dim, a.Scale, dsr, headRows(k, b, h, 0), 0)
-			perKey(dkw, dim, i0, m, dim, a.Scale, dsr, qr)
 			storeRows(dq, dqw, b, h, i0, m, dim)
 		}
-		storeRows(dk, dkw, b, h, 0, t, dim)
-		storeRows(dv, dvw, b, h, 0, t, dim)
+		if !inDK {
+			storeRows(dk, dkw, b, h, 0, t, dim)
+		}
+		if !inDV {
+			storeRows(dv, dvw, b, h, 0, t, dim)
+		}
 	})
 }
