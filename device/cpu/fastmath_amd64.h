@@ -49,16 +49,21 @@
 	VPSLLD  $23, Z11, Z11; \
 	VMULPS  Z11, Z13, Z13
 
-// EXPSHIFT writes exp(x - Z7) of the 16 float32s at src to dst, and 0
-// where x - Z7 is below -87.3 (Z6): softmax's numerators. Uses Z10-Z14, K1.
-#define EXPSHIFT(src, dst) \
-	VMOVUPS src, Z10; \
+// EXPSHIFTZ10 sets Z13 to exp(Z10 - Z7), and to 0 where Z10 - Z7 is
+// below -87.3 (Z6). Uses Z10-Z14, K1.
+#define EXPSHIFTZ10 \
 	VSUBPS  Z7, Z10, Z10; \
 	VCMPPS  $1, Z6, Z10, K1; \
 	VMAXPS  Z6, Z10, Z10; \
 	EXP(Z10); \
 	VPXORD  Z14, Z14, Z14; \
-	VMOVAPS Z14, K1, Z13; \
+	VMOVAPS Z14, K1, Z13
+
+// EXPSHIFT writes exp(x - Z7) of the 16 float32s at src to dst, and 0
+// where x - Z7 is below -87.3 (Z6): softmax's numerators. Uses Z10-Z14, K1.
+#define EXPSHIFT(src, dst) \
+	VMOVUPS src, Z10; \
+	EXPSHIFTZ10; \
 	VMOVUPS Z13, dst
 
 // EXPSHIFTMASK is EXPSHIFT on the lanes of K2 only (a row's last, partial
@@ -66,12 +71,7 @@
 // written.
 #define EXPSHIFTMASK(src, dst) \
 	VMOVUPS.Z src, K2, Z10; \
-	VSUBPS  Z7, Z10, Z10; \
-	VCMPPS  $1, Z6, Z10, K1; \
-	VMAXPS  Z6, Z10, Z10; \
-	EXP(Z10); \
-	VPXORD  Z14, Z14, Z14; \
-	VMOVAPS Z14, K1, Z13; \
+	EXPSHIFTZ10; \
 	VMOVUPS Z13, K2, dst
 
 // HFOLD folds the 16 lanes of Z0 with OP into X0's lowest element.
