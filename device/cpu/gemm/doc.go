@@ -9,13 +9,18 @@
 // The package owns:
 //
 //   - packing of op(A) and op(B) into kernel-friendly panels, converting
-//     half precision (and bfloat16 on CPUs without AVX512-BF16) to float32
-//     while packing;
+//     half precision and bfloat16 to float32 while packing (with AVX-512
+//     where the CPU has it), except for bfloat16 on AMD CPUs with
+//     AVX512-BF16, whose pairs go to VDPBF16PS (on Intel's it runs at half
+//     the float32 FMA rate; the choice follows the CPU's vendor, never a
+//     timing, so every run on one machine rounds alike);
 //   - cache blocking (MC×KC blocks of A in L2, KC×NR micro-panels of B in L1);
 //   - the micro-kernels: AVX-512 and AVX2+FMA float32 kernels and an
 //     AVX512-BF16 (VDPBF16PS) kernel in Go assembly on amd64, chosen at run
 //     time from golang.org/x/sys/cpu, and portable Go kernels everywhere
 //     else (and under the purego build tag);
+//   - the products' epilogue: a bias row added to every row of C
+//     (Options.Bias), before a 16-bit C's one rounding;
 //   - splitting one large product over goroutines (SetThreads).
 //
 // It does not own batching: device/cpu spreads batches of small products
