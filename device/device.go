@@ -215,8 +215,8 @@ const (
 // skip) but must honour LowerC's zeros.
 //
 // Bias, when it has a dtype, is a contiguous vector of N elements added to
-// every row of every C: C = Alpha·op(A)·op(B) + Bias, Beta 0 (a linear
-// layer's x·Wᵀ + b). A device may add it inside the product (the CPU adds
+// every row of every C: C = Alpha·op(A)·op(B) + Bias, Beta 0 and no
+// Triangle (a linear layer's x·Wᵀ + b). A device may add it inside the product (the CPU adds
 // an F32 bias to each tile before a 16-bit C is rounded) or write it into
 // C first and accumulate onto it (BiasFirst); the two differ only in how
 // often a 16-bit C's bias is rounded.

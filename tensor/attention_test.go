@@ -290,3 +290,45 @@ func TestCausalSelfAttentionBadShapes(t *testing.T) {
 		x.Release()
 	}
 }
+
+// A qkv that is not contiguous (here a transposed view) takes the views'
+// path, with the same values and gradients.
+func TestCausalSelfAttentionStridedInput(t *testing.T) {
+	const b, tt, h, d = 2, 7, 2, 4
+	dev := cpu.New()
+	x, err := tensor.Rand(dev, tensor.F32, []int{tt, b, 3 * h * d}, device.Uniform, -1, 1, 3, memory.Activation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	x.SetRequiresGrad(true)
+	run := func(self bool) (out, grad []float64) {
+		s := tensor.NewScope()
+		qkv := s.Permute(x, 1, 0, 2) // [B, T, 3·H·D], batch-major view of time-major storage
+		var y *tensor.Tensor
+		if self {
+			y = s.CausalSelfAttention(qkv, h, 0.5, 0, 0)
+		} else {
+			q, k, v := heads(s, qkv, h, d)
+			y = s.CausalAttention(q, k, v, 0.5, 0, 0)
+		}
+		out = y.Float64s()
+		s.Sum(s.Mul(y, y), false).Backward()
+		s.Close()
+		grad = x.Grad().Float64s()
+		x.SetGrad(nil)
+		return
+	}
+	sOut, sGrad := run(true)
+	vOut, vGrad := run(false)
+	for i := range vOut {
+		if sOut[i] != vOut[i] {
+			t.Fatalf("output %d: %v, through the views %v", i, sOut[i], vOut[i])
+		}
+	}
+	for i := range vGrad {
+		if sGrad[i] != vGrad[i] {
+			t.Fatalf("gradient %d: %v, through the views %v", i, sGrad[i], vGrad[i])
+		}
+	}
+}

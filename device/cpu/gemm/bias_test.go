@@ -144,7 +144,8 @@ func testBias(t *testing.T, name string, rng *rand.Rand, sh shape, tA, tB bool, 
 	}
 }
 
-// A bias needs n values and beta 0, and Dgemm has none.
+// A bias needs n values and beta 0; Dgemm and triangular products have
+// none.
 func TestGemmBiasMisuse(t *testing.T) {
 	a, c := make([]float32, 16), make([]float32, 16)
 	a64, c64 := make([]float64, 16), make([]float64, 16)
@@ -155,6 +156,9 @@ func TestGemmBiasMisuse(t *testing.T) {
 		{"short", func() { Options{Bias: make([]float32, 3)}.Sgemm(false, false, 4, 4, 4, 1, a, 4, a, 4, 0, c, 4) }},
 		{"beta", func() { Options{Bias: make([]float32, 4)}.Sgemm(false, false, 4, 4, 4, 1, a, 4, a, 4, 1, c, 4) }},
 		{"dgemm", func() { Options{Bias: make([]float32, 4)}.Dgemm(false, false, 4, 4, 4, 1, a64, 4, a64, 4, 0, c64, 4) }},
+		{"triangle", func() {
+			Options{Bias: make([]float32, 4), Triangle: LowerC}.Sgemm(false, true, 4, 4, 4, 1, a, 4, a, 4, 0, c, 4)
+		}},
 	} {
 		func() {
 			defer func() {

@@ -32,7 +32,7 @@ type Options struct {
 	// starts from it where it would start from beta·C, so beta must be 0
 	// (a linear layer's x·Wᵀ + b without a pass that copies b into every
 	// row first). A 16-bit C gets the bias in float32, before its one
-	// rounding. Dgemm has none.
+	// rounding. Dgemm has none, nor a product with a Triangle.
 	Bias []float32
 }
 
@@ -250,8 +250,8 @@ func (t Options) tri() region { return region{kind: t.Triangle, bias: t.Bias} }
 
 // checkTriangle panics when a product's shape does not fit its Triangle.
 func (t Options) check(fn string, m, n, k int, betaZero bool) {
-	if t.Bias != nil && (len(t.Bias) < n || !betaZero || fn == "Dgemm") {
-		panic(fmt.Sprintf("gemm: %s: a bias needs n (%d) values, beta 0 and a float32 product; it has %d", fn, n, len(t.Bias)))
+	if t.Bias != nil && (len(t.Bias) < n || !betaZero || fn == "Dgemm" || t.Triangle != Full) {
+		panic(fmt.Sprintf("gemm: %s: a bias needs n (%d) values, beta 0, a float32 product and no Triangle; it has %d values", fn, n, len(t.Bias)))
 	}
 	switch t.Triangle {
 	case Full:
