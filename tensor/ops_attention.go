@@ -112,7 +112,7 @@ func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float
 			s.release(c)
 		}
 	}()
-	// heads returns q (i = 0), k or v of x, a [B, T, 3·H·D] tensor, as a
+	// view returns q (i = 0), k or v of x, a [B, T, 3·H·D] tensor, as a
 	// [B, H, T, D] view.
 	view := func(x *Tensor, i int) *Tensor {
 		dh := d / heads

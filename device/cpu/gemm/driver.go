@@ -215,21 +215,21 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 						}
 						off := (ic+ir)*ldc + jc + jr
 						cc := c[off:]
-						bet := bet
+						cb := bet // C's own weight in this tile
 						if tri.bias != nil && pc == 0 {
 							// C starts from the bias instead of beta·C
 							// (beta is 0).
 							biasRows(cc, ldc, mrr, nrr, tri.bias, tri.col0+jc+jr)
-							bet = 1
+							cb = 1
 						}
 						switch {
 						case q1 <= q0:
-							scaleTile(cc, ldc, mrr, nrr, bet) // nothing to add: C = bet·C
+							scaleTile(cc, ldc, mrr, nrr, cb) // nothing to add: C = cb·C
 						case mrr == mr && nrr == nr:
-							e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], cc, ldc, alpha, bet)
+							e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], cc, ldc, alpha, cb)
 						default:
 							e.kern(q1-q0, ap[q0*mr*kg:], bp[q0*nr*kg:], ws.tile, nr, 1, 0)
-							edgeUpdate(cc, ldc, ws.tile, nr, mrr, nrr, alpha, bet)
+							edgeUpdate(cc, ldc, ws.tile, nr, mrr, nrr, alpha, cb)
 						}
 						if upper && last {
 							clearUpper(cc, ldc, mrr, nrr, tri.row0+ic+ir, tri.col0+jc+jr)

@@ -86,8 +86,8 @@ func nativeBF16Pays() bool { return vendor() == "AuthenticAMD" }
 
 func init() {
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
-		packBF16 = bf16Converter.packer()
-		packF16 = f16Converter.packer()
+		packBF16 = convertPackerAVX512(fmtBF16, bf16Table)
+		packF16 = convertPackerAVX512(fmtF16, f16Table)
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		f32Engines = append(f32Engines, avx2F32Engine)

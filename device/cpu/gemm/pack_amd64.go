@@ -17,51 +17,17 @@ func transpose16F32(dst *float32, rows *[16]*float32, kc16, dstStride int, smask
 //go:noescape
 func copyRowsF32AVX512(dst *float32, src *float32, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int)
 
-// packF32AVX512 is packCopy for float32 with AVX-512: the transposing case
-// (rows of op(X) contiguous in memory, one k per lane) runs 16×16 register
-// transposes over full panels instead of scalar scattered stores, and the
-// other moves each panel row with masked vector moves instead of a
-// memmove call (3× faster on the weight gradients' transposed A).
+// packF32AVX512 is packCopy for float32 with AVX-512 (packVectorAVX512):
+// register transposes where rows of op(X) are contiguous, masked vector
+// moves of each panel row where op(X) is transposed (3× faster than a
+// memmove per panel row on the weight gradients' A).
 func packF32AVX512(dst []float32, x mat[float32], i0, rows, p0, kc, mr, kg int) {
-	if x.trans && kg == 1 && mr <= 32 && kc > 0 {
-		storeLo, storeHi := lanes(mr)
-		for ir := 0; ir < rows; ir += mr {
-			nr := min(mr, rows-ir)
-			pan := dst[ir*kc : ir*kc+mr*kc]
-			_ = x.data[(p0+kc-1)*x.ld+i0+ir+nr-1] // the last element read
-			loadLo, loadHi := lanes(nr)
-			copyRowsF32AVX512(&pan[0], &x.data[p0*x.ld+i0+ir], x.ld, kc, loadLo, loadHi, storeLo, storeHi, 4*mr)
-		}
-		return
+	done := 0
+	if kg == 1 {
+		done = packVectorAVX512(dst, x, i0, rows, p0, kc, mr, fmtF32)
 	}
-	if x.trans || kg != 1 || kc < 16 || (mr > 16 && mr%16 != 0) {
-		packCopy(dst, x, i0, rows, p0, kc, mr, kg)
-		return
-	}
-	kc16 := kc &^ 15
-	full := rows / mr * mr
-	var rp [16]*float32
-	for ir := 0; ir < full; ir += mr {
-		pan := dst[ir*kc : ir*kc+mr*kc]
-		for h := 0; h < mr; h += 16 {
-			lanes := min(16, mr-h)
-			for i := range rp {
-				// Lanes past the panel repeat its last row; they are not stored.
-				row := x.data[(i0+ir+h+min(i, lanes-1))*x.ld+p0:][:kc]
-				rp[i] = &row[0]
-			}
-			_ = pan[(kc16-1)*mr+h+lanes-1]
-			transpose16F32(&pan[h], &rp, kc16/16, mr, uint16(1<<lanes-1))
-		}
-		for i := 0; i < mr; i++ {
-			d := pan[i:]
-			for p, v := range x.data[(i0+ir+i)*x.ld+p0:][kc16:kc] {
-				d[(kc16+p)*mr] = v
-			}
-		}
-	}
-	if full < rows {
-		packCopy(dst[full*kc:], x, i0+full, rows-full, p0, kc, mr, kg)
+	if done < rows {
+		packCopy(dst[done*kc:], x, i0+done, rows-done, p0, kc, mr, kg)
 	}
 }
 
@@ -125,55 +91,52 @@ func cvtRowsBF16AVX512(dst *float32, src *uint16, ld, kc int, loadLo, loadHi, st
 //go:noescape
 func cvtRowsF16AVX512(dst *float32, src *uint16, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int)
 
-// converter is a 16-bit format packConvertAVX512 converts. Its methods
-// call the assembly directly: through a func value, escape analysis would
-// move the row pointers to the heap on every call.
-type converter struct{ half bool } // IEEE half precision, else bfloat16
+// format is what a vector packer reads: float32, or a 16-bit format it
+// converts to float32. Its methods call the assembly directly: through a
+// func value, escape analysis would move the row pointers to the heap on
+// every call.
+type format uint8
 
-var (
-	bf16Converter = converter{}
-	f16Converter  = converter{half: true}
+const (
+	fmtF32  format = iota
+	fmtBF16        // converted by a shift
+	fmtF16         // converted by VCVTPH2PS, exactly
 )
 
-func (cv converter) transpose(dst *float32, rows *[16]*uint16, kc16, dstStride int, smask uint16) {
-	if cv.half {
-		transpose16F16(dst, rows, kc16, dstStride, smask)
-	} else {
-		transpose16BF16(dst, rows, kc16, dstStride, smask)
+func (f format) transpose(dst *float32, rows *[16]unsafe.Pointer, kc16, dstStride int, smask uint16) {
+	switch f {
+	case fmtF32:
+		transpose16F32(dst, (*[16]*float32)(unsafe.Pointer(rows)), kc16, dstStride, smask)
+	case fmtBF16:
+		transpose16BF16(dst, (*[16]*uint16)(unsafe.Pointer(rows)), kc16, dstStride, smask)
+	default:
+		transpose16F16(dst, (*[16]*uint16)(unsafe.Pointer(rows)), kc16, dstStride, smask)
 	}
 }
 
-func (cv converter) rows(dst *float32, src *uint16, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int) {
-	if cv.half {
-		cvtRowsF16AVX512(dst, src, ld, kc, loadLo, loadHi, storeLo, storeHi, dstStride)
-	} else {
-		cvtRowsBF16AVX512(dst, src, ld, kc, loadLo, loadHi, storeLo, storeHi, dstStride)
+func (f format) rows(dst *float32, src unsafe.Pointer, ld, kc int, loadLo, loadHi, storeLo, storeHi uint16, dstStride int) {
+	switch f {
+	case fmtF32:
+		copyRowsF32AVX512(dst, (*float32)(src), ld, kc, loadLo, loadHi, storeLo, storeHi, dstStride)
+	case fmtBF16:
+		cvtRowsBF16AVX512(dst, (*uint16)(src), ld, kc, loadLo, loadHi, storeLo, storeHi, dstStride)
+	default:
+		cvtRowsF16AVX512(dst, (*uint16)(src), ld, kc, loadLo, loadHi, storeLo, storeHi, dstStride)
 	}
 }
 
-func (cv converter) scalar(h uint16) float32 {
-	if cv.half {
-		return F16ToF32(h)
+// widen is one value as float32.
+func widen[S float32 | uint16](v S, f format) float32 {
+	switch v := any(v).(type) {
+	case float32:
+		return v
+	case uint16:
+		if f == fmtF16 {
+			return F16ToF32(v)
+		}
+		return BF16ToF32(v)
 	}
-	return BF16ToF32(h)
-}
-
-func (cv converter) table() *[1 << 16]float32 {
-	if cv.half {
-		return f16Table()
-	}
-	return bf16Table()
-}
-
-// packer returns packConvert for cv's format done with AVX-512: one vector
-// conversion per 16 values instead of a table lookup per value, so that
-// the converting engines pack at the float32 packer's speed (from half the
-// bytes). The values are packConvert's, bit for bit (but that VCVTPH2PS
-// quiets a signalling NaN half).
-func (cv converter) packer() func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int) {
-	return func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, _ int) {
-		packConvertAVX512(dst, x, i0, rows, p0, kc, mr, cv)
-	}
+	panic("unreachable")
 }
 
 // lanes returns the masks of the first n of 32 lanes, as two 16-lane
@@ -182,15 +145,18 @@ func lanes(n int) (lo, hi uint16) {
 	return uint16(1<<min(n, 16) - 1), uint16(1<<max(n-16, 0) - 1)
 }
 
-func packConvertAVX512(dst []float32, x mat[uint16], i0, rows, p0, kc, mr int, cv converter) {
+// packVectorAVX512 packs rows i0… of op(X) (format f) into float32 panels
+// of mr rows, one k per lane, with AVX-512, and returns how many rows it
+// packed: all of them, whole panels from the first, or none where the
+// shape does not suit it (the caller packs the rest).
+func packVectorAVX512[S float32 | uint16](dst []float32, x mat[S], i0, rows, p0, kc, mr int, f format) int {
 	if kc == 0 || rows == 0 {
-		return
+		return rows
 	}
 	if x.trans {
-		// Each k is a contiguous source row: convert mr lanes of it at once.
+		// Each k is a contiguous source row: mr lanes of it at once.
 		if mr > 32 {
-			packConvert(dst, x, i0, rows, p0, kc, mr, cv.table())
-			return
+			return 0
 		}
 		storeLo, storeHi := lanes(mr)
 		for ir := 0; ir < rows; ir += mr {
@@ -198,19 +164,18 @@ func packConvertAVX512(dst []float32, x mat[uint16], i0, rows, p0, kc, mr int, c
 			pan := dst[ir*kc : ir*kc+mr*kc]
 			_ = x.data[(p0+kc-1)*x.ld+i0+ir+nr-1] // the last element read
 			loadLo, loadHi := lanes(nr)
-			cv.rows(&pan[0], &x.data[p0*x.ld+i0+ir], x.ld, kc, loadLo, loadHi, storeLo, storeHi, 4*mr)
+			f.rows(&pan[0], unsafe.Pointer(&x.data[p0*x.ld+i0+ir]), x.ld, kc, loadLo, loadHi, storeLo, storeHi, 4*mr)
 		}
-		return
+		return rows
 	}
 	if kc < 16 || (mr > 16 && mr%16 != 0) {
-		packConvert(dst, x, i0, rows, p0, kc, mr, cv.table())
-		return
+		return 0
 	}
-	// Each row of op(X) is contiguous: 16×16 register transposes, as
-	// packF32AVX512.
+	// Each row of op(X) is contiguous: 16×16 register transposes over the
+	// whole panels, the last k mod 16 one by one.
 	kc16 := kc &^ 15
 	full := rows / mr * mr
-	var rp [16]*uint16
+	var rp [16]unsafe.Pointer
 	for ir := 0; ir < full; ir += mr {
 		pan := dst[ir*kc : ir*kc+mr*kc]
 		for h := 0; h < mr; h += 16 {
@@ -218,20 +183,31 @@ func packConvertAVX512(dst []float32, x mat[uint16], i0, rows, p0, kc, mr int, c
 			for i := range rp {
 				// Lanes past the panel repeat its last row; they are not stored.
 				row := x.data[(i0+ir+h+min(i, n-1))*x.ld+p0:][:kc]
-				rp[i] = &row[0]
+				rp[i] = unsafe.Pointer(&row[0])
 			}
 			_ = pan[(kc16-1)*mr+h+n-1]
-			cv.transpose(&pan[h], &rp, kc16/16, mr, uint16(1<<n-1))
+			f.transpose(&pan[h], &rp, kc16/16, mr, uint16(1<<n-1))
 		}
 		for i := 0; i < mr; i++ {
 			d := pan[i:]
 			for p, v := range x.data[(i0+ir+i)*x.ld+p0:][kc16:kc] {
-				d[(kc16+p)*mr] = cv.scalar(v)
+				d[(kc16+p)*mr] = widen(v, f)
 			}
 		}
 	}
-	if full < rows {
-		packConvert(dst[full*kc:], x, i0+full, rows-full, p0, kc, mr, cv.table())
+	return full
+}
+
+// convertPackerAVX512 returns packConvert for f's 16-bit format done with
+// packVectorAVX512: one vector conversion per 16 values instead of a table
+// lookup per value, so that the converting engines pack at the float32
+// packer's speed (from half the bytes). The values are packConvert's, bit
+// for bit (but that VCVTPH2PS quiets a signalling NaN half).
+func convertPackerAVX512(f format, tab func() *[1 << 16]float32) func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int) {
+	return func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, _ int) {
+		if done := packVectorAVX512(dst, x, i0, rows, p0, kc, mr, f); done < rows {
+			packConvert(dst[done*kc:], x, i0+done, rows-done, p0, kc, mr, tab())
+		}
 	}
 }
 

@@ -16,11 +16,14 @@ func init() {
 		}{"packF32AVX512", packF32AVX512})
 	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
-		for name, cv := range map[string]converter{"bf16": bf16Converter, "f16": f16Converter} {
+		for name, p := range map[string]func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int){
+			"bf16": convertPackerAVX512(fmtBF16, bf16Table),
+			"f16":  convertPackerAVX512(fmtF16, f16Table),
+		} {
 			convertPackers[name] = append(convertPackers[name], struct {
 				name string
 				pack func(dst []float32, x mat[uint16], i0, rows, p0, kc, mr, kg int)
-			}{"packConvertAVX512", cv.packer()})
+			}{"convertPackerAVX512", p})
 		}
 	}
 }
