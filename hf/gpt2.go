@@ -135,7 +135,7 @@ type Options struct {
 	DType         device.DType
 	// Defer returns the model with its parameters deferred
 	// (tensor.Deferred): checked against the checkpoint now, read from
-	// it only when a sharding places them (dist.NewZeRO3, one block at a
+	// it only when a sharding places them (parallel.NewZeRO3, one block at a
 	// time), so the whole model never exists on the device. The
 	// checkpoint's files stay mapped until every parameter has been read
 	// or released. Such a model runs only once sharded.

@@ -27,7 +27,7 @@ type GPTConfig struct {
 	// of the head and loss; 0 chooses them from tensor.LMHeadChunkBytes.
 	HeadChunkRows int
 	// Defer builds the parameters without memory (nn.Builder.Defer), for
-	// a sharding that draws them block by block (dist.NewZeRO3).
+	// a sharding that draws them block by block (parallel.NewZeRO3).
 	Defer bool
 }
 

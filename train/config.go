@@ -97,7 +97,7 @@ type Config struct {
 	Dist string `json:"dist"` // off, or mpi: one rank per process under mpirun
 	Zero int    `json:"zero"` // ZeRO stage: 0 (replicated optimizer), 1 (state sharded), 2 (gradients too) or 3 (parameters too)
 	// ZeroPrefetch starts each block's gather under -zero 3 while the
-	// block before it computes (dist.ZeRO3Config.Prefetch): the
+	// block before it computes (parallel.ZeRO3Config.Prefetch): the
 	// collectives overlap computation, at the cost of one more block's
 	// parameters at the peak.
 	ZeroPrefetch bool `json:"zero_prefetch,omitempty"`

@@ -4,11 +4,11 @@ import (
 	"fmt"
 
 	"github.com/memfit/memfit/amp"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -20,9 +20,9 @@ import (
 //   - one process: the optimizer steps the gradients backward left;
 //   - DDP (-zero 0): gradients are averaged over the ranks, then every rank
 //     steps its full optimizer — identical updates on identical replicas;
-//   - ZeRO (-zero 1|2): dist.ZeRO reduce-scatters the gradients, each rank
+//   - ZeRO (-zero 1|2): parallel.ZeRO reduce-scatters the gradients, each rank
 //     steps the optimizer of its shard and the parameters are all-gathered;
-//   - ZeRO-3 (-zero 3): dist.ZeRO3 holds only each rank's shard of the
+//   - ZeRO-3 (-zero 3): parallel.ZeRO3 holds only each rank's shard of the
 //     parameters, gathers a block's around its forward and backward (the
 //     model's block runner, wrapped) and reduce-scatters its gradients as
 //     backward leaves them; each rank steps its shard. beforeForward
@@ -37,11 +37,11 @@ import (
 
 // setupDist builds the DDP or ZeRO machinery over comm; called by assemble
 // after freezing, so that the shards are cut from the trainable parameters.
-func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
+func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
 	if t.Config.Zero == 3 && t.Config.ZeroPrefetch {
 		// Prefetches run on the Async's goroutine; every collective of
 		// the rank goes through it, in the order issued.
-		comm = dist.NewAsync(comm)
+		comm = parallel.NewAsync(comm)
 	}
 	t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
 	if t.Config.Zero == 3 {
@@ -52,7 +52,7 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		// A GPT's layers before its blocks are embedding lookups,
 		// whose backward reads no weights.
 		_, gpt := t.Model.(*models.GPT)
-		z, err := dist.NewZeRO3(comm, m, dist.ZeRO3Config{LookupsBeforeBlocks: gpt, Prefetch: t.Config.ZeroPrefetch}, newOpt)
+		z, err := parallel.NewZeRO3(comm, m, parallel.ZeRO3Config{LookupsBeforeBlocks: gpt, Prefetch: t.Config.ZeroPrefetch}, newOpt)
 		if err != nil {
 			return fmt.Errorf("-zero 3: %v", err)
 		}
@@ -61,14 +61,14 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 		return nil
 	}
 	if t.Config.Zero == 0 {
-		d, err := dist.NewDDP(comm, t.Model.Parameters(), dist.DDPConfig{})
+		d, err := parallel.NewDDP(comm, t.Model.Parameters(), parallel.DDPConfig{})
 		if err != nil {
 			return fmt.Errorf("-dist: %v", err)
 		}
 		t.ddp = d
 		return nil
 	}
-	zc := dist.ZeROConfig{Stage: t.Config.Zero}
+	zc := parallel.ZeROConfig{Stage: t.Config.Zero}
 	if zc.Stage == 2 {
 		// Stage 2 reduces during backward, a bucket at a time: buckets
 		// of 1/32 of the gradients keep few full gradients waiting.
@@ -78,7 +78,7 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 				P += int64(p.Len())
 			}
 		}
-		zc.BucketBytes = min(max(4*P/32, 4<<10), dist.DefaultBucketBytes)
+		zc.BucketBytes = min(max(4*P/32, 4<<10), parallel.DefaultBucketBytes)
 	}
 	// The shards are cut from the trainable parameters only (-zero
 	// refuses -unfreeze-at): a frozen one would cost collectives, and on
@@ -90,7 +90,7 @@ func (t *Trainer) setupDist(comm dist.Comm, newOpt func([]*tensor.Tensor) (*opti
 			trainable = append(trainable, p)
 		}
 	}
-	z, err := dist.NewZeRO(comm, trainable, zc, newOpt)
+	z, err := parallel.NewZeRO(comm, trainable, zc, newOpt)
 	if err != nil {
 		return fmt.Errorf("-zero %d: %v", t.Config.Zero, err)
 	}
@@ -111,12 +111,12 @@ func (t *Trainer) agree(yes bool) (bool, error) {
 	if yes {
 		v = 1
 	}
-	out, err := t.allReduce(v, dist.Max)
+	out, err := t.allReduce(v, parallel.Max)
 	return out != 0, err
 }
 
 // allReduce reduces one value over the ranks.
-func (t *Trainer) allReduce(v float32, op dist.Op) (float32, error) {
+func (t *Trainer) allReduce(v float32, op parallel.Op) (float32, error) {
 	x, err := tensor.FromFloat32(t.Device, []float32{v}, []int{1}, memory.Temporary)
 	if err != nil {
 		return 0, err
@@ -168,9 +168,9 @@ func (t *Trainer) stepTarget() amp.Optimizer {
 	return t.Opt
 }
 
-type zeroTarget struct{ z *dist.ZeRO }
+type zeroTarget struct{ z *parallel.ZeRO }
 
-type zero3Target struct{ z *dist.ZeRO3 }
+type zero3Target struct{ z *parallel.ZeRO3 }
 
 func (z zero3Target) Params() []*tensor.Tensor { return z.z.Shard() }
 func (z zero3Target) Step() error              { return z.z.Update() }
@@ -266,7 +266,7 @@ func (t *Trainer) beforeForward() {
 }
 
 // distErr prefers the error ZeRO-3 kept from a failed collective (it
-// wraps the *dist.RankError naming the rank at fault) to the panic that
+// wraps the *parallel.RankError naming the rank at fault) to the panic that
 // carried it out of a forward or backward.
 func (t *Trainer) distErr(err error) error {
 	if err != nil && t.zero3 != nil && t.zero3.Err() != nil {

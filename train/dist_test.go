@@ -14,9 +14,9 @@ import (
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -25,7 +25,7 @@ import (
 // with its summary; fn, if set, runs on each trainer before Run.
 func runRanks(t testing.TB, cfg Config, n int, fn func(*Trainer)) ([]*Trainer, []Summary) {
 	t.Helper()
-	comms := dist.NewLocal(n, dist.Timeout(60*time.Second))
+	comms := parallel.NewLocal(n, parallel.Timeout(60*time.Second))
 	trs := make([]*Trainer, n)
 	sums := make([]Summary, n)
 	errs := make([]error, n)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/memfit/memfit/dist"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/train"
 )
 
@@ -39,13 +39,13 @@ func ExamplePlan() {
 }
 
 // Data parallelism from the library: two ranks in one process (dist's
-// in-process engine; under mpirun, dist.NewMPI's communicator instead),
+// in-process engine; under mpirun, parallel.NewMPI's communicator instead),
 // each training on its half of every global batch, with ZeRO stage 1
 // sharding Adam's state between them.
 func ExampleNewDistributed() {
 	cfg := train.Default()
 	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps, cfg.Quiet, cfg.Zero = 1, 64, 16, 20, true, 1
-	comms := dist.NewLocal(2)
+	comms := parallel.NewLocal(2)
 	state := make([]int64, 2)
 	params := make([][]float32, 2)
 	var wg sync.WaitGroup

@@ -129,7 +129,7 @@ type Summary struct {
 }
 
 // Zero3Stats are a ZeRO-3 rank's gathers and reductions over the run
-// (dist.ZeRO3's counters). GatherWaitSec is the part of GatherSec the
+// (parallel.ZeRO3's counters). GatherWaitSec is the part of GatherSec the
 // training waited for: all of it without -zero-prefetch; the difference
 // is the gathering that overlapped computation.
 type Zero3Stats struct {

@@ -11,8 +11,8 @@ import (
 	"github.com/memfit/memfit/device"
 	_ "github.com/memfit/memfit/device/cpu"  // registers "cpu"
 	_ "github.com/memfit/memfit/device/meta" // registers "meta"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -54,7 +54,7 @@ func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
 // device. Parameters start from rank 0's; Config.Zero chooses replicated
 // (0) or sharded (1, 2) optimizer state. Only rank 0 logs. A nil comm is
 // New.
-func NewDistributed(cfg Config, dev device.Device, comm dist.Comm, log io.Writer) (*Trainer, error) {
+func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Writer) (*Trainer, error) {
 	cfg, note, err := cfg.ApplyInit()
 	if err != nil {
 		return nil, err
@@ -113,7 +113,7 @@ func (t *Trainer) warnIdle() {
 }
 
 // assemble builds model, optimizer and techniques for ds on dev.
-func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm dist.Comm, log io.Writer) (*Trainer, error) {
+func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm parallel.Comm, log io.Writer) (*Trainer, error) {
 	model, err := buildModel(dev, cfg, ds)
 	if err != nil {
 		return nil, err

@@ -11,8 +11,8 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/meta"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/parallel"
 )
 
 // The planner predicts the peak memory of a configuration without
@@ -95,9 +95,9 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	// With -dist and -ranks N the plan is rank 0's (whose shards are the
 	// largest): a communicator that stands for N ranks and exchanges
 	// nothing, since the meta device computes no values to exchange.
-	var comm dist.Comm
+	var comm parallel.Comm
 	if cfg.Dist != "off" && cfg.Ranks > 0 {
-		if comm, err = dist.NewMeta(0, cfg.Ranks); err != nil {
+		if comm, err = parallel.NewMeta(0, cfg.Ranks); err != nil {
 			return PeakBytes{}, err
 		}
 	}
@@ -323,7 +323,7 @@ func shardable(cfg Config) bool { return cfg.Dist != "off" && cfg.Ranks > 1 }
 // backward, and reduce-scatters its gradients: three model-sized
 // transfers where DDP's all-reduce moves two per optimizer step, so 1.5
 // times DDP's bytes at one micro-batch, in one small collective per block
-// and pass, none overlapped with compute (dist/doc.go). Where
+// and pass, none overlapped with compute (parallel/doc.go). Where
 // communication is about 30% of a DDP step, as over a network it may be,
 // the extra half costs 15%. BENCHMARKS.md ("ZeRO-3 ... its cost against
 // stage 2") measured less on one machine, where a collective is a memory

@@ -13,13 +13,13 @@ import (
 	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/freeze"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/offload"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -77,11 +77,11 @@ type Trainer struct {
 	offOpt *offload.Optimizer
 
 	// Data parallelism (dist.go): nil comm is one process.
-	comm        dist.Comm
+	comm        parallel.Comm
 	rank, ranks int
-	ddp         *dist.DDP
-	zero        *dist.ZeRO
-	zero3       *dist.ZeRO3
+	ddp         *parallel.DDP
+	zero        *parallel.ZeRO
+	zero3       *parallel.ZeRO3
 
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
@@ -334,7 +334,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	if t.distributed() {
 		// The mean over the ranks: what is logged, and what the
 		// non-finite check below sees the same on every rank.
-		l, err := t.allReduce(float32(res.loss), dist.Avg)
+		l, err := t.allReduce(float32(res.loss), parallel.Avg)
 		if err != nil {
 			t.zeroGrad()
 			return res, err

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 	"github.com/memfit/memfit/train"
 )
@@ -59,9 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.CheckPaths(); err != nil {
 		return fail(2, err)
 	}
-	var comm dist.Comm
+	var comm parallel.Comm
 	if cfg.Dist == "mpi" && !cfg.Plan {
-		c, err := dist.NewMPI()
+		c, err := parallel.NewMPI()
 		if err != nil {
 			return fail(2, fmt.Errorf("-dist mpi: %v", err))
 		}
@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if comm != nil && cfg.Device == "cuda" {
 		// GPU ranks talk through NCCL; MPI only introduced them.
-		nc, err := dist.NewNCCL(comm, dev)
+		nc, err := parallel.NewNCCL(comm, dev)
 		if err != nil {
 			return fail(2, fmt.Errorf("-dist mpi -device cuda: %v", err))
 		}

@@ -30,7 +30,7 @@ var rank = map[string]int{
 	"accumulate":        5,
 	"freeze":            5,
 	"offload":           5,
-	"dist":              6,
+	"parallel":          6,
 	"hf":                6,
 	"lora":              6,
 	"train":             7,

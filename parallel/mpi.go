@@ -1,6 +1,6 @@
 //go:build mpi
 
-package dist
+package parallel
 
 /*
 #cgo pkg-config: ompi

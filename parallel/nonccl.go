@@ -1,6 +1,6 @@
 //go:build !cuda
 
-package dist
+package parallel
 
 import (
 	"errors"

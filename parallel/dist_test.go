@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"errors"
@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -32,11 +32,11 @@ func f32(t *testing.T, dev *cpu.Device, v ...float32) *tensor.Tensor {
 func TestLocalCollectives(t *testing.T) {
 	const n = 3
 	got := make([][][]float32, n)
-	errs := runRanks(dist.NewLocal(n), func(c dist.Comm) error {
+	errs := runRanks(parallel.NewLocal(n), func(c parallel.Comm) error {
 		dev := cpu.New()
 		r := float32(c.Rank())
 		var out [][]float32
-		for _, op := range []dist.Op{dist.Sum, dist.Avg, dist.Max, dist.Min} {
+		for _, op := range []parallel.Op{parallel.Sum, parallel.Avg, parallel.Max, parallel.Min} {
 			x := f32(t, dev, r, 10*r+1)
 			if err := c.AllReduce(x, op); err != nil {
 				return err
@@ -46,7 +46,7 @@ func TestLocalCollectives(t *testing.T) {
 		}
 		in := f32(t, dev, r, r, r+1, r+1, r+2, r+2) // 2 per rank
 		o := f32(t, dev, 0, 0)
-		if err := c.ReduceScatter(o, in, dist.Sum); err != nil {
+		if err := c.ReduceScatter(o, in, parallel.Sum); err != nil {
 			return err
 		}
 		out = append(out, o.Float32s())
@@ -89,15 +89,15 @@ func TestLocalCollectives(t *testing.T) {
 }
 
 func TestLocalRejectsBadTensors(t *testing.T) {
-	c := dist.NewLocal(2)[0]
+	c := parallel.NewLocal(2)[0]
 	dev := cpu.New()
 	x, _ := tensor.FromFloat64(dev, []float64{1, 2}, []int{2}, memory.Temporary)
 	defer x.Release()
-	if err := c.AllReduce(x, dist.Sum); err == nil || !strings.Contains(err.Error(), "want f32") {
+	if err := c.AllReduce(x, parallel.Sum); err == nil || !strings.Contains(err.Error(), "want f32") {
 		t.Errorf("f64 tensor: %v", err)
 	}
 	a, b := f32(t, dev, 1, 2, 3), f32(t, dev, 1)
-	if err := c.ReduceScatter(b, a, dist.Sum); err == nil || !strings.Contains(err.Error(), "3 elements against 1 per rank × 2 ranks") {
+	if err := c.ReduceScatter(b, a, parallel.Sum); err == nil || !strings.Contains(err.Error(), "3 elements against 1 per rank × 2 ranks") {
 		t.Errorf("reduce_scatter lengths: %v", err)
 	}
 	if err := c.Broadcast(b, 2); err == nil {
@@ -110,7 +110,7 @@ func TestLocalRejectsBadTensors(t *testing.T) {
 func TestDeadRankIsNamed(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
-	errs := runRanks(dist.NewLocal(3, dist.Timeout(timeout)), func(c dist.Comm) error {
+	errs := runRanks(parallel.NewLocal(3, parallel.Timeout(timeout)), func(c parallel.Comm) error {
 		dev := cpu.New()
 		x := f32(t, dev, 1, 2, 3)
 		defer x.Release()
@@ -118,7 +118,7 @@ func TestDeadRankIsNamed(t *testing.T) {
 			if c.Rank() == 2 && step == 4 {
 				return errDied // no Close, no more collectives
 			}
-			if err := c.AllReduce(x, dist.Avg); err != nil {
+			if err := c.AllReduce(x, parallel.Avg); err != nil {
 				// a failed group fails at once from then on
 				if err2 := c.Barrier(); err2 == nil {
 					return errors.New("barrier succeeded on a failed group")
@@ -133,7 +133,7 @@ func TestDeadRankIsNamed(t *testing.T) {
 		t.Errorf("took %v, want < 2s", elapsed)
 	}
 	for r := range 2 {
-		var re *dist.RankError
+		var re *parallel.RankError
 		if !errors.As(errs[r], &re) || re.Rank != 2 || re.Seq != 5 {
 			t.Fatalf("rank %d: %v; want a RankError naming rank 2 at all_reduce #5", r, errs[r])
 		}
@@ -148,14 +148,14 @@ func TestDeadRankIsNamed(t *testing.T) {
 // at once rather than at the timeout.
 func TestClosedRankFailsOthersAtOnce(t *testing.T) {
 	start := time.Now()
-	errs := runRanks(dist.NewLocal(2, dist.Timeout(time.Minute)), func(c dist.Comm) error {
+	errs := runRanks(parallel.NewLocal(2, parallel.Timeout(time.Minute)), func(c parallel.Comm) error {
 		if c.Rank() == 1 {
 			time.Sleep(20 * time.Millisecond)
 			panic("rank 1 crashes") // runRanks closes its communicator
 		}
 		return c.Barrier()
 	})
-	var re *dist.RankError
+	var re *parallel.RankError
 	if !errors.As(errs[0], &re) || re.Rank != 1 || !strings.Contains(re.Error(), "closed") {
 		t.Fatalf("rank 0: %v", errs[0])
 	}
@@ -166,11 +166,11 @@ func TestClosedRankFailsOthersAtOnce(t *testing.T) {
 
 // Ranks calling different collectives are told which rank is out of step.
 func TestMismatchedCollectives(t *testing.T) {
-	errs := runRanks(dist.NewLocal(2, dist.Timeout(5*time.Second)), func(c dist.Comm) error {
+	errs := runRanks(parallel.NewLocal(2, parallel.Timeout(5*time.Second)), func(c parallel.Comm) error {
 		dev := cpu.New()
 		x := f32(t, dev, 1, 2)
 		if c.Rank() == 0 {
-			return c.AllReduce(x, dist.Sum)
+			return c.AllReduce(x, parallel.Sum)
 		}
 		return c.Broadcast(x, 0)
 	})
@@ -187,7 +187,7 @@ func TestMismatchedCollectives(t *testing.T) {
 // reduces every micro-batch's gradients (once more per micro-batch).
 func TestEquivalence(t *testing.T) {
 	const steps = 20
-	ref, err := trainRank(dist.NewLocal(1)[0], plain, steps, 1, 0, nil)
+	ref, err := trainRank(parallel.NewLocal(1)[0], plain, steps, 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestEquivalence(t *testing.T) {
 	for _, m := range []mode{ddp, zero1, zero2, zero2ov, zero2each} {
 		for _, accum := range []int{1, 2} {
 			res := make([]result, 2)
-			errs := runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+			errs := runRanks(parallel.NewLocal(2, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 				var err error
 				res[c.Rank()], err = trainRank(c, m, steps, accum, 64, nil) // 16-element buckets
 				return err
@@ -234,7 +234,7 @@ func TestZeROMemory(t *testing.T) {
 	for _, m := range []mode{ddp, zero1, zero2, zero2ov} {
 		type obs struct{ grad, gradPeak, bwdGradPeak, state, param, temp, tempPeak, commPeak int64 }
 		got := make([]obs, 2)
-		errs := runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		errs := runRanks(parallel.NewLocal(2, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			o := &got[c.Rank()]
 			_, err := trainRank(c, m, 2, 1, 256, func(stage string, st memory.Stats) {
 				switch stage {
@@ -304,12 +304,12 @@ func TestZeROMemory(t *testing.T) {
 
 // A one-rank communicator makes DDP and ZeRO plain training.
 func TestSingleRank(t *testing.T) {
-	ref, err := trainRank(dist.NewLocal(1)[0], plain, 3, 1, 0, nil)
+	ref, err := trainRank(parallel.NewLocal(1)[0], plain, 3, 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []mode{ddp, zero1, zero2} {
-		res, err := trainRank(dist.NewLocal(1)[0], m, 3, 1, 0, nil)
+		res, err := trainRank(parallel.NewLocal(1)[0], m, 3, 1, 0, nil)
 		if err != nil {
 			t.Fatal(m, err)
 		}
@@ -323,7 +323,7 @@ func TestZeROGradNorm(t *testing.T) {
 	norms := map[string][]float64{}
 	for _, name := range []string{"ddp", "zero2"} {
 		got := make([]float64, 2)
-		errs := runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		errs := runRanks(parallel.NewLocal(2, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			dev := cpu.New(cpu.Threads(1))
 			model, err := models.NewMLP(dev, models.MLPConfig{Widths: widths, Seed: 1})
 			if err != nil {
@@ -345,7 +345,7 @@ func TestZeROGradNorm(t *testing.T) {
 				return err
 			}
 			if name == "ddp" {
-				d, err := dist.NewDDP(c, params, dist.DDPConfig{BucketBytes: 100})
+				d, err := parallel.NewDDP(c, params, parallel.DDPConfig{BucketBytes: 100})
 				if err != nil {
 					return err
 				}
@@ -355,7 +355,7 @@ func TestZeROGradNorm(t *testing.T) {
 				got[c.Rank()], err = optim.GradNorm(params)
 				return err
 			}
-			z, err := dist.NewZeRO(c, params, dist.ZeROConfig{Stage: 2, BucketBytes: 100}, newAdam)
+			z, err := parallel.NewZeRO(c, params, parallel.ZeROConfig{Stage: 2, BucketBytes: 100}, newAdam)
 			if err != nil {
 				return err
 			}
@@ -397,7 +397,7 @@ func TestZeRO2ReducesEachMicroBatch(t *testing.T) {
 	held := map[mode]int64{} // the most gradient bytes at a micro-batch's start
 	for _, m := range []mode{zero2ov, zero2each} {
 		got := make([]int64, 2)
-		checkErrs(t, runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(2, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			_, err := trainRank(c, m, 2, 4, 256, func(stage string, st memory.Stats) {
 				if stage == "micro-batch" {
 					got[c.Rank()] = max(got[c.Rank()], st.Category(memory.Gradient).Current)

@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"math"
@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -26,7 +26,7 @@ func newAdamW8(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 // are small multiples of 2⁻¹⁰ (so averaging identical gradients over 2 or
 // 4 ranks gives them back exactly), and returns the full state and the
 // parameters.
-func run8(c dist.Comm, stage, from, to int, state *optim.State, params0 [][]float32) (optim.State, [][]float32, error) {
+func run8(c parallel.Comm, stage, from, to int, state *optim.State, params0 [][]float32) (optim.State, [][]float32, error) {
 	dev := cpu.New(cpu.Threads(1))
 	var ps []*tensor.Tensor
 	for i, sh := range shapes8 {
@@ -53,12 +53,12 @@ func run8(c dist.Comm, stage, from, to int, state *optim.State, params0 [][]floa
 		}
 	}()
 	var (
-		z   *dist.ZeRO
+		z   *parallel.ZeRO
 		opt *optim.Optimizer
 		err error
 	)
 	if c != nil {
-		if z, err = dist.NewZeRO(c, ps, dist.ZeROConfig{Stage: stage, BucketBytes: 4096}, newAdamW8); err != nil {
+		if z, err = parallel.NewZeRO(c, ps, parallel.ZeROConfig{Stage: stage, BucketBytes: 4096}, newAdamW8); err != nil {
 			return optim.State{}, nil, err
 		}
 		defer z.Release()
@@ -148,7 +148,7 @@ func TestZeRO8bitShardsOnBlocks(t *testing.T) {
 	for _, stage := range []int{1, 2} {
 		mids := make([]optim.State, 4)
 		mp := make([][][]float32, 4)
-		checkErrs(t, runRanks(dist.NewLocal(4, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(4, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			var err error
 			mids[c.Rank()], mp[c.Rank()], err = run8(c, stage, 0, 3, nil, nil)
 			return err
@@ -159,7 +159,7 @@ func TestZeRO8bitShardsOnBlocks(t *testing.T) {
 		}
 		ends := make([][][]float32, 2)
 		endStates := make([]optim.State, 2)
-		checkErrs(t, runRanks(dist.NewLocal(2, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(2, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			var err error
 			endStates[c.Rank()], ends[c.Rank()], err = run8(c, stage, 3, 6, &mids[0], mp[0])
 			return err

@@ -12,11 +12,11 @@ import (
 
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -33,7 +33,7 @@ const globalRows = 8
 
 func run() error {
 	flag.Parse()
-	c, err := dist.NewMPI(dist.MPITimeout(*timeout))
+	c, err := parallel.NewMPI(parallel.MPITimeout(*timeout))
 	if err != nil {
 		return err
 	}
@@ -77,11 +77,11 @@ func run() error {
 	return c.Close()
 }
 
-func collectives(c dist.Comm) error {
+func collectives(c parallel.Comm) error {
 	dev := cpu.New()
 	r, n := float32(c.Rank()), c.Size()
 	x, _ := tensor.FromFloat32(dev, []float32{r, 1}, []int{2}, memory.Temporary)
-	if err := c.AllReduce(x, dist.Sum); err != nil {
+	if err := c.AllReduce(x, parallel.Sum); err != nil {
 		return err
 	}
 	if got, want := x.Float32s(), []float32{float32(n * (n - 1) / 2), float32(n)}; !slices.Equal(got, want) {
@@ -93,7 +93,7 @@ func collectives(c dist.Comm) error {
 	}
 	it, _ := tensor.FromFloat32(dev, in, []int{n}, memory.Temporary)
 	out, _ := tensor.FromFloat32(dev, []float32{0}, []int{1}, memory.Temporary)
-	if err := c.ReduceScatter(out, it, dist.Avg); err != nil {
+	if err := c.ReduceScatter(out, it, parallel.Avg); err != nil {
 		return err
 	}
 	if got, want := out.Float32s()[0], r+float32(n-1)/2; got != want {
@@ -130,7 +130,7 @@ var newOpt = newAdam
 
 // train runs steps on this rank's rows of a fixed synthetic batch (all
 // rows when alone) and returns the parameters and the optimizer state bytes.
-func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
+func train(c parallel.Comm, mode string, alone bool) ([]float32, int64, error) {
 	dev := cpu.New(cpu.Threads(1))
 	model, err := models.NewMLP(dev, models.MLPConfig{Widths: widths, Seed: 1 + uint64(c.Rank())*100*btoi(!alone)})
 	if err != nil {
@@ -140,26 +140,26 @@ func train(c dist.Comm, mode string, alone bool) ([]float32, int64, error) {
 	params := model.Parameters()
 	var (
 		opt *optim.Optimizer
-		d   *dist.DDP
-		z   *dist.ZeRO
-		z3  *dist.ZeRO3
+		d   *parallel.DDP
+		z   *parallel.ZeRO
+		z3  *parallel.ZeRO3
 	)
 	switch mode {
 	case "plain":
 		opt, err = newOpt(params)
 	case "ddp":
 		if opt, err = newOpt(params); err == nil {
-			d, err = dist.NewDDP(c, params, dist.DDPConfig{BucketBytes: 64})
+			d, err = parallel.NewDDP(c, params, parallel.DDPConfig{BucketBytes: 64})
 		}
 	case "zero3":
-		z3, err = dist.NewZeRO3(c, model, dist.ZeRO3Config{BucketBytes: 64}, newOpt)
+		z3, err = parallel.NewZeRO3(c, model, parallel.ZeRO3Config{BucketBytes: 64}, newOpt)
 		if z3 != nil {
 			defer z3.Release()
 			opt = z3.Optimizer()
 			model.SetBlockRunner(z3.Runner(nil))
 		}
 	default:
-		z, err = dist.NewZeRO(c, params, dist.ZeROConfig{Stage: int(mode[4] - '0'), BucketBytes: 64}, newOpt)
+		z, err = parallel.NewZeRO(c, params, parallel.ZeROConfig{Stage: int(mode[4] - '0'), BucketBytes: 64}, newOpt)
 		if z != nil {
 			defer z.Release()
 			opt = z.Optimizer()

@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -55,11 +55,11 @@ type gptRun struct {
 	optimizer  func([]*tensor.Tensor) (*optim.Optimizer, error)
 	// measure, when set, gets each step's peak of the model states
 	// (parameters, gradients, optimizer state) and the ZeRO3.
-	measure func(step int, peak int64, z *dist.ZeRO3)
+	measure func(step int, peak int64, z *parallel.ZeRO3)
 	// resumeFrom, when set, loads weights and optimizer state before
 	// training; save, when set, gets them after training.
 	lookups    bool // ZeRO3Config.LookupsBeforeBlocks
-	prefetch   bool // ZeRO3Config.Prefetch, over dist.NewAsync(c)
+	prefetch   bool // ZeRO3Config.Prefetch, over parallel.NewAsync(c)
 	deferred   bool // the model built with GPTConfig.Defer
 	resumeFrom *fullState
 	save       func(fullState)
@@ -75,7 +75,7 @@ type fullState struct {
 
 // trainGPT trains the test GPT on c's rank (c nil: one process with the
 // whole global batch) and returns its parameters, gathered.
-func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
+func trainGPT(c parallel.Comm, run gptRun, steps int) ([]float32, error) {
 	dev := cpu.New(cpu.Threads(1))
 	rank, ranks := 0, 1
 	if c != nil {
@@ -102,14 +102,14 @@ func trainGPT(c dist.Comm, run gptRun, steps int) ([]float32, error) {
 	}
 	var (
 		opt *optim.Optimizer
-		z   *dist.ZeRO3
+		z   *parallel.ZeRO3
 	)
 	if run.zero3 {
-		zc := dist.ZeRO3Config{LookupsBeforeBlocks: run.lookups, Prefetch: run.prefetch}
+		zc := parallel.ZeRO3Config{LookupsBeforeBlocks: run.lookups, Prefetch: run.prefetch}
 		if run.prefetch {
-			c = dist.NewAsync(c)
+			c = parallel.NewAsync(c)
 		}
-		if z, err = dist.NewZeRO3(c, model, zc, newOpt); err != nil {
+		if z, err = parallel.NewZeRO3(c, model, zc, newOpt); err != nil {
 			return nil, err
 		}
 		defer z.Release()
@@ -246,7 +246,7 @@ func TestZero3Equivalence(t *testing.T) {
 			got := make([][]float32, tc.ranks)
 			run := tc.run
 			run.zero3 = true
-			errs := runRanks(dist.NewLocal(tc.ranks), func(c dist.Comm) error {
+			errs := runRanks(parallel.NewLocal(tc.ranks), func(c parallel.Comm) error {
 				var err error
 				got[c.Rank()], err = trainGPT(c, run, gpt3Steps)
 				return err
@@ -273,13 +273,13 @@ func TestZero3Memory(t *testing.T) {
 	for _, ranks := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d ranks", ranks), func(t *testing.T) {
 			peaks := make([]int64, ranks)
-			run := gptRun{zero3: true, measure: func(step int, peak int64, z *dist.ZeRO3) {
+			run := gptRun{zero3: true, measure: func(step int, peak int64, z *parallel.ZeRO3) {
 				if step == 0 {
 					return // Adam's state is made by the first step
 				}
 				peaks[z.Rank()] = max(peaks[z.Rank()], peak)
 			}}
-			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+			errs := runRanks(parallel.NewLocal(ranks), func(c parallel.Comm) error {
 				_, err := trainGPT(c, run, 3)
 				return err
 			})
@@ -303,7 +303,7 @@ func TestZero3Memory(t *testing.T) {
 // continuing exactly as the uninterrupted run.
 func TestZero3Checkpoint(t *testing.T) {
 	var saved fullState
-	errs := runRanks(dist.NewLocal(2), func(c dist.Comm) error {
+	errs := runRanks(parallel.NewLocal(2), func(c parallel.Comm) error {
 		run := gptRun{zero3: true}
 		if c.Rank() == 0 {
 			run.save = func(st fullState) { saved = st }
@@ -324,7 +324,7 @@ func TestZero3Checkpoint(t *testing.T) {
 	for _, ranks := range []int{4, 2} {
 		t.Run(fmt.Sprintf("on %d ranks", ranks), func(t *testing.T) {
 			got := make([][]float32, ranks)
-			errs := runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+			errs := runRanks(parallel.NewLocal(ranks), func(c parallel.Comm) error {
 				var err error
 				got[c.Rank()], err = trainGPT(c, gptRun{zero3: true, resumeFrom: &saved}, 3)
 				return err
@@ -339,7 +339,7 @@ func TestZero3Checkpoint(t *testing.T) {
 		// The one-process resume above is itself the check that the
 		// state loads without ZeRO; here, on a ZeRO-3 group of one.
 		got := make([][]float32, 1)
-		checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(1), func(c parallel.Comm) error {
 			var err error
 			got[0], err = trainGPT(c, gptRun{zero3: true, resumeFrom: &saved}, 3)
 			return err
@@ -351,7 +351,7 @@ func TestZero3Checkpoint(t *testing.T) {
 }
 
 // TestZero3DeadRank: a rank that closes its communicator in the middle of
-// training makes the others fail with a *dist.RankError naming it, also
+// training makes the others fail with a *parallel.RankError naming it, also
 // when their gathers are prefetched (waited for on the Async).
 func TestZero3DeadRank(t *testing.T) {
 	for _, tc := range []struct {
@@ -361,10 +361,10 @@ func TestZero3DeadRank(t *testing.T) {
 		ranks := tc.ranks
 		t.Run(fmt.Sprintf("%d ranks, prefetch %v", ranks, tc.prefetch), func(t *testing.T) {
 			const dead = 1
-			errs := runRanks(dist.NewLocal(ranks, dist.Timeout(10*time.Second)), func(c dist.Comm) error {
+			errs := runRanks(parallel.NewLocal(ranks, parallel.Timeout(10*time.Second)), func(c parallel.Comm) error {
 				run := gptRun{zero3: true, prefetch: tc.prefetch}
 				if c.Rank() == dead {
-					run.measure = func(step int, _ int64, _ *dist.ZeRO3) {
+					run.measure = func(step int, _ int64, _ *parallel.ZeRO3) {
 						if step == 1 {
 							c.Close()
 						}
@@ -377,9 +377,9 @@ func TestZero3DeadRank(t *testing.T) {
 				if r == dead {
 					continue
 				}
-				var re *dist.RankError
+				var re *parallel.RankError
 				if !errors.As(err, &re) || re.Rank != dead {
-					t.Errorf("rank %d: %v; want a *dist.RankError naming rank %d", r, err, dead)
+					t.Errorf("rank %d: %v; want a *parallel.RankError naming rank %d", r, err, dead)
 				}
 			}
 		})
@@ -417,14 +417,14 @@ func gptAdamW(ps []*tensor.Tensor) (*optim.Optimizer, error) {
 // is an error naming the parameter, not a read of freed memory, and leaks
 // nothing.
 func TestZero3ParametersNeedTheRunner(t *testing.T) {
-	checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+	checkErrs(t, runRanks(parallel.NewLocal(1), func(c parallel.Comm) error {
 		dev := cpu.New(cpu.Threads(1))
 		model, err := models.NewGPT(dev, gpt3)
 		if err != nil {
 			return err
 		}
 		defer nn.Release(model)
-		z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{}, gptAdamW)
+		z, err := parallel.NewZeRO3(c, model, parallel.ZeRO3Config{}, gptAdamW)
 		if err != nil {
 			return err
 		}
@@ -481,10 +481,10 @@ func TestZero3GatherCounts(t *testing.T) {
 		{"prefetch, checkpoint every block", checkpoint.Every, 3*L - 1 + 3, 2*L + 3, L + 2, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErrs(t, runRanks(dist.NewLocal(2), func(c dist.Comm) error {
+			checkErrs(t, runRanks(parallel.NewLocal(2), func(c parallel.Comm) error {
 				var g0, r0 int
 				var errs []error
-				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, prefetch: tc.prefetch, measure: func(step int, _ int64, z *dist.ZeRO3) {
+				run := gptRun{zero3: true, checkpoint: tc.policy, lookups: tc.lookups, prefetch: tc.prefetch, measure: func(step int, _ int64, z *parallel.ZeRO3) {
 					want := tc.later
 					if step == 0 {
 						want = tc.first
@@ -531,13 +531,13 @@ func TestZero3Prefetch(t *testing.T) {
 				fetched := make([]int, tc.ranks)
 				run := tc.run
 				run.zero3, run.prefetch = true, prefetch
-				run.measure = func(step int, peak int64, z *dist.ZeRO3) {
+				run.measure = func(step int, peak int64, z *parallel.ZeRO3) {
 					if step > 0 {
 						peaks[z.Rank()] = max(peaks[z.Rank()], peak)
 					}
 					fetched[z.Rank()] = z.Prefetches
 				}
-				checkErrs(t, runRanks(dist.NewLocal(tc.ranks), func(c dist.Comm) error {
+				checkErrs(t, runRanks(parallel.NewLocal(tc.ranks), func(c parallel.Comm) error {
 					var err error
 					got[c.Rank()], err = trainGPT(c, run, 4)
 					return err
@@ -569,14 +569,14 @@ func TestZero3Prefetch(t *testing.T) {
 // also uses directly would let the two reach the engine in either order,
 // so NewZeRO3 refuses it.
 func TestZero3PrefetchNeedsAsync(t *testing.T) {
-	checkErrs(t, runRanks(dist.NewLocal(1), func(c dist.Comm) error {
+	checkErrs(t, runRanks(parallel.NewLocal(1), func(c parallel.Comm) error {
 		dev := cpu.New(cpu.Threads(1))
 		model, err := models.NewGPT(dev, gpt3)
 		if err != nil {
 			return err
 		}
 		defer nn.Release(model)
-		z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{Prefetch: true}, gptAdamW)
+		z, err := parallel.NewZeRO3(c, model, parallel.ZeRO3Config{Prefetch: true}, gptAdamW)
 		if err == nil {
 			z.Release()
 			return errors.New("NewZeRO3 prefetches over a synchronous communicator")
@@ -596,7 +596,7 @@ func TestZero3DeferredModel(t *testing.T) {
 	const ranks = 2
 	for _, deferred := range []bool{false, true} {
 		peaks := make([]int64, ranks)
-		checkErrs(t, runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(ranks), func(c parallel.Comm) error {
 			dev := cpu.New(cpu.Threads(1))
 			cfg := gpt3
 			cfg.Defer = deferred
@@ -609,7 +609,7 @@ func TestZero3DeferredModel(t *testing.T) {
 				return fmt.Errorf("a deferred model holds %d B of parameters", now)
 			}
 			w := dev.Memory().NewWatermark()
-			z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{}, gptAdamW)
+			z, err := parallel.NewZeRO3(c, model, parallel.ZeRO3Config{}, gptAdamW)
 			if err != nil {
 				return err
 			}
@@ -636,7 +636,7 @@ func TestZero3DeferredModel(t *testing.T) {
 	got := make([][]float32, ranks)
 	for i, deferred := range []bool{false, true} {
 		out := [][][]float32{want, got}[i]
-		checkErrs(t, runRanks(dist.NewLocal(ranks), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(ranks), func(c parallel.Comm) error {
 			var err error
 			out[c.Rank()], err = trainGPT(c, gptRun{zero3: true, deferred: deferred}, 4)
 			return err

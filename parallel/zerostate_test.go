@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"maps"
@@ -8,17 +8,17 @@ import (
 
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
 // zeroRun trains the test MLP with ZeRO on c for steps [from, to), first
 // importing state (if any), and returns the full optimizer state and the
 // parameters at the end.
-func zeroRun(c dist.Comm, stage, from, to int, params0 []float32, state *optim.State) (optim.State, []float32, error) {
+func zeroRun(c parallel.Comm, stage, from, to int, params0 []float32, state *optim.State) (optim.State, []float32, error) {
 	dev := cpu.New(cpu.Threads(1))
 	model, err := models.NewMLP(dev, models.MLPConfig{Widths: widths, Seed: 1})
 	if err != nil {
@@ -35,7 +35,7 @@ func zeroRun(c dist.Comm, stage, from, to int, params0 []float32, state *optim.S
 			off += p.Len()
 		}
 	}
-	z, err := dist.NewZeRO(c, params, dist.ZeROConfig{Stage: stage, BucketBytes: 64}, newAdam)
+	z, err := parallel.NewZeRO(c, params, parallel.ZeROConfig{Stage: stage, BucketBytes: 64}, newAdam)
 	if err != nil {
 		return optim.State{}, nil, err
 	}
@@ -78,11 +78,11 @@ func zeroRun(c dist.Comm, stage, from, to int, params0 []float32, state *optim.S
 // as the unsharded one does.
 func TestZeROFullState(t *testing.T) {
 	// Reference: one rank, so the "shard" is everything.
-	refMid, _, err := zeroRun(dist.NewLocal(1)[0], 1, 0, 3, nil, nil)
+	refMid, _, err := zeroRun(parallel.NewLocal(1)[0], 1, 0, 3, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refEnd, refEndParams, err := zeroRun(dist.NewLocal(1)[0], 1, 0, 6, nil, nil)
+	refEnd, refEndParams, err := zeroRun(parallel.NewLocal(1)[0], 1, 0, 6, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestZeROFullState(t *testing.T) {
 	for _, tc := range []struct{ first, second, stage int }{{2, 3, 2}, {3, 2, 1}, {2, 1, 2}} {
 		mids := make([]optim.State, tc.first)
 		mp := make([][]float32, tc.first)
-		checkErrs(t, runRanks(dist.NewLocal(tc.first, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(tc.first, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			var err error
 			mids[c.Rank()], mp[c.Rank()], err = zeroRun(c, tc.stage, 0, 3, nil, nil)
 			return err
@@ -112,7 +112,7 @@ func TestZeROFullState(t *testing.T) {
 		}
 		ends := make([][]float32, tc.second)
 		endStates := make([]optim.State, tc.second)
-		checkErrs(t, runRanks(dist.NewLocal(tc.second, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+		checkErrs(t, runRanks(parallel.NewLocal(tc.second, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 			var err error
 			endStates[c.Rank()], ends[c.Rank()], err = zeroRun(c, tc.stage, 3, 6, mp[0], &mids[0])
 			return err
@@ -131,7 +131,7 @@ func TestZeROFullState(t *testing.T) {
 // TestZeROImportRejects: a state for other parameters or shapes is an
 // error naming the tensor, and leaves nothing half-imported.
 func TestZeROImportRejects(t *testing.T) {
-	good, _, err := zeroRun(dist.NewLocal(1)[0], 1, 0, 1, nil, nil)
+	good, _, err := zeroRun(parallel.NewLocal(1)[0], 1, 0, 1, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestZeROImportRejects(t *testing.T) {
 			st.Tensors[k] = v
 		}
 		mutate(&st)
-		_, _, err := zeroRun(dist.NewLocal(1)[0], 1, 0, 0, nil, &st)
+		_, _, err := zeroRun(parallel.NewLocal(1)[0], 1, 0, 0, nil, &st)
 		if err == nil || !contains(err.Error(), name) {
 			t.Errorf("%s: error %v", name, err)
 		}

@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -72,7 +72,7 @@ var formats = []format{
 // 2⁻¹⁰ (exact in bf16, and averaged exactly over identical ranks), and
 // returns the full state, the parameters (as float32) and this rank's
 // optimizer state bytes.
-func runFormat(fm format, c dist.Comm, stage, from, to int, state *optim.State, params0 [][]float32) (optim.State, [][]float32, int64, error) {
+func runFormat(fm format, c parallel.Comm, stage, from, to int, state *optim.State, params0 [][]float32) (optim.State, [][]float32, int64, error) {
 	dev := cpu.New(cpu.Threads(1))
 	var ps []*tensor.Tensor
 	defer func() {
@@ -103,12 +103,12 @@ func runFormat(fm format, c dist.Comm, stage, from, to int, state *optim.State, 
 		p.SetRequiresGrad(true).SetName(fmt.Sprintf("p%d", i))
 	}
 	var (
-		z   *dist.ZeRO
+		z   *parallel.ZeRO
 		opt *optim.Optimizer
 		err error
 	)
 	if c != nil {
-		if z, err = dist.NewZeRO(c, ps, dist.ZeROConfig{Stage: stage, BucketBytes: 4096}, fm.newOpt); err != nil {
+		if z, err = parallel.NewZeRO(c, ps, parallel.ZeROConfig{Stage: stage, BucketBytes: 4096}, fm.newOpt); err != nil {
 			return optim.State{}, nil, 0, err
 		}
 		defer z.Release()
@@ -217,7 +217,7 @@ func TestZeROStateFormats(t *testing.T) {
 				mids := make([]optim.State, 4)
 				mp := make([][][]float32, 4)
 				bytes := make([]int64, 4)
-				checkErrs(t, runRanks(dist.NewLocal(4, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+				checkErrs(t, runRanks(parallel.NewLocal(4, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 					var err error
 					mids[c.Rank()], mp[c.Rank()], bytes[c.Rank()], err = runFormat(fm, c, stage, 0, 3, nil, nil)
 					return err
@@ -234,7 +234,7 @@ func TestZeROStateFormats(t *testing.T) {
 				for _, n := range []int{2, 1} {
 					ends := make([][][]float32, n)
 					endStates := make([]optim.State, n)
-					checkErrs(t, runRanks(dist.NewLocal(n, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+					checkErrs(t, runRanks(parallel.NewLocal(n, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 						var err error
 						endStates[c.Rank()], ends[c.Rank()], _, err = runFormat(fm, c, stage, 3, 6, &mids[0], mp[0])
 						return err
@@ -259,7 +259,7 @@ func TestZeROAdafactorOwnsWholeTensors(t *testing.T) {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
 			owned := make([][]*tensor.Tensor, n)
 			bytes := make([]int64, n)
-			checkErrs(t, runRanks(dist.NewLocal(n, dist.Timeout(30*time.Second)), func(c dist.Comm) error {
+			checkErrs(t, runRanks(parallel.NewLocal(n, parallel.Timeout(30*time.Second)), func(c parallel.Comm) error {
 				dev := cpu.New(cpu.Threads(1))
 				var ps []*tensor.Tensor
 				defer func() {
@@ -280,7 +280,7 @@ func TestZeROAdafactorOwnsWholeTensors(t *testing.T) {
 					g.Fill(0.5)
 					p.SetGrad(g)
 				}
-				z, err := dist.NewZeRO(c, ps, dist.ZeROConfig{Stage: 2}, formats[0].newOpt)
+				z, err := parallel.NewZeRO(c, ps, parallel.ZeROConfig{Stage: 2}, formats[0].newOpt)
 				if err != nil {
 					return err
 				}
@@ -348,7 +348,7 @@ func TestZeRO3RefusesWholeAndBF16(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err = dist.NewZeRO3(dist.NewLocal(1)[0], m, dist.ZeRO3Config{}, fm.newOpt)
+			_, err = parallel.NewZeRO3(parallel.NewLocal(1)[0], m, parallel.ZeRO3Config{}, fm.newOpt)
 			if err == nil || !strings.Contains(err.Error(), "-zero 1 or 2") {
 				t.Fatalf("error %v, want one naming -zero 1 or 2", err)
 			}

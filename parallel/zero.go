@@ -1,4 +1,4 @@
-package dist
+package parallel
 
 import (
 	"fmt"
@@ -74,7 +74,7 @@ type ZeRO struct {
 // rank 0's values to all ranks, and calls newOptimizer with this rank's
 // shard views to build the optimizer that updates them, e.g.
 //
-//	z, err := dist.NewZeRO(c, nn.Trainable(model), dist.ZeROConfig{Stage: 2},
+//	z, err := parallel.NewZeRO(c, nn.Trainable(model), parallel.ZeROConfig{Stage: 2},
 //		func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
 //			return optim.NewAdamW(shard, optim.AdamW{LR: 3e-4, WeightDecay: 0.1})
 //		})

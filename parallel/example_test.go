@@ -1,26 +1,26 @@
-package dist_test
+package parallel_test
 
 import (
 	"fmt"
 	"sync"
 
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
 // ExampleNewZeRO3 shards a GPT's parameters over two in-process ranks
-// (goroutines; under mpirun, dist.NewMPI gives each process its rank).
+// (goroutines; under mpirun, parallel.NewMPI gives each process its rank).
 // The model is built deferred, so its parameters take no memory until
 // NewZeRO3 draws them group by group, and the gathers are prefetched,
 // which needs every collective of the rank to go through an Async.
 func ExampleNewZeRO3() {
 	cfg := models.GPTConfig{Layers: 2, Heads: 2, Dim: 16, Context: 8, Vocab: 32, Defer: true}
-	comms := dist.NewLocal(2)
+	comms := parallel.NewLocal(2)
 	losses := make([]float64, 2)
 	var wg sync.WaitGroup
 	for _, c := range comms {
@@ -33,8 +33,8 @@ func ExampleNewZeRO3() {
 				panic(err)
 			}
 			defer nn.Release(model)
-			c = dist.NewAsync(c)
-			z, err := dist.NewZeRO3(c, model, dist.ZeRO3Config{Prefetch: true}, func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
+			c = parallel.NewAsync(c)
+			z, err := parallel.NewZeRO3(c, model, parallel.ZeRO3Config{Prefetch: true}, func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
 				return optim.NewAdamW(shard, optim.AdamW{LR: 1e-2})
 			})
 			if err != nil {

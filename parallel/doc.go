@@ -1,4 +1,4 @@
-// Package dist owns data-parallel training: a small collective interface
+// Package parallel owns data-parallel training: a small collective interface
 // (Comm), its engines, gradient averaging across replicas (DDP), an
 // optimizer sharded across ranks (ZeRO stages 1 and 2) whose state can be
 // gathered whole for a checkpoint, and parameters sharded across ranks
@@ -57,8 +57,8 @@
 // (collectives, then DDP and ZeRO 1, 2 and 3 against single-process training,
 // with AdamW, and with Adafactor for DDP and ZeRO 1 and 2):
 //
-//	go vet -tags mpi ./dist/...
-//	go build -tags mpi -o /tmp/mpicheck ./dist/internal/mpicheck
+//	go vet -tags mpi ./parallel/...
+//	go build -tags mpi -o /tmp/mpicheck ./parallel/internal/mpicheck
 //	mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/mpicheck
 //	mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/mpicheck -die 1   # a rank exits
 //	mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/mpicheck -hang 1 -timeout 3s
@@ -263,4 +263,4 @@
 //   - ZeRO-3 with bf16 weights (-weights bf16) and Adafactor are refused
 //     (its flat storage is F32 and its groups are cut by element ranges);
 //     stages 1 and 2 take both.
-package dist
+package parallel

@@ -1,4 +1,4 @@
-package dist
+package parallel
 
 import (
 	"errors"
@@ -213,7 +213,7 @@ func NewZeRO3(c Comm, model nn.Model, cfg ZeRO3Config, newOptimizer func(shard [
 	if cfg.Prefetch {
 		a, ok := c.(*Async)
 		if !ok {
-			return nil, fmt.Errorf("dist: zero3: prefetching needs an asynchronous communicator (dist.NewAsync) through which every collective of the rank goes, not %T", c)
+			return nil, fmt.Errorf("dist: zero3: prefetching needs an asynchronous communicator (parallel.NewAsync) through which every collective of the rank goes, not %T", c)
 		}
 		z.async = a
 	}

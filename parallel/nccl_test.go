@@ -1,6 +1,6 @@
 //go:build cuda
 
-package dist_test
+package parallel_test
 
 import (
 	"slices"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/cuda"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -22,7 +22,7 @@ func TestNCCLOneGPU(t *testing.T) {
 		t.Skipf("no CUDA device: %v", err)
 	}
 	defer dev.Close()
-	c, err := dist.NewNCCL(dist.NewLocal(1)[0], dev)
+	c, err := parallel.NewNCCL(parallel.NewLocal(1)[0], dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestNCCLOneGPU(t *testing.T) {
 		}
 		return x
 	}
-	for _, op := range []dist.Op{dist.Sum, dist.Avg, dist.Max, dist.Min} {
+	for _, op := range []parallel.Op{parallel.Sum, parallel.Avg, parallel.Max, parallel.Min} {
 		x := mk()
 		if err := c.AllReduce(x, op); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestNCCLOneGPU(t *testing.T) {
 	}
 	in, out := mk(), mk()
 	out.Fill(0)
-	if err := c.ReduceScatter(out, in, dist.Sum); err != nil || !slices.Equal(out.Float32s(), vals) {
+	if err := c.ReduceScatter(out, in, parallel.Sum); err != nil || !slices.Equal(out.Float32s(), vals) {
 		t.Errorf("reduce-scatter: %v, %v", out.Float32s(), err)
 	}
 	out.Fill(0)
@@ -64,7 +64,7 @@ func TestNCCLOneGPU(t *testing.T) {
 	out.Release()
 	host, _ := tensor.FromFloat32(cpu.New(), vals, []int{4}, memory.Temporary)
 	defer host.Release()
-	if err := c.AllReduce(host, dist.Sum); err == nil {
+	if err := c.AllReduce(host, parallel.Sum); err == nil {
 		t.Error("all-reduce of a CPU tensor over NCCL: no error")
 	}
 }

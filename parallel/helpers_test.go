@@ -1,4 +1,4 @@
-package dist_test
+package parallel_test
 
 import (
 	"errors"
@@ -9,11 +9,11 @@ import (
 
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/dist"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
+	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -24,7 +24,7 @@ var errDied = errors.New("died")
 // runRanks runs fn for every rank of an in-process group, each in its own
 // goroutine, closes each rank's communicator when fn returns (as a program
 // would, deferred), and returns their errors by rank.
-func runRanks(comms []dist.Comm, fn func(c dist.Comm) error) []error {
+func runRanks(comms []parallel.Comm, fn func(c parallel.Comm) error) []error {
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
 	for r, c := range comms {
@@ -48,15 +48,15 @@ func runRanks(comms []dist.Comm, fn func(c dist.Comm) error) []error {
 
 // counting wraps a Comm and counts its collectives.
 type counting struct {
-	dist.Comm
+	parallel.Comm
 	calls int
 }
 
-func (c *counting) AllReduce(t *tensor.Tensor, op dist.Op) error {
+func (c *counting) AllReduce(t *tensor.Tensor, op parallel.Op) error {
 	c.calls++
 	return c.Comm.AllReduce(t, op)
 }
-func (c *counting) ReduceScatter(out, in *tensor.Tensor, op dist.Op) error {
+func (c *counting) ReduceScatter(out, in *tensor.Tensor, op parallel.Op) error {
 	c.calls++
 	return c.Comm.ReduceScatter(out, in, op)
 }
@@ -126,7 +126,7 @@ type result struct {
 // trainRank trains the test MLP on c's rank for steps steps of the global
 // batch, accum micro-batches per step, and returns its parameters. Ranks
 // other than 0 start from other weights: construction must broadcast.
-func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure func(stage string, st memory.Stats)) (result, error) {
+func trainRank(c parallel.Comm, m mode, steps, accum int, bucketBytes int64, measure func(stage string, st memory.Stats)) (result, error) {
 	var res result
 	dev := cpu.New(cpu.Threads(1))
 	model, err := models.NewMLP(dev, models.MLPConfig{Widths: widths, Seed: 1 + uint64(c.Rank())*100})
@@ -138,8 +138,8 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 	cc := &counting{Comm: c}
 	var (
 		opt *optim.Optimizer
-		d   *dist.DDP
-		z   *dist.ZeRO
+		d   *parallel.DDP
+		z   *parallel.ZeRO
 	)
 	switch m {
 	case plain:
@@ -147,10 +147,10 @@ func trainRank(c dist.Comm, m mode, steps, accum int, bucketBytes int64, measure
 	case ddp:
 		opt, err = newAdam(params)
 		if err == nil {
-			d, err = dist.NewDDP(cc, params, dist.DDPConfig{BucketBytes: bucketBytes})
+			d, err = parallel.NewDDP(cc, params, parallel.DDPConfig{BucketBytes: bucketBytes})
 		}
 	case zero1, zero2, zero2ov, zero2each:
-		z, err = dist.NewZeRO(cc, params, dist.ZeROConfig{Stage: min(int(m-ddp), 2), BucketBytes: bucketBytes}, newAdam)
+		z, err = parallel.NewZeRO(cc, params, parallel.ZeROConfig{Stage: min(int(m-ddp), 2), BucketBytes: bucketBytes}, newAdam)
 		if z != nil {
 			defer z.Release()
 			opt = z.Optimizer()
