@@ -140,7 +140,7 @@ func TestAccumulationWithCheckpointing(t *testing.T) {
 func TestFourMicroBatchesQuarterActivations(t *testing.T) {
 	plan := func(accum int) int64 {
 		c := train.Default()
-		c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Batch, c.Accum = "gpt", 6, 6, 384, 256, 16, accum
+		c.Model.Name, c.Model.Layers, c.Model.Heads, c.Model.Width, c.Model.Context, c.Optim.Batch, c.Memory.Accum = "gpt", 6, 6, 384, 256, 16, accum
 		p, err := train.Plan(c)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 // context 256, batch 16 (planned on the meta device: nothing computes).
 func gptReference(amp string) train.Config {
 	c := train.Default()
-	c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Batch, c.AMP = "gpt", 6, 6, 384, 256, 16, amp
+	c.Model.Name, c.Model.Layers, c.Model.Heads, c.Model.Width, c.Model.Context, c.Optim.Batch, c.Precision.AMP = "gpt", 6, 6, 384, 256, 16, amp
 	return c
 }
 
@@ -40,7 +40,7 @@ func TestAutocastHalvesActivations(t *testing.T) {
 // finalLoss trains cfg and returns the mean loss of the last n steps.
 func finalLoss(t *testing.T, cfg train.Config, n int) float64 {
 	t.Helper()
-	cfg.Quiet, cfg.EvalEvery = true, 0
+	cfg.Output.Quiet, cfg.Output.EvalEvery = true, 0
 	cfg = cfg.Resolved()
 	dev, err := train.NewDevice(cfg)
 	if err != nil {
@@ -71,11 +71,11 @@ func TestConvergenceParity(t *testing.T) {
 		t.Skip("-short: trains six small models")
 	}
 	mlp := train.Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Steps = 2, 128, 64, 300
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Optim.Steps = 2, 128, 64, 300
 	gpt := train.Default()
-	gpt.Model, gpt.Layers, gpt.Heads, gpt.Width, gpt.Context, gpt.Batch, gpt.Steps = "gpt", 2, 4, 64, 64, 16, 150
+	gpt.Model.Name, gpt.Model.Layers, gpt.Model.Heads, gpt.Model.Width, gpt.Model.Context, gpt.Optim.Batch, gpt.Optim.Steps = "gpt", 2, 4, 64, 64, 16, 150
 	if _, err := os.Stat("/usr/share/games/fortunes/fortunes"); err == nil {
-		gpt.Data = "/usr/share/games/fortunes/fortunes"
+		gpt.Data.Path = "/usr/share/games/fortunes/fortunes"
 	}
 	for _, c := range []struct {
 		name string
@@ -84,7 +84,7 @@ func TestConvergenceParity(t *testing.T) {
 		ref := finalLoss(t, c.cfg, 20)
 		for _, amp := range []string{"bf16", "fp16"} {
 			cfg := c.cfg
-			cfg.AMP = amp
+			cfg.Precision.AMP = amp
 			got := finalLoss(t, cfg, 20)
 			if d := (got - ref) / ref; d > 0.02 || d < -0.02 {
 				t.Errorf("%s %s: final loss %.4f vs f32 %.4f (%+.1f%%)", c.name, amp, got, ref, 100*d)

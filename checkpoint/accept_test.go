@@ -18,7 +18,7 @@ import (
 func TestGPTActivationPeaksByPolicy(t *testing.T) {
 	plan := func(ck string) int64 {
 		c := train.Default()
-		c.Model, c.Layers, c.Heads, c.Width, c.Context, c.Batch, c.Checkpoint = "gpt", 12, 6, 384, 256, 8, ck
+		c.Model.Name, c.Model.Layers, c.Model.Heads, c.Model.Width, c.Model.Context, c.Optim.Batch, c.Memory.Checkpoint = "gpt", 12, 6, 384, 256, 8, ck
 		p, err := train.Plan(c)
 		if err != nil {
 			t.Fatal(err)

@@ -48,6 +48,10 @@ type Builder func(dev device.Device, s Spec) (Model, error)
 
 var builders = registry.New[Builder]("model")
 
+// Reference is the model a run trains when none is named: the reference
+// MLP of the project's benchmarks.
+const Reference = "mlp"
+
 // Register makes a model available to New under name, as database/sql
 // drivers register themselves: a package adding a model calls it from an
 // init function. Registering a name twice, or a nil builder, panics.

@@ -12,35 +12,35 @@ import (
 // registry, for a dataset's shapes.
 func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 	dt := cfg.paramDType()
-	if cfg.LoRA > 0 && cfg.AMP == "bf16" && cfg.Dist == "off" && cfg.Model != "cnn" { // the cnn keeps F32 parameters
+	if cfg.Memory.LoRA.Rank > 0 && cfg.Precision.AMP == "bf16" && cfg.Parallel.Engine == "off" && cfg.Model.Name != "cnn" { // the cnn keeps F32 parameters
 		// The base is frozen and held in bf16 (holdFrozenInAutocast):
 		// made so from the start, it never exists in F32, and an import's
 		// peak is the bf16 model plus one tensor.
 		dt = device.BF16
 	}
-	if cfg.Init != "" {
+	if cfg.Model.Init != "" {
 		// Under ZeRO-3 an import is read block by block as it is sharded,
 		// as a new model is drawn (below).
-		g, _, err := hf.Load(dev, cfg.Init, hf.Options{Dropout: cfg.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.LMHeadChunkRows, DType: dt,
-			Defer: cfg.Zero == 3 && cfg.LoRA == 0})
+		g, _, err := hf.Load(dev, cfg.Model.Init, hf.Options{Dropout: cfg.Model.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.Memory.LMHeadChunkRows, DType: dt,
+			Defer: cfg.Parallel.Zero == 3 && cfg.Memory.LoRA.Rank == 0})
 		if err != nil {
-			return nil, fmt.Errorf("-init %s: %v", cfg.Init, err)
+			return nil, fmt.Errorf("-init %s: %v", cfg.Model.Init, err)
 		}
 		return g, nil
 	}
-	m, err := models.New(cfg.Model, dev, models.Spec{
-		Layers: cfg.Layers, Width: cfg.Width, Heads: cfg.Heads, Context: cfg.Context,
-		Dropout: cfg.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
-		HeadChunkRows: cfg.LMHeadChunkRows, DType: dt, KVHeads: cfg.KVHeads, Hidden: cfg.Hidden,
+	m, err := models.New(cfg.Model.Name, dev, models.Spec{
+		Layers: cfg.Model.Layers, Width: cfg.Model.Width, Heads: cfg.Model.Heads, Context: cfg.Model.Context,
+		Dropout: cfg.Model.Dropout, Seed: cfg.Seed, InShape: ds.inShape, Classes: ds.classes,
+		HeadChunkRows: cfg.Memory.LMHeadChunkRows, DType: dt, KVHeads: cfg.Model.KVHeads, Hidden: cfg.Model.Hidden,
 		// Under ZeRO-3 the parameters are drawn block by block as they
 		// are sharded (setupDist): the model never exists whole on a
 		// rank, and a rank's peak at start is one block, not 4P. (Not
 		// under -lora, whose checkpoints fingerprint the whole base
 		// when the adapters are applied; nor above, for an import.)
-		Defer: cfg.Zero == 3 && cfg.LoRA == 0,
+		Defer: cfg.Parallel.Zero == 3 && cfg.Memory.LoRA.Rank == 0,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model, displayPath(cfg.Data), err)
+		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model.Name, displayPath(cfg.Data.Path), err)
 	}
 	return m, nil
 }
@@ -48,7 +48,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset) (Model, error) {
 // paramDType is the dtype -weights gives the parameters (Invalid: the
 // model's default, F32).
 func (c Config) paramDType() device.DType {
-	if c.Weights == "bf16" {
+	if c.Precision.Weights == "bf16" {
 		return device.BF16
 	}
 	return device.Invalid

@@ -36,7 +36,7 @@ func TestDefaultCPUCapacity(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Default()
-			cfg.Device, cfg.MemLimit = tc.device, tc.memLimit
+			cfg.Device.Name, cfg.Device.MemLimit = tc.device, tc.memLimit
 			dev, err := NewDevice(cfg)
 			if err != nil {
 				t.Fatal(err)

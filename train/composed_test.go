@@ -17,7 +17,7 @@ import (
 // in the accounting.
 func TestComposedKernelsMatchFused(t *testing.T) {
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 64, 32, true, 0, 0.05
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit = 2, 64, 32, true, 0, 0.05
 	gpt := tinyGPT()
 	for _, tc := range []struct {
 		name  string
@@ -25,15 +25,15 @@ func TestComposedKernelsMatchFused(t *testing.T) {
 		base  Config
 		apply func(c *Config)
 	}{
-		{"mlp adamw", 1e-4, mlp, func(c *Config) { c.Optim = "adamw"; c.WD = 0.01 }},
-		{"mlp sgd", 1e-4, mlp, func(c *Config) { c.Optim = "sgd" }},
+		{"mlp adamw", 1e-4, mlp, func(c *Config) { c.Optim.Name = "adamw"; c.Optim.WD = 0.01 }},
+		{"mlp sgd", 1e-4, mlp, func(c *Config) { c.Optim.Name = "sgd" }},
 		{"gpt f32", 1e-4, gpt, func(c *Config) {}},
-		{"gpt bf16 checkpoint", 5e-3, gpt, func(c *Config) { c.AMP = "bf16"; c.Checkpoint = "every" }},
+		{"gpt bf16 checkpoint", 5e-3, gpt, func(c *Config) { c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.base
 			tc.apply(&cfg)
-			cfg.Steps = 4
+			cfg.Optim.Steps = 4
 			cfg = cfg.Resolved()
 			run := func(dev device.Device) (*Trainer, []float64, Summary) {
 				tr, err := New(cfg, dev, nil)
@@ -69,7 +69,7 @@ func TestComposedKernelsMatchFused(t *testing.T) {
 				}
 			}
 			if rel := math.Sqrt(num / den); rel > tc.tol {
-				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Steps, rel, tc.tol)
+				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Optim.Steps, rel, tc.tol)
 			}
 			f, c := fSum.PeakBytes, cSum.PeakBytes
 			if f.Parameter != c.Parameter || f.Gradient != c.Gradient || f.OptimizerState != c.OptimizerState {
@@ -89,17 +89,17 @@ func TestComposedKernelsMatchFused(t *testing.T) {
 // does a plan for a device that lacks the capability.
 func TestPlanHonoursWithout(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Context, cfg.Dropout = 64, 0
+	cfg.Model.Context, cfg.Model.Dropout = 64, 0
 	fused, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Without = []string{device.CapAttention}
+	cfg.Device.Without = []string{device.CapAttention}
 	composed, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	probs := int64(cfg.Batch * cfg.Heads * cfg.Context * cfg.Context * 4)
+	probs := int64(cfg.Optim.Batch * cfg.Model.Heads * cfg.Model.Context * cfg.Model.Context * 4)
 	if composed.Activation-fused.Activation < probs {
 		t.Errorf("activation peak %d with the composed attention, %d fused: want at least one layer's probabilities (%d) apart", composed.Activation, fused.Activation, probs)
 	}

@@ -67,20 +67,20 @@ type dataset struct {
 func openData(cfg Config) (*dataset, error) {
 	ds := &dataset{}
 	var all data.Dataset
-	path := cfg.Data
+	path := cfg.Data.Path
 	var tok *tokenizer.BPE
-	if cfg.Tokenizer != "" {
-		if path == "" && cfg.Generate == 0 {
-			return nil, fmt.Errorf("-tokenizer %s: needs -data naming a text file or token shards", cfg.Tokenizer)
+	if cfg.Data.Tokenizer != "" {
+		if path == "" && cfg.Generate.Tokens == 0 {
+			return nil, fmt.Errorf("-tokenizer %s: needs -data naming a text file or token shards", cfg.Data.Tokenizer)
 		}
 		var err error
-		if tok, err = openTokenizer(cfg.Tokenizer); err != nil {
+		if tok, err = openTokenizer(cfg.Data.Tokenizer); err != nil {
 			return nil, err
 		}
 	}
 	switch {
-	case path == "" && tokenModel(cfg.Model):
-		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Context, Seed: cfg.Seed})
+	case path == "" && tokenModel(cfg.Model.Name):
+		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Model.Context, Seed: cfg.Seed})
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +92,7 @@ func openData(cfg Config) (*dataset, error) {
 		}
 	case path == "":
 		dim := 32
-		if cfg.Model == "cnn" {
+		if cfg.Model.Name == "cnn" {
 			dim = 28 * 28
 		}
 		s, err := data.NewSpirals(data.SpiralsConfig{N: 60000, Dim: dim, Seed: cfg.Seed})
@@ -105,7 +105,7 @@ func openData(cfg Config) (*dataset, error) {
 		isGlob := strings.ContainsAny(path, "*?[")
 		switch {
 		case isGlob || strings.HasSuffix(path, ".bin"):
-			opt := data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed}
+			opt := data.WindowOptions{Context: cfg.Model.Context, Random: true, Seed: cfg.Seed}
 			classes := 50304 // GPT-2's vocabulary padded to a multiple of 64, as llm.c does
 			var codec Codec = idCodec{classes}
 			if tok != nil {
@@ -119,9 +119,9 @@ func openData(cfg Config) (*dataset, error) {
 		case err != nil:
 			return nil, fmt.Errorf("-data %s: %v", path, err)
 		case st.IsDir() && tok != nil:
-			return nil, fmt.Errorf("-tokenizer %s: -data %s is a directory; a tokenizer needs a text file or token shards", cfg.Tokenizer, path)
+			return nil, fmt.Errorf("-tokenizer %s: -data %s is a directory; a tokenizer needs a text file or token shards", cfg.Data.Tokenizer, path)
 		case tok != nil:
-			t, err := data.TokenizeCorpus([]string{path}, tok, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			t, err := data.TokenizeCorpus([]string{path}, tok, data.WindowOptions{Context: cfg.Model.Context, Random: true, Seed: cfg.Seed})
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
@@ -150,7 +150,7 @@ func openData(cfg Config) (*dataset, error) {
 			}
 			all, ds.classes = f, f.NumClasses()
 		default:
-			t, err := data.OpenCorpus([]string{path}, data.WindowOptions{Context: cfg.Context, Random: true, Seed: cfg.Seed})
+			t, err := data.OpenCorpus([]string{path}, data.WindowOptions{Context: cfg.Model.Context, Random: true, Seed: cfg.Seed})
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
@@ -158,8 +158,8 @@ func openData(cfg Config) (*dataset, error) {
 		}
 	}
 	if ds.train == nil {
-		if cfg.ValSplit > 0 {
-			tr, va, err := data.Split(all, cfg.ValSplit, cfg.Seed)
+		if cfg.Data.ValSplit > 0 {
+			tr, va, err := data.Split(all, cfg.Data.ValSplit, cfg.Seed)
 			if err != nil {
 				return nil, fmt.Errorf("-val-split: %v", err)
 			}
@@ -187,28 +187,28 @@ func openData(cfg Config) (*dataset, error) {
 	default:
 		return nil, fmt.Errorf("-data %s: examples of type %T are not supported", path, ex)
 	}
-	if cfg.Model == "cnn" && len(ds.inShape) == 1 && ds.inShape[0] == 28*28 {
+	if cfg.Model.Name == "cnn" && len(ds.inShape) == 1 && ds.inShape[0] == 28*28 {
 		// Flat 784-vectors (the synthetic task) are 28x28 images to a CNN.
 		ds.inShape = []int{1, 28, 28}
 	}
-	if _, bytes := ds.codec.(byteCodec); bytes && cfg.Vocab > 0 && cfg.Vocab < 256 {
-		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Vocab)
+	if _, bytes := ds.codec.(byteCodec); bytes && cfg.Model.Vocab > 0 && cfg.Model.Vocab < 256 {
+		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Model.Vocab)
 	}
-	if ds.tokens && cfg.Vocab > 0 {
+	if ds.tokens && cfg.Model.Vocab > 0 {
 		// The model's vocabulary (-init): token ids beyond it fail when
 		// their batch is read, naming the file.
-		ds.classes = cfg.Vocab
+		ds.classes = cfg.Model.Vocab
 		if c, ok := ds.codec.(idCodec); ok {
-			c.vocab = cfg.Vocab
+			c.vocab = cfg.Model.Vocab
 			ds.codec = c
 		}
 	}
-	if ds.tokens != tokenModel(cfg.Model) {
+	if ds.tokens != tokenModel(cfg.Model.Name) {
 		kind := "images or vectors"
 		if ds.tokens {
 			kind = "tokens"
 		}
-		return nil, fmt.Errorf("-data %s holds %s, which -model %s does not take", displayPath(path), kind, cfg.Model)
+		return nil, fmt.Errorf("-data %s holds %s, which -model %s does not take", displayPath(path), kind, cfg.Model.Name)
 	}
 	return ds, nil
 }

@@ -38,13 +38,13 @@ import (
 // setupDist builds the DDP or ZeRO machinery over comm; called by assemble
 // after freezing, so that the shards are cut from the trainable parameters.
 func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*optim.Optimizer, error)) error {
-	if t.Config.Zero == 3 && t.Config.ZeroPrefetch {
+	if t.Config.Parallel.Zero == 3 && t.Config.Parallel.ZeroPrefetch {
 		// Prefetches run on the Async's goroutine; every collective of
 		// the rank goes through it, in the order issued.
 		comm = parallel.NewAsync(comm)
 	}
 	t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
-	if t.Config.Zero == 3 {
+	if t.Config.Parallel.Zero == 3 {
 		m, ok := t.Model.(nn.Model)
 		if !ok {
 			return fmt.Errorf("-zero 3: the model (%T) has no blocks to shard by", t.Model)
@@ -52,7 +52,7 @@ func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*
 		// A GPT's layers before its blocks are embedding lookups,
 		// whose backward reads no weights.
 		_, gpt := t.Model.(*models.GPT)
-		z, err := parallel.NewZeRO3(comm, m, parallel.ZeRO3Config{LookupsBeforeBlocks: gpt, Prefetch: t.Config.ZeroPrefetch}, newOpt)
+		z, err := parallel.NewZeRO3(comm, m, parallel.ZeRO3Config{LookupsBeforeBlocks: gpt, Prefetch: t.Config.Parallel.ZeroPrefetch}, newOpt)
 		if err != nil {
 			return fmt.Errorf("-zero 3: %v", err)
 		}
@@ -60,7 +60,7 @@ func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*
 		t.Opt, t.zero3 = z.Optimizer(), z
 		return nil
 	}
-	if t.Config.Zero == 0 {
+	if t.Config.Parallel.Zero == 0 {
 		d, err := parallel.NewDDP(comm, t.Model.Parameters(), parallel.DDPConfig{})
 		if err != nil {
 			return fmt.Errorf("-dist: %v", err)
@@ -68,7 +68,7 @@ func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*
 		t.ddp = d
 		return nil
 	}
-	zc := parallel.ZeROConfig{Stage: t.Config.Zero}
+	zc := parallel.ZeROConfig{Stage: t.Config.Parallel.Zero}
 	if zc.Stage == 2 {
 		// Stage 2 reduces during backward, a bucket at a time: buckets
 		// of 1/32 of the gradients keep few full gradients waiting.
@@ -92,7 +92,7 @@ func (t *Trainer) setupDist(comm parallel.Comm, newOpt func([]*tensor.Tensor) (*
 	}
 	z, err := parallel.NewZeRO(comm, trainable, zc, newOpt)
 	if err != nil {
-		return fmt.Errorf("-zero %d: %v", t.Config.Zero, err)
+		return fmt.Errorf("-zero %d: %v", t.Config.Parallel.Zero, err)
 	}
 	t.Opt.Release()
 	t.Opt, t.zero = z.Optimizer(), z
@@ -251,7 +251,7 @@ func (t *Trainer) importOptimizer(st optim.State) error {
 
 // globalBatch is the number of examples of one optimizer step over all
 // ranks.
-func (t *Trainer) globalBatch() int { return t.Config.Batch * max(t.ranks, 1) }
+func (t *Trainer) globalBatch() int { return t.Config.Optim.Batch * max(t.ranks, 1) }
 
 // beforeForward gathers ZeRO-3's parameters outside the blocks; called
 // inside a step or an evaluation, where a failure leaves as a panic that

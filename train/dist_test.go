@@ -142,9 +142,9 @@ func relDiff(a, b []float32) float64 {
 // the qkv biases and why bf16 weights on the GPT need 3e-3.
 func TestDistEquivalence(t *testing.T) {
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit, mlp.Workers = 2, 64, 8, true, 0, 0.05, 1
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit, mlp.Data.Workers = 2, 64, 8, true, 0, 0.05, 1
 	gpt := tinyGPT()
-	gpt.Dropout, gpt.Batch, gpt.Workers = 0, 4, 1
+	gpt.Model.Dropout, gpt.Optim.Batch, gpt.Data.Workers = 0, 4, 1
 	cases := []struct {
 		name  string
 		base  Config
@@ -153,34 +153,34 @@ func TestDistEquivalence(t *testing.T) {
 		zeros []int   // the stages to run (nil: 0 to 3)
 	}{
 		{"mlp", mlp, func(c *Config) {}, 0, nil},
-		{"mlp accum 2", mlp, func(c *Config) { c.Accum = 2 }, 0, nil},
-		{"mlp bf16", mlp, func(c *Config) { c.AMP = "bf16" }, 0, nil},
-		{"mlp fp16 clip", mlp, func(c *Config) { c.AMP = "fp16"; c.Clip = 0.5 }, 0, nil},
-		{"mlp fp16 overflow", mlp, func(c *Config) { c.AMP = "fp16" }, 0, nil},
+		{"mlp accum 2", mlp, func(c *Config) { c.Memory.Accum = 2 }, 0, nil},
+		{"mlp bf16", mlp, func(c *Config) { c.Precision.AMP = "bf16" }, 0, nil},
+		{"mlp fp16 clip", mlp, func(c *Config) { c.Precision.AMP = "fp16"; c.Optim.Clip = 0.5 }, 0, nil},
+		{"mlp fp16 overflow", mlp, func(c *Config) { c.Precision.AMP = "fp16" }, 0, nil},
 		{"gpt", gpt, func(c *Config) {}, 0, nil},
 		{"gpt accum 2 bf16 checkpoint", gpt, func(c *Config) {
-			c.Accum, c.AMP, c.Checkpoint, c.Optim, c.LR, c.ValSplit = 2, "bf16", "every", "sgd", 0.05, 0.1
+			c.Memory.Accum, c.Precision.AMP, c.Memory.Checkpoint, c.Optim.Name, c.Optim.LR, c.Data.ValSplit = 2, "bf16", "every", "sgd", 0.05, 0.1
 		}, 1e-4, nil},
-		{"gpt frozen embeddings", gpt, func(c *Config) { c.Freeze = []string{"embed.*"} }, 0, nil},
-		{"gpt lora", gpt, func(c *Config) { c.LoRA, c.LoRAAlpha, c.LR = 4, 8, 1e-2 }, 0, nil},
+		{"gpt frozen embeddings", gpt, func(c *Config) { c.Memory.Freeze = []string{"embed.*"} }, 0, nil},
+		{"gpt lora", gpt, func(c *Config) { c.Memory.LoRA.Rank, c.Memory.LoRA.Alpha, c.Optim.LR = 4, 8, 1e-2 }, 0, nil},
 		// Issue 22's formats under ZeRO 1 and 2 (stage 3 refuses them).
 		// Adafactor: each rank steps whole tensors.
-		{"mlp adafactor", mlp, func(c *Config) { c.Optim, c.LR = "adafactor", 0 }, 0, []int{0, 1, 2}},
+		{"mlp adafactor", mlp, func(c *Config) { c.Optim.Name, c.Optim.LR = "adafactor", 0 }, 0, []int{0, 1, 2}},
 		// The attention key bias, whose gradient is rounding noise (see
 		// above), normalised by Adafactor's √v as by Adam's, moves 27% of
 		// that tensor apart (3e-5 overall) whatever the stage, DDP
 		// included: the GPT case freezes the qkv biases (freezing
 		// composes too) and meets 1e-5.
 		{"gpt adafactor", gpt, func(c *Config) {
-			c.Optim, c.LR, c.Freeze = "adafactor", 0, []string{"blocks.*.attn.qkv.bias"}
+			c.Optim.Name, c.Optim.LR, c.Memory.Freeze = "adafactor", 0, []string{"blocks.*.attn.qkv.bias"}
 		}, 0, []int{0, 1, 2}},
 		// bf16 weights: gradients are bf16, so the reference takes its
 		// 2B examples in micro-batches of B as for autocast above; the
 		// ranks average in F32 and round to nearest into bf16, which is
 		// what accumulating two half-batch gradients in bf16 does. Each
 		// shard rounds its update with its parameter's bits.
-		{"mlp bf16 weights adam", mlp, func(c *Config) { c.Weights, c.AMP = "bf16", "bf16" }, 0, []int{0, 1, 2}},
-		{"mlp bf16 weights adam8bit clip", mlp, func(c *Config) { c.Weights, c.AMP, c.Optim, c.Clip = "bf16", "bf16", "adam8bit", 0.5 }, 0, []int{0, 1, 2}},
+		{"mlp bf16 weights adam", mlp, func(c *Config) { c.Precision.Weights, c.Precision.AMP = "bf16", "bf16" }, 0, []int{0, 1, 2}},
+		{"mlp bf16 weights adam8bit clip", mlp, func(c *Config) { c.Precision.Weights, c.Precision.AMP, c.Optim.Name, c.Optim.Clip = "bf16", "bf16", "adam8bit", 0.5 }, 0, []int{0, 1, 2}},
 		// The GPT in bf16 weights: the token embedding's gradient is a
 		// scatter-add into a bf16 buffer, where a token of both
 		// micro-batches adds onto the first one's rounded sum in one
@@ -191,17 +191,17 @@ func TestDistEquivalence(t *testing.T) {
 		// stages 1 and 2 must equal DDP bit for bit (as every case of
 		// these formats must).
 		{"gpt bf16 weights adam8bit checkpoint", gpt, func(c *Config) {
-			c.Weights, c.AMP, c.Optim, c.Checkpoint, c.Freeze = "bf16", "bf16", "adamw8bit", "every", []string{"blocks.*.attn.qkv.bias"}
+			c.Precision.Weights, c.Precision.AMP, c.Optim.Name, c.Memory.Checkpoint, c.Memory.Freeze = "bf16", "bf16", "adamw8bit", "every", []string{"blocks.*.attn.qkv.bias"}
 		}, 3e-3, []int{0, 1, 2}},
 	}
 	for _, tc := range cases {
 		cfg := tc.base
 		tc.set(&cfg)
-		cfg.Steps = 20
+		cfg.Optim.Steps = 20
 		one := cfg
-		one.Batch *= 2
-		if cfg.AMP != "off" || cfg.Weights == "bf16" {
-			one.Accum *= 2
+		one.Optim.Batch *= 2
+		if cfg.Precision.AMP != "off" || cfg.Precision.Weights == "bf16" {
+			one.Memory.Accum *= 2
 		}
 		zeros := tc.zeros
 		if zeros == nil {
@@ -224,7 +224,7 @@ func TestDistEquivalence(t *testing.T) {
 			for _, zero := range zeros {
 				t.Run(fmt.Sprintf("zero %d", zero), func(t *testing.T) {
 					c := cfg
-					c.Zero = zero
+					c.Parallel.Zero = zero
 					trs, sums := runRanks(t, c, 2, lowScale)
 					w0 := flatWeights(trs[0])
 					if zero == 0 {
@@ -255,9 +255,9 @@ func TestDistEquivalence(t *testing.T) {
 							tol = 1e-5
 						}
 						if d := relDiff(w, want); d > tol {
-							t.Errorf("rank %d: parameters differ from one rank of batch %d by %.2g > %.2g", r, one.Batch, d, tol)
+							t.Errorf("rank %d: parameters differ from one rank of batch %d by %.2g > %.2g", r, one.Optim.Batch, d, tol)
 						}
-						t.Logf("rank %d: %.2g from one rank of batch %d", r, relDiff(w, want), one.Batch)
+						t.Logf("rank %d: %.2g from one rank of batch %d", r, relDiff(w, want), one.Optim.Batch)
 					}
 				})
 			}
@@ -270,11 +270,11 @@ func TestDistEquivalence(t *testing.T) {
 // gradients after the reduction are 4·P/2; with DDP both are whole.
 func TestDistMemory(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Workers = 0, 2, 4, 1
+	cfg.Model.Dropout, cfg.Optim.Steps, cfg.Optim.Batch, cfg.Data.Workers = 0, 2, 4, 1
 	for _, zero := range []int{0, 1, 2} {
 		t.Run(fmt.Sprintf("zero %d", zero), func(t *testing.T) {
 			c := cfg
-			c.Zero = zero
+			c.Parallel.Zero = zero
 			var mu sync.Mutex
 			reduced := map[int]int64{}
 			trs, sums := runRanks(t, c, 2, func(tr *Trainer) {
@@ -323,9 +323,9 @@ func TestDistMemory(t *testing.T) {
 // on 2 ranks) ends exactly where an uninterrupted 1-rank run ends.
 func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Batch, cfg.Workers, cfg.Steps = 0, 4, 1, 12
+	cfg.Model.Dropout, cfg.Optim.Batch, cfg.Data.Workers, cfg.Optim.Steps = 0, 4, 1, 12
 	one := cfg
-	one.Batch = 8
+	one.Optim.Batch = 8
 	ref := newTrainer(t, one)
 	if _, err := ref.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -334,12 +334,12 @@ func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 
 	dir := t.TempDir()
 	first := cfg
-	first.Zero, first.Steps, first.Save = 2, 5, filepath.Join(dir, "ck")
+	first.Parallel.Zero, first.Optim.Steps, first.Output.Save = 2, 5, filepath.Join(dir, "ck")
 	runRanks(t, first, 2, nil)
 
 	// On one rank of batch 8: the position (5 global batches of 8) carries over.
 	resumed := one
-	resumed.Resume = first.Save
+	resumed.Output.Resume = first.Output.Save
 	tr := newTrainer(t, resumed)
 	if tr.Step() != 5 {
 		t.Fatalf("resumed at step %d, want 5", tr.Step())
@@ -353,13 +353,13 @@ func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 
 	// And on two ranks again, DDP this time, from a one-rank save.
 	mid := one
-	mid.Steps, mid.Save = 7, filepath.Join(dir, "one")
+	mid.Optim.Steps, mid.Output.Save = 7, filepath.Join(dir, "one")
 	m := newTrainer(t, mid)
 	if _, err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	again := cfg
-	again.Zero, again.Resume = 1, mid.Save
+	again.Parallel.Zero, again.Output.Resume = 1, mid.Output.Save
 	trs, _ := runRanks(t, again, 2, nil)
 	for r, tr := range trs {
 		if d := relDiff(flatWeights(tr), want); d > 1e-5 {
@@ -370,18 +370,18 @@ func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 	// 8-bit AdamW under ZeRO 2 on two ranks, resumed on one: blocks shard
 	// on their boundaries, so the checkpoint is the unsharded one.
 	q := cfg
-	q.Optim = "adamw8bit"
+	q.Optim.Name = "adamw8bit"
 	qone := q
-	qone.Batch = 8
+	qone.Optim.Batch = 8
 	qref := newTrainer(t, qone)
 	if _, err := qref.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	qfirst := q
-	qfirst.Zero, qfirst.Steps, qfirst.Save = 2, 5, filepath.Join(dir, "q")
+	qfirst.Parallel.Zero, qfirst.Optim.Steps, qfirst.Output.Save = 2, 5, filepath.Join(dir, "q")
 	runRanks(t, qfirst, 2, nil)
 	qres := qone
-	qres.Resume = qfirst.Save
+	qres.Output.Resume = qfirst.Output.Save
 	qtr := newTrainer(t, qres)
 	if _, err := qtr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 
 	// A global batch that does not divide the saved position is refused.
 	odd := cfg
-	odd.Batch, odd.Resume = 3, first.Save
+	odd.Optim.Batch, odd.Output.Resume = 3, first.Output.Save
 	odd = odd.Resolved()
 	dev := cpu.New()
 	if _, err := New(odd, dev, nil); err == nil {
@@ -407,7 +407,7 @@ func TestDistSaveResumeAcrossRankCounts(t *testing.T) {
 // TestDistRequiresRanks: -zero without a group is an error.
 func TestDistRequiresRanks(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Zero = 1
+	cfg.Parallel.Zero = 1
 	_, err := New(cfg.Resolved(), cpu.New(), nil)
 	if err == nil || !strings.Contains(err.Error(), "-zero 1: needs -dist") {
 		t.Fatalf("-zero 1 in one process: %v", err)
@@ -419,7 +419,7 @@ func TestDistRequiresRanks(t *testing.T) {
 func TestCloseIsIdempotent(t *testing.T) {
 	for _, zero := range []int{2, 3} {
 		cfg := tinyGPT()
-		cfg.Steps, cfg.Zero = 2, zero
+		cfg.Optim.Steps, cfg.Parallel.Zero = 2, zero
 		trs, _ := runRanks(t, cfg, 2, nil)
 		for r, tr := range trs {
 			tr.Close()
@@ -440,14 +440,14 @@ func TestCloseIsIdempotent(t *testing.T) {
 // within 5% without running the ranks.
 func TestZero3MemoryAndPlan(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Workers, cfg.Zero = 0, 3, 4, 1, 3
+	cfg.Model.Dropout, cfg.Optim.Steps, cfg.Optim.Batch, cfg.Data.Workers, cfg.Parallel.Zero = 0, 3, 4, 1, 3
 	for _, tc := range []struct {
 		ranks    int
 		prefetch bool
 	}{{2, false}, {4, false}, {2, true}, {4, true}} {
 		ranks := tc.ranks
 		cfg := cfg
-		cfg.ZeroPrefetch = tc.prefetch
+		cfg.Parallel.ZeroPrefetch = tc.prefetch
 		t.Run(fmt.Sprintf("%d ranks, prefetch %v", ranks, tc.prefetch), func(t *testing.T) {
 			// Between steps a rank holds its shards of the parameters and
 			// of the optimizer state, nothing else: no gradient, no
@@ -477,7 +477,7 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 				}
 			}
 			whole := cfg
-			whole.Zero, whole.ZeroPrefetch = 0, false
+			whole.Parallel.Zero, whole.Parallel.ZeroPrefetch = 0, false
 			ref := newTrainer(t, whole) // the same model, whole, to count
 			var P, block int64
 			for _, p := range ref.Model.Parameters() {
@@ -499,7 +499,7 @@ func TestZero3MemoryAndPlan(t *testing.T) {
 				bound += 4 * block // the next block's parameters, gathered ahead
 			}
 			pc := cfg
-			pc.Dist, pc.Ranks = "mpi", ranks
+			pc.Parallel.Engine, pc.Parallel.Ranks = "mpi", ranks
 			plan, err := Plan(pc)
 			if err != nil {
 				t.Fatal(err)
@@ -538,9 +538,9 @@ func TestZero3SaveResumeAcrossRankCounts(t *testing.T) {
 	}{{"adamw", 1e-5}, {"adamw8bit", 1e-4}} {
 		t.Run(tc.optim, func(t *testing.T) {
 			cfg := tinyGPT()
-			cfg.Dropout, cfg.Workers, cfg.Steps, cfg.Optim = 0, 1, 12, tc.optim
+			cfg.Model.Dropout, cfg.Data.Workers, cfg.Optim.Steps, cfg.Optim.Name = 0, 1, 12, tc.optim
 			one := cfg
-			one.Batch = 8
+			one.Optim.Batch = 8
 			ref := newTrainer(t, one)
 			if _, err := ref.Run(context.Background()); err != nil {
 				t.Fatal(err)
@@ -548,7 +548,7 @@ func TestZero3SaveResumeAcrossRankCounts(t *testing.T) {
 			want := flatWeights(ref)
 
 			first := cfg
-			first.Batch, first.Zero, first.Steps, first.Save = 4, 3, 5, filepath.Join(t.TempDir(), "ck")
+			first.Optim.Batch, first.Parallel.Zero, first.Optim.Steps, first.Output.Save = 4, 3, 5, filepath.Join(t.TempDir(), "ck")
 			// Built whole, then sharded: the peaks from then on.
 			saved, _ := runRanks(t, first, 2, func(tr *Trainer) { tr.Device.Memory().ResetPeak() })
 			if tc.optim == "adamw" {
@@ -568,7 +568,7 @@ func TestZero3SaveResumeAcrossRankCounts(t *testing.T) {
 			}
 
 			four := cfg
-			four.Batch, four.Zero, four.Resume = 2, 3, first.Save
+			four.Optim.Batch, four.Parallel.Zero, four.Output.Resume = 2, 3, first.Output.Save
 			trs, _ := runRanks(t, four, 4, func(tr *Trainer) {
 				if tr.Step() != 5 {
 					t.Errorf("rank %d resumed at step %d, want 5", tr.rank, tr.Step())
@@ -581,7 +581,7 @@ func TestZero3SaveResumeAcrossRankCounts(t *testing.T) {
 			}
 
 			single := one
-			single.Resume = first.Save
+			single.Output.Resume = first.Output.Save
 			tr := newTrainer(t, single)
 			if _, err := tr.Run(context.Background()); err != nil {
 				t.Fatal(err)
@@ -601,16 +601,16 @@ var distFormats = []struct {
 	set  func(*Config)
 	tol  float64
 }{
-	{"adafactor", func(c *Config) { c.Optim, c.LR = "adafactor", 0 }, 1e-5},
-	{"bf16 weights adam", func(c *Config) { c.Weights, c.AMP, c.Optim = "bf16", "bf16", "adam" }, 3e-3},
+	{"adafactor", func(c *Config) { c.Optim.Name, c.Optim.LR = "adafactor", 0 }, 1e-5},
+	{"bf16 weights adam", func(c *Config) { c.Precision.Weights, c.Precision.AMP, c.Optim.Name = "bf16", "bf16", "adam" }, 3e-3},
 	{"bf16 weights adamw8bit checkpoint", func(c *Config) {
-		c.Weights, c.AMP, c.Optim, c.Checkpoint = "bf16", "bf16", "adamw8bit", "every"
+		c.Precision.Weights, c.Precision.AMP, c.Optim.Name, c.Memory.Checkpoint = "bf16", "bf16", "adamw8bit", "every"
 	}, 3e-3},
 }
 
 func distFormatGPT(set func(*Config)) Config {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Workers, cfg.Freeze = 0, 1, []string{"blocks.*.attn.qkv.bias"}
+	cfg.Model.Dropout, cfg.Data.Workers, cfg.Memory.Freeze = 0, 1, []string{"blocks.*.attn.qkv.bias"}
 	set(&cfg)
 	return cfg
 }
@@ -624,27 +624,27 @@ func TestDistFormatsSaveResume(t *testing.T) {
 	for _, fm := range distFormats {
 		t.Run(fm.name, func(t *testing.T) {
 			cfg := distFormatGPT(fm.set)
-			cfg.Batch, cfg.Steps = 4, 12
+			cfg.Optim.Batch, cfg.Optim.Steps = 4, 12
 			one := cfg
-			one.Batch = 8
-			if cfg.Weights == "bf16" {
-				one.Accum = 2 // bf16 gradients: micro-batches of B, as two ranks
+			one.Optim.Batch = 8
+			if cfg.Precision.Weights == "bf16" {
+				one.Memory.Accum = 2 // bf16 gradients: micro-batches of B, as two ranks
 			}
 			ref := newTrainer(t, one)
 			if _, err := ref.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			whole := cfg
-			whole.Zero = 1
+			whole.Parallel.Zero = 1
 			wtrs, _ := runRanks(t, whole, 2, nil)
 			want2 := flatWeights(wtrs[0])
 
 			first := cfg
-			first.Zero, first.Steps, first.Save = 2, 5, filepath.Join(t.TempDir(), "ck")
+			first.Parallel.Zero, first.Optim.Steps, first.Output.Save = 2, 5, filepath.Join(t.TempDir(), "ck")
 			runRanks(t, first, 2, nil)
 
 			again := cfg
-			again.Zero, again.Resume = 1, first.Save
+			again.Parallel.Zero, again.Output.Resume = 1, first.Output.Save
 			trs, _ := runRanks(t, again, 2, func(tr *Trainer) {
 				if tr.Step() != 5 {
 					t.Errorf("rank %d resumed at step %d, want 5", tr.rank, tr.Step())
@@ -657,7 +657,7 @@ func TestDistFormatsSaveResume(t *testing.T) {
 			}
 
 			single := one
-			single.Resume = first.Save
+			single.Output.Resume = first.Output.Save
 			tr := newTrainer(t, single)
 			if tr.Step() != 5 {
 				t.Fatalf("resumed at step %d, want 5", tr.Step())
@@ -687,9 +687,9 @@ func TestDistFormatsMemoryAndPlan(t *testing.T) {
 		for _, zero := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s zero %d", fm.name, zero), func(t *testing.T) {
 				cfg := distFormatGPT(fm.set)
-				cfg.Batch, cfg.Steps, cfg.Zero = 4, planSteps, zero
+				cfg.Optim.Batch, cfg.Optim.Steps, cfg.Parallel.Zero = 4, planSteps, zero
 				one := cfg
-				one.Zero, one.Batch = 0, 8
+				one.Parallel.Zero, one.Optim.Batch = 0, 8
 				ref := newTrainer(t, one)
 				if _, err := ref.Run(context.Background()); err != nil {
 					t.Fatal(err)
@@ -708,16 +708,16 @@ func TestDistFormatsMemoryAndPlan(t *testing.T) {
 				for r, tr := range trs {
 					var want int64
 					for _, v := range tr.zero.Shard() {
-						want += stateBytes(cfg.Optim, v.Shape())
+						want += stateBytes(cfg.Optim.Name, v.Shape())
 					}
 					if len(tr.zero.Shard()) == 0 {
 						t.Errorf("rank %d owns nothing", r)
 					}
 					if state[r] != want || tr.Opt.StateBytes() != want {
-						t.Errorf("rank %d: optimizer state %d bytes (StateBytes %d), its pieces' %s state is %d", r, state[r], tr.Opt.StateBytes(), cfg.Optim, want)
+						t.Errorf("rank %d: optimizer state %d bytes (StateBytes %d), its pieces' %s state is %d", r, state[r], tr.Opt.StateBytes(), cfg.Optim.Name, want)
 					}
 					sum += state[r]
-					if cfg.Weights == "bf16" {
+					if cfg.Precision.Weights == "bf16" {
 						var P int64
 						for _, p := range tr.Model.Parameters() {
 							P += int64(p.Len())
@@ -731,7 +731,7 @@ func TestDistFormatsMemoryAndPlan(t *testing.T) {
 					t.Errorf("the ranks hold %d bytes of optimizer state in all, one process %d", sum, want)
 				}
 				pc := cfg
-				pc.Dist, pc.Ranks = "mpi", 2
+				pc.Parallel.Engine, pc.Parallel.Ranks = "mpi", 2
 				pred, err := Plan(pc)
 				if err != nil {
 					t.Fatal(err)
@@ -794,13 +794,13 @@ func TestZero3Import(t *testing.T) {
 	for _, dir := range []string{"gpt2-f32", "llama-f32"} {
 		t.Run(dir, func(t *testing.T) {
 			cfg := Default()
-			cfg.Init, cfg.Data, cfg.Steps, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Dropout = filepath.Join("..", "hf", "testdata", dir), shard, 10, true, 0, 0, 0
+			cfg.Model.Init, cfg.Data.Path, cfg.Optim.Steps, cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Model.Dropout = filepath.Join("..", "hf", "testdata", dir), shard, 10, true, 0, 0, 0
 			cfg, _, err := cfg.ApplyInit()
 			if err != nil {
 				t.Fatal(err)
 			}
 			one := cfg
-			one.Batch = 4
+			one.Optim.Batch = 4
 			ref := newTrainer(t, one)
 			if _, err := ref.Run(context.Background()); err != nil {
 				t.Fatal(err)
@@ -810,7 +810,7 @@ func TestZero3Import(t *testing.T) {
 				P += int64(p.Len())
 			}
 			c := cfg
-			c.Batch, c.Zero = 2, 3
+			c.Optim.Batch, c.Parallel.Zero = 2, 3
 			built := make([]int64, 2)
 			trs, _ := runRanks(t, c, 2, func(tr *Trainer) {
 				built[tr.rank] = tr.Device.Memory().Stats().Category(memory.Parameter).Peak
@@ -840,15 +840,15 @@ func TestZero3Import(t *testing.T) {
 // last); -plan predicts both exactly.
 func TestZero2AccumKeepsGradientsSharded(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Steps, cfg.Batch, cfg.Accum, cfg.Workers = 0, 2, 8, 4, 1
+	cfg.Model.Dropout, cfg.Optim.Steps, cfg.Optim.Batch, cfg.Memory.Accum, cfg.Data.Workers = 0, 2, 8, 4, 1
 	peaks := map[int]PeakBytes{}
 	for _, zero := range []int{1, 2} {
 		c := cfg
-		c.Zero = zero
+		c.Parallel.Zero = zero
 		_, sums := runRanks(t, c, 2, nil)
 		peaks[zero] = sums[0].PeakBytes
 		pc := c
-		pc.Dist, pc.Ranks = "mpi", 2
+		pc.Parallel.Engine, pc.Parallel.Ranks = "mpi", 2
 		plan, err := Plan(pc)
 		if err != nil {
 			t.Fatal(err)

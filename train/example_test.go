@@ -13,7 +13,7 @@ import (
 // The Trainer from the library: a configuration, a device, a run.
 func ExampleNew() {
 	cfg := train.Default()
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps, cfg.Quiet = 1, 64, 32, 50, true
+	cfg.Model.Layers, cfg.Model.Width, cfg.Optim.Batch, cfg.Optim.Steps, cfg.Output.Quiet = 1, 64, 32, 50, true
 	dev, _ := train.NewDevice(cfg)
 	t, err := train.New(cfg, dev, nil)
 	if err != nil {
@@ -30,9 +30,9 @@ func ExampleNew() {
 // training it (one traced step on the meta device).
 func ExamplePlan() {
 	cfg := train.Default()
-	cfg.Model, cfg.Layers, cfg.Width, cfg.Heads, cfg.Context, cfg.Batch = "gpt", 2, 64, 4, 32, 8
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Optim.Batch = "gpt", 2, 64, 4, 32, 8
 	full, _ := train.Plan(cfg)
-	cfg.Checkpoint = "every"
+	cfg.Memory.Checkpoint = "every"
 	ckpt, _ := train.Plan(cfg)
 	fmt.Println(ckpt.Activation < full.Activation, ckpt.Parameter == full.Parameter)
 	// Output: true true
@@ -44,7 +44,7 @@ func ExamplePlan() {
 // sharding Adam's state between them.
 func ExampleNewDistributed() {
 	cfg := train.Default()
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps, cfg.Quiet, cfg.Zero = 1, 64, 16, 20, true, 1
+	cfg.Model.Layers, cfg.Model.Width, cfg.Optim.Batch, cfg.Optim.Steps, cfg.Output.Quiet, cfg.Parallel.Zero = 1, 64, 16, 20, true, 1
 	comms := parallel.NewLocal(2)
 	state := make([]int64, 2)
 	params := make([][]float32, 2)

@@ -11,8 +11,8 @@ import (
 // plan unsharded, 12.4 at stage 1, 7.8 at stage 2, 6.5 at stage 3.
 func fitDistGPT() Config {
 	c := tinyGPT()
-	c.Width, c.Layers, c.Context, c.Batch, c.Dropout = 128, 4, 16, 4, 0
-	c.Dist, c.Ranks = "mpi", 4
+	c.Model.Width, c.Model.Layers, c.Model.Context, c.Optim.Batch, c.Model.Dropout = 128, 4, 16, 4, 0
+	c.Parallel.Engine, c.Parallel.Ranks = "mpi", 4
 	return c
 }
 
@@ -30,11 +30,11 @@ func planTotal(t *testing.T, cfg Config) int64 {
 func smallestAt(t *testing.T, cfg Config, z int) int64 {
 	t.Helper()
 	var least int64 = -1
-	for accum := 1; accum <= cfg.Batch; accum *= 2 {
+	for accum := 1; accum <= cfg.Optim.Batch; accum *= 2 {
 		for _, ck := range []string{"off", "sqrt", "every"} {
 			for _, a := range []string{"off", "bf16"} {
 				c := cfg
-				c.Zero, c.Accum, c.Checkpoint, c.AMP = z, accum, ck, a
+				c.Parallel.Zero, c.Memory.Accum, c.Memory.Checkpoint, c.Precision.AMP = z, accum, ck, a
 				if p := planTotal(t, c); least < 0 || p < least {
 					least = p
 				}
@@ -64,14 +64,14 @@ func TestFitRaisesZeroStage(t *testing.T) {
 	cfg := fitDistGPT()
 	at := func(z int) Config {
 		c := cfg
-		c.Zero = z
+		c.Parallel.Zero = z
 		return c
 	}
 	// Fit's precondition for each stage: the stages below cannot fit it,
 	// whatever the accumulation, checkpointing and autocast.
 	below := []int64{smallestAt(t, cfg, 0), smallestAt(t, cfg, 1), smallestAt(t, cfg, 2)}
 	eightBit := at(0)
-	eightBit.Optim = "adam8bit"
+	eightBit.Optim.Name = "adam8bit"
 	for _, c := range []struct {
 		name   string
 		given  int   // the stage asked for
@@ -97,12 +97,12 @@ func TestFitRaisesZeroStage(t *testing.T) {
 			}
 			checkChoice(t, got, c.budget)
 			g := got.Config
-			if g.Zero != c.want || g.Optim != given.Optim || g.Weights != given.Weights || g.Offload != given.Offload {
+			if g.Parallel.Zero != c.want || g.Optim.Name != given.Optim.Name || g.Precision.Weights != given.Precision.Weights || g.Memory.Offload.Mode != given.Memory.Offload.Mode {
 				t.Errorf("Fit(%d) chose -zero %d -optim %s -weights %q -offload %q; want -zero %d with the rest as given",
-					c.budget, g.Zero, g.Optim, g.Weights, g.Offload, c.want)
+					c.budget, g.Parallel.Zero, g.Optim.Name, g.Precision.Weights, g.Memory.Offload.Mode, c.want)
 			}
-			if c.want == c.given && (g.Accum != given.Accum || g.Checkpoint != given.Checkpoint || g.AMP != given.AMP) {
-				t.Errorf("Fit(%d) changed a run that fits as given: -accum %d -checkpoint %s -amp %s", c.budget, g.Accum, g.Checkpoint, g.AMP)
+			if c.want == c.given && (g.Memory.Accum != given.Memory.Accum || g.Memory.Checkpoint != given.Memory.Checkpoint || g.Precision.AMP != given.Precision.AMP) {
+				t.Errorf("Fit(%d) changed a run that fits as given: -accum %d -checkpoint %s -amp %s", c.budget, g.Memory.Accum, g.Memory.Checkpoint, g.Precision.AMP)
 			}
 		})
 	}
@@ -122,9 +122,9 @@ func TestFitZeroRespectsValidate(t *testing.T) {
 		mod  func(*Config)
 		want int
 	}{
-		{"adafactor", func(c *Config) { c.Optim = "adafactor" }, 2},
-		{"bf16 weights", func(c *Config) { c.Weights = "bf16" }, 2},
-		{"unfreeze-at", func(c *Config) { c.Freeze, c.UnfreezeAt = []string{"blocks.0.*"}, 2 }, 0},
+		{"adafactor", func(c *Config) { c.Optim.Name = "adafactor" }, 2},
+		{"bf16 weights", func(c *Config) { c.Precision.Weights = "bf16" }, 2},
+		{"unfreeze-at", func(c *Config) { c.Memory.Freeze, c.Memory.UnfreezeAt = []string{"blocks.0.*"}, 2 }, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := fitDistGPT()
@@ -140,8 +140,8 @@ func TestFitZeroRespectsValidate(t *testing.T) {
 			}
 			checkChoice(t, got, budget)
 			g := got.Config
-			if g.Zero > c.want || (g.Zero == 3 && (g.Optim == "adafactor" || g.Weights == "bf16")) {
-				t.Errorf("Fit(%d) chose -zero %d -optim %s -weights %q", budget, g.Zero, g.Optim, g.Weights)
+			if g.Parallel.Zero > c.want || (g.Parallel.Zero == 3 && (g.Optim.Name == "adafactor" || g.Precision.Weights == "bf16")) {
+				t.Errorf("Fit(%d) chose -zero %d -optim %s -weights %q", budget, g.Parallel.Zero, g.Optim.Name, g.Precision.Weights)
 			}
 		})
 	}
@@ -162,17 +162,17 @@ func TestFitNeverShardsOneProcess(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := fitDistGPT()
-			cfg.Dist, cfg.Ranks = c.dist, c.ranks
+			cfg.Parallel.Engine, cfg.Parallel.Ranks = c.dist, c.ranks
 			eightBit := cfg
-			eightBit.Optim = "adam8bit"
+			eightBit.Optim.Name = "adam8bit"
 			budget := planTotal(t, eightBit)
 			got, err := Fit(cfg, budget)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkChoice(t, got, budget)
-			if got.Config.Zero != 0 || got.Config.Optim != "adam8bit" {
-				t.Errorf("Fit(%d) chose -zero %d -optim %s; want -zero 0 -optim adam8bit", budget, got.Config.Zero, got.Config.Optim)
+			if got.Config.Parallel.Zero != 0 || got.Config.Optim.Name != "adam8bit" {
+				t.Errorf("Fit(%d) chose -zero %d -optim %s; want -zero 0 -optim adam8bit", budget, got.Config.Parallel.Zero, got.Config.Optim.Name)
 			}
 		})
 	}
@@ -183,9 +183,9 @@ func TestFitNeverShardsOneProcess(t *testing.T) {
 func TestFitNothingFitsSaysZero(t *testing.T) {
 	// The whole search runs before the error: a small model keeps it short.
 	dist := tinyGPT()
-	dist.Batch, dist.Dropout, dist.Dist, dist.Ranks = 2, 0, "mpi", 2
+	dist.Optim.Batch, dist.Model.Dropout, dist.Parallel.Engine, dist.Parallel.Ranks = 2, 0, "mpi", 2
 	one := dist
-	one.Dist, one.Ranks = "off", 0
+	one.Parallel.Engine, one.Parallel.Ranks = "off", 0
 	for _, c := range []struct {
 		name string
 		cfg  Config

@@ -93,12 +93,12 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 
 // sampleOptions are the Config's sampling settings.
 func (c Config) sampleOptions() models.SampleOptions {
-	return models.SampleOptions{Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP, Seed: c.Seed}
+	return models.SampleOptions{Temperature: c.Generate.Temperature, TopK: c.Generate.TopK, TopP: c.Generate.TopP, Seed: c.Seed}
 }
 
 // GenerateText runs Config.Generate: the continuation of Config.Prompt.
 func (t *Trainer) GenerateText() (string, error) {
-	return t.Generate(t.Config.Prompt, t.Config.Generate, t.Config.sampleOptions())
+	return t.Generate(t.Config.Generate.Prompt, t.Config.Generate.Tokens, t.Config.sampleOptions())
 }
 
 // evalSample is what a text model writes at an evaluation: the greedy

@@ -47,12 +47,12 @@ func TestStepGoHeapIsSmall(t *testing.T) {
 	}
 	mlp := Default() // the reference MLP: 3 hidden layers of 1024, batch 256
 	cnn := Default()
-	cnn.Model, cnn.Batch = "cnn", 32 // conv 16 and 32 channels, hidden 128 (width 1024)
+	cnn.Model.Name, cnn.Optim.Batch = "cnn", 32 // conv 16 and 32 channels, hidden 128 (width 1024)
 	gpt := tinyGPT()
-	gpt.Layers, gpt.Width, gpt.Heads, gpt.Context, gpt.Batch, gpt.Dropout = 1, 64, 2, 64, 4, 0
-	gpt.Data = largeVocabShard(t)
+	gpt.Model.Layers, gpt.Model.Width, gpt.Model.Heads, gpt.Model.Context, gpt.Optim.Batch, gpt.Model.Dropout = 1, 64, 2, 64, 4, 0
+	gpt.Data.Path = largeVocabShard(t)
 	gptBF16 := gpt
-	gptBF16.AMP, gptBF16.Checkpoint = "bf16", "every"
+	gptBF16.Precision.AMP, gptBF16.Memory.Checkpoint = "bf16", "every"
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -65,7 +65,7 @@ func TestStepGoHeapIsSmall(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			const warm, measured = 2, 3
 			cfg := c.cfg
-			cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps = true, 0, 0, warm+measured
+			cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Optim.Steps = true, 0, 0, warm+measured
 			tr := newTrainer(t, cfg)
 			var ms runtime.MemStats
 			var heap0, dev0 uint64

@@ -22,16 +22,16 @@ func TestApplyInitFamilies(t *testing.T) {
 	} {
 		t.Run(c.dir, func(t *testing.T) {
 			cfg := Default()
-			cfg.Init = filepath.Join("..", "hf", "testdata", c.dir)
+			cfg.Model.Init = filepath.Join("..", "hf", "testdata", c.dir)
 			got, note, err := cfg.ApplyInit()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if note != "" || got.Model != c.model || got.Layers != c.layers || got.Heads != c.heads || got.KVHeads != c.kvHeads ||
-				got.Width != c.width || got.Hidden != c.hidden || got.Context != c.context || got.Vocab != 50 {
+			if note != "" || got.Model.Name != c.model || got.Model.Layers != c.layers || got.Model.Heads != c.heads || got.Model.KVHeads != c.kvHeads ||
+				got.Model.Width != c.width || got.Model.Hidden != c.hidden || got.Model.Context != c.context || got.Model.Vocab != 50 {
 				t.Errorf("ApplyInit: %+v (note %q)", got, note)
 			}
-			cfg.Batch, cfg.Steps = 2, 1
+			cfg.Optim.Batch, cfg.Optim.Steps = 2, 1
 			peak, err := Plan(cfg)
 			if err != nil {
 				t.Fatal(err)

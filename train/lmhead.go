@@ -19,7 +19,7 @@ type TokenLosser interface {
 // chunkedLoss returns the model's TokenLosser when the run uses the
 // chunked head.
 func (t *Trainer) chunkedLoss() (TokenLosser, bool) {
-	if !t.task.tokens || t.Config.LMHead == "full" {
+	if !t.task.tokens || t.Config.Memory.LMHead == "full" {
 		return nil, false
 	}
 	m, ok := t.Model.(TokenLosser)

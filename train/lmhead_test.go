@@ -33,13 +33,13 @@ func lmHeadConfigs() []struct {
 	cfg  Config
 } {
 	base := tinyGPT()
-	base.Steps, base.LMHeadChunkRows = 3, 24
+	base.Optim.Steps, base.Memory.LMHeadChunkRows = 3, 24
 	f32, bf16 := base, base
-	bf16.AMP, bf16.Checkpoint, bf16.Accum = "bf16", "every", 4
+	bf16.Precision.AMP, bf16.Memory.Checkpoint, bf16.Memory.Accum = "bf16", "every", 4
 	fp16 := base
-	fp16.AMP, fp16.Accum = "fp16", 2
+	fp16.Precision.AMP, fp16.Memory.Accum = "fp16", 2
 	auto := base
-	auto.LMHeadChunkRows = 0
+	auto.Memory.LMHeadChunkRows = 0
 	return []struct {
 		name string
 		tol  float64
@@ -58,7 +58,7 @@ func TestChunkedHeadMatchesFull(t *testing.T) {
 	for _, c := range lmHeadConfigs() {
 		t.Run(c.name, func(t *testing.T) {
 			full := c.cfg
-			full.LMHead = "full"
+			full.Memory.LMHead = "full"
 			wantLoss, wantW, _ := lmHeadRun(t, full)
 			gotLoss, gotW, _ := lmHeadRun(t, c.cfg)
 			for i := range wantLoss {
@@ -80,7 +80,7 @@ func TestChunkedHeadMatchesFull(t *testing.T) {
 				}
 			}
 			if rel := math.Sqrt(num / den); rel > 10*c.tol {
-				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", c.cfg.Steps, rel, 10*c.tol)
+				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", c.cfg.Optim.Steps, rel, 10*c.tol)
 			}
 		})
 	}
@@ -91,7 +91,7 @@ func TestChunkedHeadMatchesFull(t *testing.T) {
 func TestChunkedHeadDeterministicAndPlanned(t *testing.T) {
 	for _, c := range lmHeadConfigs() {
 		t.Run(c.name, func(t *testing.T) {
-			c.cfg.Steps = planSteps
+			c.cfg.Optim.Steps = planSteps
 			l1, w1, tr := lmHeadRun(t, c.cfg)
 			l2, w2, _ := lmHeadRun(t, c.cfg)
 			for i := range l1 {
@@ -115,7 +115,7 @@ func TestChunkedHeadDeterministicAndPlanned(t *testing.T) {
 // training loss's path, so its peak holds no [tokens, vocab] logits.
 func TestEvaluateUsesChunkedHead(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Data, cfg.ValSplit, cfg.Batch, cfg.Context = largeVocabShard(t), 0.2, 16, 64
+	cfg.Data.Path, cfg.Data.ValSplit, cfg.Optim.Batch, cfg.Model.Context = largeVocabShard(t), 0.2, 16, 64
 	tr := newTrainer(t, cfg)
 	mem := tr.Device.Memory()
 	mem.ResetPeak()
@@ -124,7 +124,7 @@ func TestEvaluateUsesChunkedHead(t *testing.T) {
 		t.Fatalf("evaluate: %v, loss %v", err, st.Loss)
 	}
 	peak := mem.Stats().Requested.Peak - mem.Stats().Category(memory.Parameter).Current
-	logits := int64(cfg.Batch * cfg.Context * 50257 * 4)
+	logits := int64(cfg.Optim.Batch * cfg.Model.Context * 50257 * 4)
 	if peak >= logits/2 {
 		t.Errorf("evaluation peaked at %d bytes beyond the parameters; the whole logits are %d", peak, logits)
 	}

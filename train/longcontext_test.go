@@ -17,8 +17,8 @@ import (
 // (TestPlanMatchesMeasuredPeak), so these are the allocator's bytes.
 func TestLongContextTargetsGPT2Small(t *testing.T) {
 	base := Default()
-	base.Model, base.Layers, base.Width, base.Heads, base.Context, base.Batch = "gpt", 12, 768, 12, 1024, 8
-	base.Data, base.AMP, base.Quiet = largeVocabShard(t), "bf16", true
+	base.Model.Name, base.Model.Layers, base.Model.Width, base.Model.Heads, base.Model.Context, base.Optim.Batch = "gpt", 12, 768, 12, 1024, 8
+	base.Data.Path, base.Precision.AMP, base.Output.Quiet = largeVocabShard(t), "bf16", true
 	plan := func(set func(*Config)) PeakBytes {
 		t.Helper()
 		c := base
@@ -34,11 +34,11 @@ func TestLongContextTargetsGPT2Small(t *testing.T) {
 	if float64(bf16.Activation) > 0.45*before {
 		t.Errorf("-amp bf16: activation peak %s, above 0.45 × 5.29 GiB", memory.FormatBytes(bf16.Activation))
 	}
-	accum := plan(func(c *Config) { c.Checkpoint, c.Accum = "every", 8 })
+	accum := plan(func(c *Config) { c.Memory.Checkpoint, c.Memory.Accum = "every", 8 })
 	if accum.Temporary > 64<<20 {
 		t.Errorf("-amp bf16 -checkpoint every -accum 8: temporary peak %s, above 64 MiB", memory.FormatBytes(accum.Temporary))
 	}
-	long := plan(func(c *Config) { c.Context = 2048 })
+	long := plan(func(c *Config) { c.Model.Context = 2048 })
 	if r := float64(long.Activation) / float64(bf16.Activation); r > 2.1 {
 		t.Errorf("context 2048: activation peak %s, %.2f× context 1024's (want at most 2.1×)", memory.FormatBytes(long.Activation), r)
 	}

@@ -16,20 +16,20 @@ import (
 // values a LoRA checkpoint does not hold.
 func (t *Trainer) applyLoRA() error {
 	c := t.Config
-	if c.Save != "" || c.Resume != "" {
+	if c.Output.Save != "" || c.Output.Resume != "" {
 		t.baseSum = baseFingerprint(t.Model.Parameters())
 	}
 	ad, err := lora.Apply(t.Model, nil, lora.Config{
-		Rank: c.LoRA, Alpha: c.LoRAAlpha, Dropout: c.LoRADropout, Targets: c.LoRATargets,
+		Rank: c.Memory.LoRA.Rank, Alpha: c.Memory.LoRA.Alpha, Dropout: c.Memory.LoRA.Dropout, Targets: c.Memory.LoRA.Targets,
 		Seed: c.Seed, DType: c.paramDType(),
 	})
 	if err != nil {
-		return fmt.Errorf("-lora %d: %s", c.LoRA, strings.TrimPrefix(err.Error(), "lora: "))
+		return fmt.Errorf("-lora %d: %s", c.Memory.LoRA.Rank, strings.TrimPrefix(err.Error(), "lora: "))
 	}
 	t.adapted = ad
 	trained := nn.Count(t.Model) - countOf(ad.Base)
 	t.logf("LoRA rank %d on %d Linear layers: %d of %d parameters train (%.2f%%)",
-		c.LoRA, len(ad.Layers), trained, nn.Count(t.Model), 100*float64(trained)/float64(nn.Count(t.Model)))
+		c.Memory.LoRA.Rank, len(ad.Layers), trained, nn.Count(t.Model), 100*float64(trained)/float64(nn.Count(t.Model)))
 	return nil
 }
 
@@ -60,8 +60,8 @@ func baseFingerprint(params []*tensor.Tensor) string {
 // loraBase names the base a LoRA run's adapters apply to: the -init
 // checkpoint, or the model built from the seed.
 func loraBase(c Config) string {
-	if c.Init != "" {
-		return c.Init
+	if c.Model.Init != "" {
+		return c.Model.Init
 	}
 	return fmt.Sprintf("%s, seed %d", modelKey(c), c.Seed)
 }

@@ -19,8 +19,8 @@ import (
 
 func loraGPT() Config {
 	c := tinyGPT()
-	c.LoRA, c.LoRAAlpha, c.LoRADropout, c.LR = 4, 8, 0.1, 1e-2
-	c.LoRATargets = []string{"*.attn.qkv", "*.mlp.*"}
+	c.Memory.LoRA.Rank, c.Memory.LoRA.Alpha, c.Memory.LoRA.Dropout, c.Optim.LR = 4, 8, 0.1, 1e-2
+	c.Memory.LoRA.Targets = []string{"*.attn.qkv", "*.mlp.*"}
 	return c
 }
 
@@ -72,8 +72,8 @@ func TestLoRAResumeRefusesOtherBases(t *testing.T) {
 		want []string
 	}{
 		{"other-seed", func(c *Config) { c.Seed = 7 }, adapters, []string{"trained on the base gpt layers=2 width=32 heads=4 context=16, seed 1 (fingerprint", "seed 7 has fingerprint"}},
-		{"other-alpha", func(c *Config) { c.LoRAAlpha = 4 }, adapters, []string{"-lora-alpha 8", "this run has 4"}},
-		{"other-rank", func(c *Config) { c.LoRA = 2 }, adapters, []string{"lora_a is [4 32] in the checkpoint but [2 32]"}},
+		{"other-alpha", func(c *Config) { c.Memory.LoRA.Alpha = 4 }, adapters, []string{"-lora-alpha 8", "this run has 4"}},
+		{"other-rank", func(c *Config) { c.Memory.LoRA.Rank = 2 }, adapters, []string{"lora_a is [4 32] in the checkpoint but [2 32]"}},
 		{"no-lora", func(c *Config) { *c = tinyGPT() }, adapters, []string{"holds LoRA adapters (rank 4)", "resume with -lora 4"}},
 		{"whole-into-lora", func(c *Config) {}, whole, []string{"holds a whole model, not LoRA adapters"}},
 	} {
@@ -89,14 +89,14 @@ func TestLoRAResumeRefusesOtherBases(t *testing.T) {
 // adapters merged, which computes what the adapted model does.
 func TestLoRAExportMerges(t *testing.T) {
 	cfg := loraGPT()
-	cfg.Dropout, cfg.LoRADropout = 0, 0
-	cfg.Steps, cfg.SaveFormat, cfg.Save = 4, "hf", filepath.Join(t.TempDir(), "gpt2")
+	cfg.Model.Dropout, cfg.Memory.LoRA.Dropout = 0, 0
+	cfg.Optim.Steps, cfg.Output.SaveFormat, cfg.Output.Save = 4, "hf", filepath.Join(t.TempDir(), "gpt2")
 	tr := newTrainer(t, cfg)
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	dev := tr.Device
-	g, _, err := hf.LoadGPT2(dev, cfg.Save)
+	g, _, err := hf.LoadGPT2(dev, cfg.Output.Save)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +104,11 @@ func TestLoRAExportMerges(t *testing.T) {
 	if n := len(g.Parameters()); n != len(tr.adapted.Base) {
 		t.Errorf("the export has %d tensors, the base %d", n, len(tr.adapted.Base))
 	}
-	ids := make([]int32, 2*cfg.Context)
+	ids := make([]int32, 2*cfg.Model.Context)
 	for i := range ids {
 		ids[i] = int32(i * 37 % 256)
 	}
-	tok, err := tensor.FromInt32(dev, ids, []int{2, cfg.Context}, memory.Data)
+	tok, err := tensor.FromInt32(dev, ids, []int{2, cfg.Model.Context}, memory.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +139,9 @@ func TestLoRAExportMerges(t *testing.T) {
 // gradients and Adam's state for the adapters alone, to the byte.
 func TestLoRAPlanGPT2Small(t *testing.T) {
 	cfg := Default()
-	cfg.Model, cfg.Layers, cfg.Width, cfg.Heads, cfg.Context, cfg.Batch = "gpt", 12, 768, 12, 1024, 8
-	cfg.Data, cfg.AMP, cfg.Checkpoint, cfg.Accum, cfg.Quiet = largeVocabShard(t), "bf16", "every", 8, true
-	cfg.LoRA, cfg.LoRATargets = 8, []string{"*.attn.*", "*.mlp.*"}
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context, cfg.Optim.Batch = "gpt", 12, 768, 12, 1024, 8
+	cfg.Data.Path, cfg.Precision.AMP, cfg.Memory.Checkpoint, cfg.Memory.Accum, cfg.Output.Quiet = largeVocabShard(t), "bf16", "every", 8, true
+	cfg.Memory.LoRA.Rank, cfg.Memory.LoRA.Targets = 8, []string{"*.attn.*", "*.mlp.*"}
 	p, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func (w *testWriter) Write(b []byte) (int, error) {
 func TestPlanGenerateMatchesMeasured(t *testing.T) {
 	for _, lora := range []int{0, 2} {
 		cfg := tinyGPT()
-		cfg.LoRA, cfg.Generate, cfg.Prompt = lora, 9, "1 2 3 4"
+		cfg.Memory.LoRA.Rank, cfg.Generate.Tokens, cfg.Generate.Prompt = lora, 9, "1 2 3 4"
 		pred, err := Plan(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -214,8 +214,8 @@ func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
 	}
 	f.Close()
 	cfg := Default()
-	cfg.Init, cfg.Data, cfg.Batch, cfg.Steps, cfg.Quiet, cfg.EvalEvery = filepath.Join("..", "hf", "testdata", "gpt2-f32"), shard, 4, 2, true, 0
-	cfg.LoRA, cfg.AMP = 4, "bf16"
+	cfg.Model.Init, cfg.Data.Path, cfg.Optim.Batch, cfg.Optim.Steps, cfg.Output.Quiet, cfg.Output.EvalEvery = filepath.Join("..", "hf", "testdata", "gpt2-f32"), shard, 4, 2, true, 0
+	cfg.Memory.LoRA.Rank, cfg.Precision.AMP = 4, "bf16"
 	cfg, _, err = cfg.ApplyInit()
 	if err != nil {
 		t.Fatal(err)
@@ -248,10 +248,10 @@ func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
 // where an uninterrupted one-process run ends.
 func TestLoRAZero3SaveResume(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Dropout, cfg.Batch, cfg.Workers, cfg.Steps = 0, 4, 1, 10
-	cfg.LoRA, cfg.LoRAAlpha, cfg.LR = 4, 8, 1e-2
+	cfg.Model.Dropout, cfg.Optim.Batch, cfg.Data.Workers, cfg.Optim.Steps = 0, 4, 1, 10
+	cfg.Memory.LoRA.Rank, cfg.Memory.LoRA.Alpha, cfg.Optim.LR = 4, 8, 1e-2
 	one := cfg
-	one.Batch = 8
+	one.Optim.Batch = 8
 	ref := newTrainer(t, one)
 	if _, err := ref.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -260,9 +260,9 @@ func TestLoRAZero3SaveResume(t *testing.T) {
 
 	dir := t.TempDir()
 	first := cfg
-	first.Dist, first.Zero, first.Steps, first.Save = "mpi", 3, 4, filepath.Join(dir, "ck")
+	first.Parallel.Engine, first.Parallel.Zero, first.Optim.Steps, first.Output.Save = "mpi", 3, 4, filepath.Join(dir, "ck")
 	runRanks(t, first, 2, nil)
-	f := sttest.Read(t, first.Save)
+	f := sttest.Read(t, first.Output.Save)
 	for _, n := range f.Names() {
 		if !strings.HasPrefix(n, OptimizerPrefix) && !strings.Contains(n, ".lora_") {
 			t.Fatalf("the ZeRO-3 LoRA checkpoint holds %s", n)
@@ -270,7 +270,7 @@ func TestLoRAZero3SaveResume(t *testing.T) {
 	}
 
 	resumed := one
-	resumed.Resume = first.Save
+	resumed.Output.Resume = first.Output.Save
 	tr := newTrainer(t, resumed)
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -279,7 +279,7 @@ func TestLoRAZero3SaveResume(t *testing.T) {
 		t.Errorf("2 ranks (ZeRO 3) then 1 process: parameters differ by %.2g", d)
 	}
 	again := cfg
-	again.Dist, again.Zero, again.Resume = "mpi", 3, first.Save
+	again.Parallel.Engine, again.Parallel.Zero, again.Output.Resume = "mpi", 3, first.Output.Save
 	trs, _ := runRanks(t, again, 2, nil)
 	for r, tr := range trs {
 		if d := relDiff(flatWeights(tr), want); d > 1e-5 {

@@ -31,12 +31,12 @@ func NewDevice(cfg Config) (device.Device, error) { return NewDeviceOrdinal(cfg,
 // capabilities Config.Without names are hidden, so their composed
 // fallbacks run.
 func NewDeviceOrdinal(cfg Config, ordinal int) (device.Device, error) {
-	d, err := device.Open(cfg.Device, device.Options{Capacity: cfg.MemLimit, Ordinal: ordinal})
+	d, err := device.Open(cfg.Device.Name, device.Options{Capacity: cfg.Device.MemLimit, Ordinal: ordinal})
 	if err != nil {
-		return nil, fmt.Errorf("-device %s: %v", cfg.Device, err)
+		return nil, fmt.Errorf("-device %s: %v", cfg.Device.Name, err)
 	}
-	if len(cfg.Without) > 0 {
-		d = device.Without(d, cfg.Without...)
+	if len(cfg.Device.Without) > 0 {
+		d = device.Without(d, cfg.Device.Without...)
 	}
 	return d, nil
 }
@@ -69,8 +69,8 @@ func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Wr
 	rank, ranks := 0, 1
 	if comm != nil {
 		rank, ranks = comm.Rank(), comm.Size()
-	} else if cfg.Zero > 0 {
-		return nil, fmt.Errorf("-zero %d: needs -dist (ranks to shard over)", cfg.Zero)
+	} else if cfg.Parallel.Zero > 0 {
+		return nil, fmt.Errorf("-zero %d: needs -dist (ranks to shard over)", cfg.Parallel.Zero)
 	}
 	if rank != 0 {
 		log = nil
@@ -80,12 +80,12 @@ func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Wr
 		return nil, err
 	}
 	loader, err := data.NewLoader(ds.train, data.LoaderConfig{
-		Batch: cfg.Batch, DropLast: true, Shuffle: true, Seed: cfg.Seed,
-		Workers: cfg.Workers, Prefetch: cfg.Prefetch, PrefetchBytes: PrefetchBytes, Rank: rank, Ranks: ranks,
+		Batch: cfg.Optim.Batch, DropLast: true, Shuffle: true, Seed: cfg.Seed,
+		Workers: cfg.Data.Workers, Prefetch: cfg.Data.Prefetch, PrefetchBytes: PrefetchBytes, Rank: rank, Ranks: ranks,
 	})
 	if err != nil {
 		if ranks > 1 {
-			return nil, fmt.Errorf("-batch %d × %d ranks: %v", cfg.Batch, ranks, err)
+			return nil, fmt.Errorf("-batch %d × %d ranks: %v", cfg.Optim.Batch, ranks, err)
 		}
 		return nil, fmt.Errorf("-batch: %v", err)
 	}
@@ -101,14 +101,14 @@ func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Wr
 // warnIdle warns once about settings that would silently do nothing.
 func (t *Trainer) warnIdle() {
 	cfg := t.Config
-	if cfg.SaveEvery > 0 && cfg.Save == "" {
-		t.logf("train: warning: -save-every %d does nothing without -save", cfg.SaveEvery)
+	if cfg.Output.SaveEvery > 0 && cfg.Output.Save == "" {
+		t.logf("train: warning: -save-every %d does nothing without -save", cfg.Output.SaveEvery)
 	}
-	if len(t.frozen) > 0 && len(t.frozen) == len(t.Model.Parameters()) && cfg.UnfreezeAt == 0 {
-		t.logf("train: warning: -freeze %s matches every parameter: nothing trains", strings.Join(cfg.Freeze, ","))
+	if len(t.frozen) > 0 && len(t.frozen) == len(t.Model.Parameters()) && cfg.Memory.UnfreezeAt == 0 {
+		t.logf("train: warning: -freeze %s matches every parameter: nothing trains", strings.Join(cfg.Memory.Freeze, ","))
 	}
-	if (t.val == nil || t.val.Len() == 0) && cfg.EvalEvery > 0 {
-		t.logf("train: warning: -eval-every %d: no held-out data (-val-split %g), evaluation does nothing", cfg.EvalEvery, cfg.ValSplit)
+	if (t.val == nil || t.val.Len() == 0) && cfg.Output.EvalEvery > 0 {
+		t.logf("train: warning: -eval-every %d: no held-out data (-val-split %g), evaluation does nothing", cfg.Output.EvalEvery, cfg.Data.ValSplit)
 	}
 }
 
@@ -118,18 +118,18 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Accum,
+	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Memory.Accum,
 		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, codec: ds.codec, runID: newRunID()}
 	fail := func(err error) (*Trainer, error) {
 		t.Close()
 		return nil, err
 	}
-	if cfg.LoRA > 0 {
+	if cfg.Memory.LoRA.Rank > 0 {
 		if err := t.applyLoRA(); err != nil {
 			return fail(err)
 		}
 	}
-	if cfg.Offload != "" && cfg.Offload != "off" {
+	if cfg.Memory.Offload.Mode != "" && cfg.Memory.Offload.Mode != "off" {
 		if err := t.setupOffload(cfg); err != nil {
 			return fail(err)
 		}
@@ -139,24 +139,24 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 			return fail(err)
 		}
 	}
-	if cfg.Steps > 0 {
-		t.total = cfg.Steps
+	if cfg.Optim.Steps > 0 {
+		t.total = cfg.Optim.Steps
 	} else {
-		t.total = cfg.Epochs * batches.PerEpoch()
+		t.total = cfg.Optim.Epochs * batches.PerEpoch()
 	}
 	var sched optim.Schedule = optim.Constant{}
 	switch {
-	case cfg.Schedule == "cosine":
-		sched = optim.WarmupCosine{Warmup: cfg.Warmup, Total: t.total, Floor: 0.1}
-	case cfg.Warmup > 0:
-		sched = optim.Warmup{Steps: cfg.Warmup}
+	case cfg.Optim.Schedule == "cosine":
+		sched = optim.WarmupCosine{Warmup: cfg.Optim.Warmup, Total: t.total, Floor: 0.1}
+	case cfg.Optim.Warmup > 0:
+		sched = optim.Warmup{Steps: cfg.Optim.Warmup}
 	}
 	if err := t.Opt.SetSchedule(sched); err != nil {
 		return fail(fmt.Errorf("-schedule: %v", err))
 	}
 	if t.adapted != nil {
 		t.frozen = t.adapted.Base
-	} else if t.frozen, err = freezeModel(model, t.Opt, cfg.Freeze); err != nil {
+	} else if t.frozen, err = freezeModel(model, t.Opt, cfg.Memory.Freeze); err != nil {
 		return fail(err)
 	}
 	if comm != nil {
@@ -171,7 +171,7 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 			return fail(err)
 		}
 	}
-	switch cfg.AMP {
+	switch cfg.Precision.AMP {
 	case "bf16":
 		t.autocast = tensor.BF16
 	case "fp16":
@@ -185,7 +185,7 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 	if err := t.holdFrozenInAutocast(); err != nil {
 		return fail(err)
 	}
-	spec, _ := ParseCheckpoint(cfg.Checkpoint)
+	spec, _ := ParseCheckpoint(cfg.Memory.Checkpoint)
 	switch spec.Kind {
 	case "every":
 		t.policy = checkpoint.Every
@@ -206,11 +206,11 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		runner = t.zero3.Runner(runner)
 	}
 	model.SetBlockRunner(runner)
-	if cfg.StepInBackward {
+	if cfg.Memory.StepInBackward {
 		t.armStepInBackward()
 	}
-	if cfg.Resume != "" {
-		if err := t.Resume(cfg.Resume); err != nil {
+	if cfg.Output.Resume != "" {
+		if err := t.Resume(cfg.Output.Resume); err != nil {
 			return fail(err)
 		}
 		if t.offOpt != nil {
@@ -227,11 +227,11 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 // newOptimizer builds the -optim optimizer over params, by name from
 // optim's registry.
 func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error) {
-	o, err := optim.New(cfg.Optim, params, optim.Settings{LR: cfg.LR, WeightDecay: cfg.WD})
+	o, err := optim.New(cfg.Optim.Name, params, optim.Settings{LR: cfg.Optim.LR, WeightDecay: cfg.Optim.WD})
 	if err != nil {
-		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim, err)
+		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim.Name, err)
 	}
-	if cfg.Weights == "bf16" {
+	if cfg.Precision.Weights == "bf16" {
 		// Seeded from the run's seed: deterministic, and a resumed run
 		// draws what the uninterrupted one would (the bits depend on each
 		// parameter's update count, which the checkpoint keeps).

@@ -58,7 +58,7 @@ func (t *Trainer) setupOffload(cfg Config) error {
 		tensor.EnableAllocSites(t.host.Memory())
 	}
 	if cfg.OffloadsActivations() {
-		if t.acts, err = offload.NewActivations(t.host, cfg.OffloadPrefetch); err != nil {
+		if t.acts, err = offload.NewActivations(t.host, cfg.Memory.Offload.Prefetch); err != nil {
 			return fmt.Errorf("-offload: %w", err)
 		}
 	}
@@ -98,7 +98,7 @@ func (o offloadTarget) Step() error {
 // arms nothing. Arm itself declines optimizers whose updates allocate
 // (Adafactor).
 func (t *Trainer) overlapsOffload() bool {
-	return t.offOpt != nil && t.Scaler == nil && t.Config.Clip == 0
+	return t.offOpt != nil && t.Scaler == nil && t.Config.Optim.Clip == 0
 }
 
 // Host is the device offloaded state lives on, or nil without -offload.

@@ -23,9 +23,9 @@ func offloadCases() []struct {
 	cfg  Config
 } {
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit, mlp.Dropout = 3, 64, 32, true, 0, 0.05, 0.1
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit, mlp.Model.Dropout = 3, 64, 32, true, 0, 0.05, 0.1
 	gpt := tinyGPT()
-	gpt.Layers = 3
+	gpt.Model.Layers = 3
 	var cases []struct {
 		name string
 		cfg  Config
@@ -39,31 +39,31 @@ func offloadCases() []struct {
 		}{name, c})
 	}
 	for _, off := range []string{"activations", "optimizer", "all"} {
-		add("mlp/"+off, mlp, func(c *Config) { c.Offload = off })
-		add("gpt/"+off, gpt, func(c *Config) { c.Offload = off })
+		add("mlp/"+off, mlp, func(c *Config) { c.Memory.Offload.Mode = off })
+		add("gpt/"+off, gpt, func(c *Config) { c.Memory.Offload.Mode = off })
 		add("gpt/"+off+"/bf16-checkpoint-accum-clip", gpt, func(c *Config) {
-			c.Offload, c.AMP, c.Checkpoint, c.Accum, c.Clip, c.Optim = off, "bf16", "every", 2, 1, "adamw"
+			c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum, c.Optim.Clip, c.Optim.Name = off, "bf16", "every", 2, 1, "adamw"
 		})
-		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Offload, c.AMP, c.OffloadPrefetch = off, "fp16", 1 })
+		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Offload.Prefetch = off, "fp16", 1 })
 	}
 	cnn := Default()
-	cnn.Model, cnn.Width, cnn.Batch, cnn.Quiet, cnn.EvalEvery, cnn.ValSplit = "cnn", 32, 8, true, 0, 0.05
-	add("cnn/all", cnn, func(c *Config) { c.Offload = "all" })
+	cnn.Model.Name, cnn.Model.Width, cnn.Optim.Batch, cnn.Output.Quiet, cnn.Output.EvalEvery, cnn.Data.ValSplit = "cnn", 32, 8, true, 0, 0.05
+	add("cnn/all", cnn, func(c *Config) { c.Memory.Offload.Mode = "all" })
 	add("gpt/activations/step-in-backward-freeze", gpt, func(c *Config) {
-		c.Offload, c.StepInBackward, c.Freeze = "activations", true, []string{"blocks.0.*"}
+		c.Memory.Offload.Mode, c.Memory.StepInBackward, c.Memory.Freeze = "activations", true, []string{"blocks.0.*"}
 	})
-	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) { c.Offload, c.LMHead, c.Optim = "activations", "full", "adam8bit" })
+	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) { c.Memory.Offload.Mode, c.Memory.LMHead, c.Optim.Name = "activations", "full", "adam8bit" })
 	add("gpt/all/adafactor-sqrt-prefetch2", gpt, func(c *Config) {
-		c.Offload, c.Optim, c.Checkpoint, c.OffloadPrefetch = "all", "adafactor", "sqrt", 2
+		c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Checkpoint, c.Memory.Offload.Prefetch = "all", "adafactor", "sqrt", 2
 	})
 	// The host's update overlapping backward (no clipping, no fp16):
 	// under accumulation, checkpointing and autocast, and with 8-bit
 	// state and SGD.
 	add("gpt/all/bf16-checkpoint-accum", gpt, func(c *Config) {
-		c.Offload, c.AMP, c.Checkpoint, c.Accum, c.Optim = "all", "bf16", "every", 2, "adamw"
+		c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum, c.Optim.Name = "all", "bf16", "every", 2, "adamw"
 	})
-	add("gpt/optimizer/adam8bit-sqrt", gpt, func(c *Config) { c.Offload, c.Optim, c.Checkpoint = "optimizer", "adam8bit", "sqrt" })
-	add("mlp/optimizer/sgd-accum", mlp, func(c *Config) { c.Offload, c.Optim, c.Accum = "optimizer", "sgd", 2 })
+	add("gpt/optimizer/adam8bit-sqrt", gpt, func(c *Config) { c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Checkpoint = "optimizer", "adam8bit", "sqrt" })
+	add("mlp/optimizer/sgd-accum", mlp, func(c *Config) { c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Accum = "optimizer", "sgd", 2 })
 	return cases
 }
 
@@ -78,7 +78,7 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 			run := func(cfg Config) (*Trainer, []float64) {
 				// Metrics: the gradient norm is logged, from the masters'
 				// gradients after an overlapped backward.
-				cfg.Steps, cfg.Metrics = 3, filepath.Join(t.TempDir(), "m.jsonl")
+				cfg.Optim.Steps, cfg.Output.Metrics = 3, filepath.Join(t.TempDir(), "m.jsonl")
 				tr := newTrainer(t, cfg)
 				var losses []float64
 				tr.Hooks.AfterStep = func(tr *Trainer, r Record) error {
@@ -104,7 +104,7 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 				return tr, losses
 			}
 			plain := tc.cfg
-			plain.Offload = ""
+			plain.Memory.Offload.Mode = ""
 			pTr, pLoss := run(plain)
 			oTr, oLoss := run(tc.cfg)
 			if !slices.Equal(bits64(oLoss), bits64(pLoss)) {
@@ -117,7 +117,7 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 				ov = oTr.offOpt.OverlapStats()
 			}
 			c := oTr.Config
-			if c.OffloadsOptimizer() && c.Clip == 0 && c.AMP != "fp16" && c.Optim != "adafactor" {
+			if c.OffloadsOptimizer() && c.Optim.Clip == 0 && c.Precision.AMP != "fp16" && c.Optim.Name != "adafactor" {
 				if ov.Steps != 3 || ov.Background == 0 {
 					t.Errorf("overlap %+v, want 3 armed steps with updates during backward", ov)
 				}
@@ -168,7 +168,7 @@ func TestOffloadPlanMatchesMeasured(t *testing.T) {
 	for _, tc := range offloadCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
-			c.Steps = planSteps
+			c.Optim.Steps = planSteps
 			pred, err := Plan(c)
 			if err != nil {
 				t.Fatal(err)
@@ -199,13 +199,13 @@ func TestOffloadPlanMatchesMeasured(t *testing.T) {
 // planning allocates nothing real.
 func TestPlanOffloadStaysOnMeta(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Offload, cfg.Without = "all", []string{device.CapAttention}
+	cfg.Memory.Offload.Mode, cfg.Device.Without = "all", []string{device.CapAttention}
 	cfg = cfg.Resolved()
 	ds, err := openData(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := device.Without(meta.New(0), cfg.Without...)
+	dev := device.Without(meta.New(0), cfg.Device.Without...)
 	tr, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -221,10 +221,10 @@ func TestPlanOffloadStaysOnMeta(t *testing.T) {
 // budget met without offloading is met without.
 func TestFitOffloadsLast(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Layers, cfg.Optim = 32, 64, 4, 0, 8, "sgd"
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Model.Layers, cfg.Optim.Name = 32, 64, 4, 0, 8, "sgd"
 	plan := func(ck, w, off string) int64 {
 		c := cfg
-		c.Accum, c.Checkpoint, c.AMP, c.Weights, c.Offload = cfg.Batch, ck, "bf16", w, off
+		c.Memory.Accum, c.Memory.Checkpoint, c.Precision.AMP, c.Precision.Weights, c.Memory.Offload.Mode = cfg.Optim.Batch, ck, "bf16", w, off
 		p, err := Plan(c)
 		if err != nil {
 			t.Fatal(err)
@@ -241,10 +241,10 @@ func TestFitOffloadsLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !got.Config.OffloadsActivations() || got.Peak.Total > offloaded {
-		t.Errorf("Fit(%d) chose -offload %q with peak %d", offloaded, got.Config.Offload, got.Peak.Total)
+		t.Errorf("Fit(%d) chose -offload %q with peak %d", offloaded, got.Config.Memory.Offload.Mode, got.Peak.Total)
 	}
-	if got, err := Fit(cfg, onDevice); err != nil || got.Config.Offload != "" {
-		t.Errorf("Fit(%d) chose -offload %q (%v); it fits without", onDevice, got.Config.Offload, err)
+	if got, err := Fit(cfg, onDevice); err != nil || got.Config.Memory.Offload.Mode != "" {
+		t.Errorf("Fit(%d) chose -offload %q (%v); it fits without", onDevice, got.Config.Memory.Offload.Mode, err)
 	}
 }
 
@@ -252,21 +252,21 @@ func TestFitOffloadsLast(t *testing.T) {
 // bit for bit (the host copies follow the loaded weights).
 func TestOffloadResume(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Offload, cfg.Optim, cfg.Dropout = "all", "adamw", 0
+	cfg.Memory.Offload.Mode, cfg.Optim.Name, cfg.Model.Dropout = "all", "adamw", 0
 	dir := t.TempDir()
 	full := cfg
-	full.Steps = 4
+	full.Optim.Steps = 4
 	fTr := newTrainer(t, full)
 	if _, err := fTr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	half := cfg
-	half.Steps, half.Save = 2, filepath.Join(dir, "ck.safetensors")
+	half.Optim.Steps, half.Output.Save = 2, filepath.Join(dir, "ck.safetensors")
 	if _, err := newTrainer(t, half).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rest := cfg
-	rest.Steps, rest.Resume = 4, half.Save
+	rest.Optim.Steps, rest.Output.Resume = 4, half.Output.Save
 	rTr := newTrainer(t, rest)
 	if _, err := rTr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -280,12 +280,12 @@ func TestOffloadValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"unknown", func(c *Config) { c.Offload = "gradients" }, "-offload gradients: unknown"},
-		{"negative prefetch", func(c *Config) { c.Offload, c.OffloadPrefetch = "activations", -1 }, "-offload-prefetch -1"},
-		{"step in backward", func(c *Config) { c.Offload, c.StepInBackward = "optimizer", true }, "-step-in-backward"},
-		{"dist", func(c *Config) { c.Offload, c.Dist = "all", "mpi" }, "-dist"},
-		{"freeze", func(c *Config) { c.Offload, c.Freeze = "optimizer", []string{"layers.0.*"} }, "-freeze"},
-		{"bf16 weights", func(c *Config) { c.Offload, c.Weights = "all", "bf16" }, "-weights bf16"},
+		{"unknown", func(c *Config) { c.Memory.Offload.Mode = "gradients" }, "-offload gradients: unknown"},
+		{"negative prefetch", func(c *Config) { c.Memory.Offload.Mode, c.Memory.Offload.Prefetch = "activations", -1 }, "-offload-prefetch -1"},
+		{"step in backward", func(c *Config) { c.Memory.Offload.Mode, c.Memory.StepInBackward = "optimizer", true }, "-step-in-backward"},
+		{"dist", func(c *Config) { c.Memory.Offload.Mode, c.Parallel.Engine = "all", "mpi" }, "-dist"},
+		{"freeze", func(c *Config) { c.Memory.Offload.Mode, c.Memory.Freeze = "optimizer", []string{"layers.0.*"} }, "-freeze"},
+		{"bf16 weights", func(c *Config) { c.Memory.Offload.Mode, c.Precision.Weights = "all", "bf16" }, "-weights bf16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Default()
@@ -298,7 +298,7 @@ func TestOffloadValidate(t *testing.T) {
 	}
 	for _, ok := range []string{"", "off", "activations", "optimizer", "all"} {
 		cfg := Default()
-		cfg.Offload = ok
+		cfg.Memory.Offload.Mode = ok
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("-offload %q: %v", ok, err)
 		}
@@ -312,7 +312,7 @@ func TestOffloadHostOutOfMemory(t *testing.T) {
 	hostOptions = []cpu.Option{cpu.Capacity(320 << 10)} // the master weights (4P = 134 KiB) and their gradients, not Adam's state
 	defer func() { hostOptions = nil }()
 	cfg := tinyGPT()
-	cfg.Offload, cfg.Steps = "optimizer", 2
+	cfg.Memory.Offload.Mode, cfg.Optim.Steps = "optimizer", 2
 	var log bytes.Buffer
 	tr, err := New(cfg.Resolved(), cpu.New(), &log)
 	if err == nil {

@@ -21,16 +21,16 @@ func TestOptimizerConvergence(t *testing.T) {
 		t.Skip("-short: trains three small models")
 	}
 	cfg := Default()
-	cfg.Model, cfg.Layers, cfg.Heads, cfg.Width, cfg.Context, cfg.Batch, cfg.Steps = "gpt", 2, 4, 64, 64, 16, 150
-	cfg.Quiet, cfg.EvalEvery, cfg.Dropout = true, 0, 0
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Heads, cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Optim.Steps = "gpt", 2, 4, 64, 64, 16, 150
+	cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Model.Dropout = true, 0, 0
 	if _, err := os.Stat(data.FortunesDir + "/fortunes"); err == nil {
-		cfg.Data = data.FortunesDir + "/fortunes"
+		cfg.Data.Path = data.FortunesDir + "/fortunes"
 	}
 	eval := func(optim string) float64 {
 		c := cfg
-		c.Optim = optim
+		c.Optim.Name = optim
 		if o, ok := strings.CutSuffix(optim, " -weights bf16"); ok {
-			c.Optim, c.Weights = o, "bf16"
+			c.Optim.Name, c.Precision.Weights = o, "bf16"
 		}
 		tr := newTrainer(t, c)
 		s, err := tr.Run(context.Background())

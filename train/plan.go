@@ -37,20 +37,20 @@ type shapeBatches struct {
 }
 
 func (s *shapeBatches) Next(context.Context) (*data.Batch, error) {
-	b := &data.Batch{Epoch: s.pos.Epoch, Index: s.pos.Batch, Indices: make([]int, s.cfg.Batch)}
+	b := &data.Batch{Epoch: s.pos.Epoch, Index: s.pos.Batch, Indices: make([]int, s.cfg.Optim.Batch)}
 	per := 1
 	for _, d := range s.ds.inShape {
 		per *= d
 	}
-	b.InputShape = append([]int{s.cfg.Batch}, s.ds.inShape...)
+	b.InputShape = append([]int{s.cfg.Optim.Batch}, s.ds.inShape...)
 	if s.ds.tokens {
-		b.Tokens = make([]int32, s.cfg.Batch*per)
-		b.Targets = make([]int32, s.cfg.Batch*per)
-		b.TargetShape = []int{s.cfg.Batch, per}
+		b.Tokens = make([]int32, s.cfg.Optim.Batch*per)
+		b.Targets = make([]int32, s.cfg.Optim.Batch*per)
+		b.TargetShape = []int{s.cfg.Optim.Batch, per}
 	} else {
-		b.Inputs = make([]float32, s.cfg.Batch*per)
-		b.Targets = make([]int32, s.cfg.Batch)
-		b.TargetShape = []int{s.cfg.Batch}
+		b.Inputs = make([]float32, s.cfg.Optim.Batch*per)
+		b.Targets = make([]int32, s.cfg.Optim.Batch)
+		b.TargetShape = []int{s.cfg.Optim.Batch}
 	}
 	s.pos.Batch++
 	return b, nil
@@ -58,7 +58,7 @@ func (s *shapeBatches) Next(context.Context) (*data.Batch, error) {
 
 func (s *shapeBatches) Position() data.Position    { return s.pos }
 func (s *shapeBatches) Seek(p data.Position) error { s.pos = p; return nil }
-func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Len()/s.cfg.Batch) }
+func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Len()/s.cfg.Optim.Batch) }
 
 // Plan predicts the peak bytes by category of training with cfg, or with
 // Generate set, of generating: the model as -generate builds it, then
@@ -81,7 +81,7 @@ func Plan(cfg Config) (PeakBytes, error) {
 }
 
 func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
-	cfg.Resume, cfg.Save, cfg.Metrics, cfg.Quiet = "", "", "", true
+	cfg.Output.Resume, cfg.Output.Save, cfg.Output.Metrics, cfg.Output.Quiet = "", "", "", true
 	// The meta device has every capability; it hides those the target
 	// device lacks and those the run leaves out, so that it takes the
 	// same paths, and allocates the same bytes, as the run will.
@@ -89,15 +89,15 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 		dev device.Device = meta.New(0)
 		err error
 	)
-	if hide := append(device.Lacks(cfg.Device), cfg.Without...); len(hide) > 0 {
+	if hide := append(device.Lacks(cfg.Device.Name), cfg.Device.Without...); len(hide) > 0 {
 		dev = device.Without(dev, hide...)
 	}
 	// With -dist and -ranks N the plan is rank 0's (whose shards are the
 	// largest): a communicator that stands for N ranks and exchanges
 	// nothing, since the meta device computes no values to exchange.
 	var comm parallel.Comm
-	if cfg.Dist != "off" && cfg.Ranks > 0 {
-		if comm, err = parallel.NewMeta(0, cfg.Ranks); err != nil {
+	if cfg.Parallel.Engine != "off" && cfg.Parallel.Ranks > 0 {
+		if comm, err = parallel.NewMeta(0, cfg.Parallel.Ranks); err != nil {
 			return PeakBytes{}, err
 		}
 	}
@@ -107,7 +107,7 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 	}
 	defer t.Close()
 	mem := dev.Memory()
-	if cfg.Generate > 0 {
+	if cfg.Generate.Tokens > 0 {
 		// The meta device's logits are zeros: greedy decoding picks token
 		// 0 each time, and every token costs what any other would.
 		mem.ResetPeak()
@@ -131,36 +131,36 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 
 // WritePlan renders a prediction as a table.
 func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
-	if cfg.Generate > 0 {
-		fmt.Fprintf(w, "memfit plan: %s; generate %d tokens after -prompt", modelKey(cfg), cfg.Generate)
+	if cfg.Generate.Tokens > 0 {
+		fmt.Fprintf(w, "memfit plan: %s; generate %d tokens after -prompt", modelKey(cfg), cfg.Generate.Tokens)
 	} else {
 		fmt.Fprintf(w, "memfit plan: %s; batch %d in %d micro-batch(es); amp %s; checkpoint %s; optimizer %s",
-			modelKey(cfg), cfg.Batch, cfg.Accum, cfg.AMP, cfg.Checkpoint, cfg.Optim)
+			modelKey(cfg), cfg.Optim.Batch, cfg.Memory.Accum, cfg.Precision.AMP, cfg.Memory.Checkpoint, cfg.Optim.Name)
 	}
-	if len(cfg.Freeze) > 0 {
-		fmt.Fprintf(w, "; frozen %s", strings.Join(cfg.Freeze, ","))
+	if len(cfg.Memory.Freeze) > 0 {
+		fmt.Fprintf(w, "; frozen %s", strings.Join(cfg.Memory.Freeze, ","))
 	}
-	if cfg.LoRA > 0 {
+	if cfg.Memory.LoRA.Rank > 0 {
 		targets := "every Linear layer"
-		if len(cfg.LoRATargets) > 0 {
-			targets = strings.Join(cfg.LoRATargets, ",")
+		if len(cfg.Memory.LoRA.Targets) > 0 {
+			targets = strings.Join(cfg.Memory.LoRA.Targets, ",")
 		}
-		fmt.Fprintf(w, "; LoRA rank %d on %s", cfg.LoRA, targets)
+		fmt.Fprintf(w, "; LoRA rank %d on %s", cfg.Memory.LoRA.Rank, targets)
 	}
-	if cfg.StepInBackward {
+	if cfg.Memory.StepInBackward {
 		fmt.Fprintf(w, "; step in backward")
 	}
-	if cfg.Weights == "bf16" {
+	if cfg.Precision.Weights == "bf16" {
 		fmt.Fprintf(w, "; bf16 weights")
 	}
-	if cfg.Offload != "" && cfg.Offload != "off" {
-		fmt.Fprintf(w, "; offload %s", cfg.Offload)
+	if cfg.Memory.Offload.Mode != "" && cfg.Memory.Offload.Mode != "off" {
+		fmt.Fprintf(w, "; offload %s", cfg.Memory.Offload.Mode)
 		if cfg.OffloadsActivations() {
-			fmt.Fprintf(w, " (prefetch %d)", cfg.OffloadPrefetch)
+			fmt.Fprintf(w, " (prefetch %d)", cfg.Memory.Offload.Prefetch)
 		}
 	}
-	if cfg.Dist != "off" && cfg.Ranks > 0 {
-		fmt.Fprintf(w, "; one rank of %d, zero %d", cfg.Ranks, cfg.Zero)
+	if cfg.Parallel.Engine != "off" && cfg.Parallel.Ranks > 0 {
+		fmt.Fprintf(w, "; one rank of %d, zero %d", cfg.Parallel.Ranks, cfg.Parallel.Zero)
 	}
 	fmt.Fprintf(w, "\n%-16s %14s\n", "category", "predicted peak")
 	rows := []struct {
@@ -183,7 +183,7 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
 	}
-	if cfg.Dist != "off" && cfg.Ranks > 0 {
+	if cfg.Parallel.Engine != "off" && cfg.Parallel.Ranks > 0 {
 		// What ZeRO shards, at its peak together (for ZeRO-3 less than
 		// the sum of the rows above: a block is whole only in its turn).
 		fmt.Fprintf(w, "%-16s %14s  (parameters + gradients + optimizer state, at one moment)\n", "model state", memory.FormatBytes(p.ModelState))
@@ -192,7 +192,7 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	if p.HostTotal == 0 {
 		return
 	}
-	fmt.Fprintf(w, "host memory (-offload %s)\n", cfg.Offload)
+	fmt.Fprintf(w, "host memory (-offload %s)\n", cfg.Memory.Offload.Mode)
 	for _, r := range []struct {
 		name string
 		v    int64
@@ -250,18 +250,18 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 		return Choice{}, err
 	}
 	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
-	weights := []string{cfg.Weights}
-	if (cfg.Weights == "" || cfg.Weights == "f32") && cfg.Model != "cnn" && cfg.Zero < 3 {
+	weights := []string{cfg.Precision.Weights}
+	if (cfg.Precision.Weights == "" || cfg.Precision.Weights == "f32") && cfg.Model.Name != "cnn" && cfg.Parallel.Zero < 3 {
 		weights = append(weights, "bf16")
 	}
 	for _, w := range weights {
 		for _, opt := range fitOptimizers(cfg) {
 			c := cfg
-			c.Weights = w
-			if opt != cfg.Optim {
-				c.Optim = opt
+			c.Precision.Weights = w
+			if opt != cfg.Optim.Name {
+				c.Optim.Name = opt
 				if opt == "adafactor" {
-					c.LR = DefaultLRAdafactor
+					c.Optim.LR = DefaultLRAdafactor
 				}
 			}
 			found, ok, err := fitWith(c, cfg, ds, budget, &best)
@@ -275,11 +275,11 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 	for _, w := range weights {
 		for _, opt := range fitOptimizers(cfg) {
 			c := cfg
-			c.Weights = w
-			if opt != cfg.Optim {
-				c.Optim = opt
+			c.Precision.Weights = w
+			if opt != cfg.Optim.Name {
+				c.Optim.Name = opt
 				if opt == "adafactor" {
-					c.LR = DefaultLRAdafactor
+					c.Optim.LR = DefaultLRAdafactor
 				}
 			}
 			c, ok := offloadCandidate(c)
@@ -292,16 +292,16 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 			}
 		}
 	}
-	flags := fmt.Sprintf("-optim %s -accum %d -checkpoint %s -amp %s", best.Config.Optim, best.Config.Accum, best.Config.Checkpoint, best.Config.AMP)
-	if best.Config.Weights == "bf16" {
+	flags := fmt.Sprintf("-optim %s -accum %d -checkpoint %s -amp %s", best.Config.Optim.Name, best.Config.Memory.Accum, best.Config.Memory.Checkpoint, best.Config.Precision.AMP)
+	if best.Config.Precision.Weights == "bf16" {
 		flags += " -weights bf16"
 	}
-	if best.Config.Offload != "" && best.Config.Offload != "off" {
-		flags += " -offload " + best.Config.Offload
+	if best.Config.Memory.Offload.Mode != "" && best.Config.Memory.Offload.Mode != "off" {
+		flags += " -offload " + best.Config.Memory.Offload.Mode
 	}
 	try := "a smaller model, -optim sgd or -freeze"
 	if shardable(cfg) {
-		flags += fmt.Sprintf(" -zero %d", best.Config.Zero)
+		flags += fmt.Sprintf(" -zero %d", best.Config.Parallel.Zero)
 		// Every stage was tried: only more ranks shrink the shards.
 		try += ", or more ranks (-ranks, mpirun -np)"
 	} else {
@@ -315,7 +315,7 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 // shardable reports whether cfg plans one rank of several, so that Fit
 // may raise its ZeRO stage: with one rank (or none given, a plan of one
 // process) a shard is the whole.
-func shardable(cfg Config) bool { return cfg.Dist != "off" && cfg.Ranks > 1 }
+func shardable(cfg Config) bool { return cfg.Parallel.Engine != "off" && cfg.Parallel.Ranks > 1 }
 
 // zeroStage3Comm is what ZeRO stage 3's communication adds to a step,
 // per micro-batch, as a fraction of a DDP step. Each micro-batch
@@ -367,13 +367,13 @@ func zeroCost(z, accum int, recompute bool) float64 {
 // settings allow, or false when it offloads already or can offload
 // nothing more.
 func offloadCandidate(cfg Config) (Config, bool) {
-	if cfg.Offload != "" && cfg.Offload != "off" {
+	if cfg.Memory.Offload.Mode != "" && cfg.Memory.Offload.Mode != "off" {
 		return cfg, false
 	}
 	c := cfg
-	c.Offload = "all"
+	c.Memory.Offload.Mode = "all"
 	if c.validateOffload() != nil {
-		c.Offload = "activations"
+		c.Memory.Offload.Mode = "activations"
 	}
 	return c, true
 }
@@ -381,15 +381,15 @@ func offloadCandidate(cfg Config) (Config, bool) {
 // fitOptimizers lists the optimizers Fit tries, in order: the one asked
 // for, then the approximate state formats of the same algorithm family.
 func fitOptimizers(cfg Config) []string {
-	switch cfg.Optim {
+	switch cfg.Optim.Name {
 	case "adam":
 		return []string{"adam", "adam8bit", "adafactor"}
 	case "adamw":
 		return []string{"adamw", "adamw8bit", "adafactor"}
 	case "adam8bit", "adamw8bit":
-		return []string{cfg.Optim, "adafactor"}
+		return []string{cfg.Optim.Name, "adafactor"}
 	}
-	return []string{cfg.Optim}
+	return []string{cfg.Optim.Name}
 }
 
 // fitWith tries the accumulation × checkpointing × autocast (× ZeRO
@@ -398,46 +398,46 @@ func fitOptimizers(cfg Config) []string {
 // the smallest in best. Candidates Config.Validate refuses are skipped.
 func fitWith(cfg, orig Config, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
 	var cands []Choice
-	amps := []string{cfg.AMP}
-	if cfg.AMP == "off" {
+	amps := []string{cfg.Precision.AMP}
+	if cfg.Precision.AMP == "off" {
 		amps = append(amps, "bf16")
 	}
-	ckpts := []string{cfg.Checkpoint}
-	if cfg.Checkpoint == "off" && cfg.Model != "cnn" {
+	ckpts := []string{cfg.Memory.Checkpoint}
+	if cfg.Memory.Checkpoint == "off" && cfg.Model.Name != "cnn" {
 		ckpts = append(ckpts, "sqrt", "every")
 	}
 	// Never below the stage asked for: the user may know what the plan
 	// does not (the interconnect, other jobs on the devices).
-	zeros := []int{cfg.Zero}
+	zeros := []int{cfg.Parallel.Zero}
 	if shardable(cfg) {
-		for z := cfg.Zero + 1; z <= 3; z++ {
+		for z := cfg.Parallel.Zero + 1; z <= 3; z++ {
 			zeros = append(zeros, z)
 		}
 	}
-	origZero := zeroCost(orig.Zero, orig.Accum, orig.Checkpoint != "off")
-	for accum := cfg.Accum; accum <= cfg.Batch; accum *= 2 {
+	origZero := zeroCost(orig.Parallel.Zero, orig.Memory.Accum, orig.Memory.Checkpoint != "off")
+	for accum := cfg.Memory.Accum; accum <= cfg.Optim.Batch; accum *= 2 {
 		for _, ck := range ckpts {
 			for _, a := range amps {
-				sibs := []bool{cfg.StepInBackward}
-				if !cfg.StepInBackward && accum == 1 && a != "fp16" && cfg.Clip == 0 && cfg.Dist == "off" && !cfg.OffloadsOptimizer() {
+				sibs := []bool{cfg.Memory.StepInBackward}
+				if !cfg.Memory.StepInBackward && accum == 1 && a != "fp16" && cfg.Optim.Clip == 0 && cfg.Parallel.Engine == "off" && !cfg.OffloadsOptimizer() {
 					sibs = append(sibs, true)
 				}
 				for _, sib := range sibs {
 					for _, z := range zeros {
 						c := cfg
-						c.Accum, c.Checkpoint, c.AMP, c.StepInBackward, c.Zero = accum, ck, a, sib, z
+						c.Memory.Accum, c.Memory.Checkpoint, c.Precision.AMP, c.Memory.StepInBackward, c.Parallel.Zero = accum, ck, a, sib, z
 						if c.Validate() != nil {
 							continue
 						}
-						cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Accum))
-						if sib != orig.StepInBackward {
+						cost := 1 + 0.05*math.Log2(float64(accum)/float64(orig.Memory.Accum))
+						if sib != orig.Memory.StepInBackward {
 							// Exact and free; the tie goes to the run as given.
 							cost *= 1.01
 						}
-						if ck != orig.Checkpoint {
+						if ck != orig.Memory.Checkpoint {
 							cost *= 1.33
 						}
-						if a != orig.AMP {
+						if a != orig.Precision.AMP {
 							// Changes the numerics, and on the CPU backend bf16
 							// steps are not yet faster than f32 (BENCHMARKS.md).
 							cost *= 1.10

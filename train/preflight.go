@@ -15,11 +15,11 @@ import (
 func Preflight(cfg Config, capacity int64) error {
 	// Under -dist a rank holds only its shard of the state (-zero), which
 	// a single-process plan would overstate.
-	if capacity <= 0 || cfg.Fit > 0 || cfg.Dist != "off" {
+	if capacity <= 0 || cfg.Fit > 0 || cfg.Parallel.Engine != "off" {
 		return nil
 	}
 	small := cfg.Resolved()
-	small.Batch, small.Accum = 1, 1
+	small.Optim.Batch, small.Memory.Accum = 1, 1
 	p, err := Plan(small)
 	if err != nil {
 		return err
@@ -28,7 +28,7 @@ func Preflight(cfg Config, capacity int64) error {
 		return nil
 	}
 	limit := "the machine's memory less a margin; -mem-limit sets it"
-	if cfg.MemLimit > 0 {
+	if cfg.Device.MemLimit > 0 {
 		limit = "-mem-limit"
 	}
 	return fmt.Errorf("%s cannot fit in %s (%s) with any -accum: one example per step needs %s (parameters %s, gradients %s, optimizer state %s, activations %s, temporaries %s, data %s); try -amp bf16, -checkpoint sqrt or -freeze, or a smaller model (-plan shows the breakdown)",

@@ -39,9 +39,9 @@ const rssMarker = "rss-result: "
 func TestPeakRSSNearReserved(t *testing.T) {
 	mlp := Default() // the MLP reference: 3 hidden layers of 1024, batch 256
 	gpt := Default() // the GPT reference: 6 layers, 6 heads, width 384, context 256, batch 16
-	gpt.Model, gpt.Layers, gpt.Heads, gpt.Width, gpt.Context, gpt.Batch = "gpt", 6, 6, 384, 256, 16
+	gpt.Model.Name, gpt.Model.Layers, gpt.Model.Heads, gpt.Model.Width, gpt.Model.Context, gpt.Optim.Batch = "gpt", 6, 6, 384, 256, 16
 	gptBF16 := gpt
-	gptBF16.AMP, gptBF16.Checkpoint = "bf16", "every"
+	gptBF16.Precision.AMP, gptBF16.Memory.Checkpoint = "bf16", "every"
 	cases := []struct {
 		name  string
 		cfg   Config
@@ -101,7 +101,7 @@ func TestPeakRSSNearReserved(t *testing.T) {
 // measureRSS trains cfg in this (child) process and prints what
 // TestPeakRSSNearReserved checks.
 func measureRSS(t *testing.T, cfg Config, steps int) {
-	cfg.Steps, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit = steps, true, 0, 0
+	cfg.Optim.Steps, cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit = steps, true, 0, 0
 	base, _ := procmem.RSS()
 	cfg = cfg.Resolved()
 	dev, err := NewDevice(cfg)

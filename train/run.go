@@ -26,7 +26,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	cfg := t.Config
 	mem := t.Device.Memory()
 	lead := t.rank == 0 // prints, writes metrics and saves
-	metricsPath := cfg.Metrics
+	metricsPath := cfg.Output.Metrics
 	if !lead {
 		metricsPath = ""
 	}
@@ -38,7 +38,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	// The bar redraws one line with \r: on standard error, and only when
 	// that is a terminal (in a log file it would be hundreds of lines).
 	var bar *progressbar.ProgressBar
-	if !cfg.Quiet && lead && term.IsTerminal(int(os.Stderr.Fd())) {
+	if !cfg.Output.Quiet && lead && term.IsTerminal(int(os.Stderr.Fd())) {
 		bar = progressbar.NewOptions(t.total,
 			progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription("training"),
@@ -100,7 +100,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		if t.Scaler != nil {
 			rec.LossScale, rec.Skipped = t.Scaler.LossScale(), t.Scaler.Skipped()
 		}
-		if cfg.EvalEvery > 0 && t.step%cfg.EvalEvery == 0 && t.step < t.total {
+		if cfg.Output.EvalEvery > 0 && t.step%cfg.Output.EvalEvery == 0 && t.step < t.total {
 			e, err := t.Evaluate(ctx)
 			if err != nil {
 				t.noteTried(err, false)
@@ -110,7 +110,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			if e.Examples > 0 {
 				rec.EvalLoss, rec.EvalAccuracy = &e.Loss, e.Accuracy
 			}
-			if !cfg.Quiet && lead && e.Examples > 0 {
+			if !cfg.Output.Quiet && lead && e.Examples > 0 {
 				if bar != nil {
 					bar.Clear()
 				}
@@ -130,7 +130,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			}
 		}
 		if err := metrics.write(rec); err != nil {
-			return Summary{}, t.SaveAfter(fmt.Errorf("-metrics %s: %v", cfg.Metrics, err))
+			return Summary{}, t.SaveAfter(fmt.Errorf("-metrics %s: %v", cfg.Output.Metrics, err))
 		}
 		if t.Hooks.AfterStep != nil {
 			if err := t.Hooks.AfterStep(t, rec); err != nil {
@@ -142,8 +142,8 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 				memory.FormatBytes(st.Requested.Current), memory.FormatBytes(st.Requested.Peak)))
 			bar.Set(t.step)
 		}
-		if cfg.Save != "" && cfg.SaveEvery > 0 && t.step%cfg.SaveEvery == 0 && t.step < t.total {
-			if err := t.Save(cfg.Save); err != nil {
+		if cfg.Output.Save != "" && cfg.Output.SaveEvery > 0 && t.step%cfg.Output.SaveEvery == 0 && t.step < t.total {
+			if err := t.Save(cfg.Output.Save); err != nil {
 				return Summary{}, err
 			}
 		}
@@ -157,8 +157,8 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		return Summary{}, err
 	}
 	t.lastEval = e
-	if cfg.Save != "" {
-		if err := t.Save(cfg.Save); err != nil {
+	if cfg.Output.Save != "" {
+		if err := t.Save(cfg.Output.Save); err != nil {
 			return Summary{}, err
 		}
 	}
@@ -199,8 +199,8 @@ func (t *Trainer) summary() Summary {
 	if t.Scaler != nil {
 		s.SkippedSteps += t.Scaler.Skipped()
 	}
-	if t.Config.Save != "" {
-		s.Checkpoint = t.Config.Save
+	if t.Config.Output.Save != "" {
+		s.Checkpoint = t.Config.Output.Save
 	}
 	if z := t.zero3; z != nil {
 		s.Zero3 = &Zero3Stats{
@@ -214,24 +214,24 @@ func (t *Trainer) summary() Summary {
 // interrupted saves (when a path is set) and reports where.
 func (t *Trainer) interrupted() (Summary, error) {
 	s := t.summary()
-	if t.Config.Save == "" {
+	if t.Config.Output.Save == "" {
 		return s, fmt.Errorf("%w at step %d (no -save path: state not saved)", ErrInterrupted, t.step)
 	}
-	if err := t.Save(t.Config.Save); err != nil {
+	if err := t.Save(t.Config.Output.Save); err != nil {
 		return s, fmt.Errorf("%w at step %d; saving failed: %v", ErrInterrupted, t.step, err)
 	}
-	return s, fmt.Errorf("%w at step %d; state saved to %s (continue with -resume %s)", ErrInterrupted, t.step, t.Config.Save, t.Config.Save)
+	return s, fmt.Errorf("%w at step %d; state saved to %s (continue with -resume %s)", ErrInterrupted, t.step, t.Config.Output.Save, t.Config.Output.Save)
 }
 
 // SaveAfter saves the current state when -save is set, for an output that
 // failed mid-run or after it (a full disk under -metrics must not cost the
 // weights), and says in the returned error where the state went.
 func (t *Trainer) SaveAfter(err error) error {
-	if t.Config.Save == "" {
+	if t.Config.Output.Save == "" {
 		return fmt.Errorf("%v (no -save path: state not saved)", err)
 	}
-	if serr := t.Save(t.Config.Save); serr != nil {
+	if serr := t.Save(t.Config.Output.Save); serr != nil {
 		return fmt.Errorf("%v; saving the state failed too: %v", err, serr)
 	}
-	return fmt.Errorf("%v; state at step %d saved to %s (continue with -resume %s)", err, t.step, t.Config.Save, t.Config.Save)
+	return fmt.Errorf("%v; state at step %d saved to %s (continue with -resume %s)", err, t.step, t.Config.Output.Save, t.Config.Output.Save)
 }

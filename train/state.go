@@ -63,15 +63,15 @@ const (
 
 // modelKey identifies the architecture a checkpoint belongs to.
 func modelKey(c Config) string {
-	switch c.Model {
+	switch c.Model.Name {
 	case "gpt":
-		return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", c.Layers, c.Width, c.Heads, c.Context)
+		return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", c.Model.Layers, c.Model.Width, c.Model.Heads, c.Model.Context)
 	case "llama":
-		return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", c.Layers, c.Width, c.Heads, c.KVHeads, c.Hidden, c.Context)
+		return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", c.Model.Layers, c.Model.Width, c.Model.Heads, c.Model.KVHeads, c.Model.Hidden, c.Model.Context)
 	case "cnn":
-		return fmt.Sprintf("cnn width=%d", c.Width)
+		return fmt.Sprintf("cnn width=%d", c.Model.Width)
 	}
-	return fmt.Sprintf("mlp layers=%d width=%d", c.Layers, c.Width)
+	return fmt.Sprintf("mlp layers=%d width=%d", c.Model.Layers, c.Model.Width)
 }
 
 type trainerState struct {
@@ -137,7 +137,7 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
-	if t.zero3 != nil && t.Config.SaveFormat == "hf" {
+	if t.zero3 != nil && t.Config.Output.SaveFormat == "hf" {
 		// hf.SaveGPT2 reads the model's parameters: all of them are
 		// gathered on every rank while rank 0 writes.
 		return t.zero3.GatherAll(func() error { return t.save(path, nil) })
@@ -167,7 +167,7 @@ func (t *Trainer) Save(path string) error {
 // parameters' values (gathered from ZeRO-3's shards), else they are read
 // from the model.
 func (t *Trainer) save(path string, weights map[string][]float32) error {
-	if t.Config.SaveFormat == "hf" {
+	if t.Config.Output.SaveFormat == "hf" {
 		if t.rank != 0 {
 			return nil
 		}
@@ -249,15 +249,15 @@ func (t *Trainer) checkpointParams() []*tensor.Tensor {
 func (t *Trainer) checkLoRA(st trainerState) error {
 	switch {
 	case st.LoRASum != "" && t.adapted == nil:
-		return fmt.Errorf("it holds LoRA adapters (rank %d) for the base %s, not a whole model: resume with -lora %d on that base", st.Config.LoRA, st.LoRABase, st.Config.LoRA)
+		return fmt.Errorf("it holds LoRA adapters (rank %d) for the base %s, not a whole model: resume with -lora %d on that base", st.Config.Memory.LoRA.Rank, st.LoRABase, st.Config.Memory.LoRA.Rank)
 	case st.LoRASum == "" && t.adapted != nil:
 		return fmt.Errorf("it holds a whole model, not LoRA adapters: resume without -lora")
 	case t.adapted == nil:
 		return nil
 	case st.LoRASum != t.baseSum:
 		return fmt.Errorf("its adapters were trained on the base %s (fingerprint %s), but this run's base %s has fingerprint %s (another -init, -seed or -weights?)", st.LoRABase, st.LoRASum, loraBase(t.Config), t.baseSum)
-	case st.Config.LoRAAlpha != t.Config.LoRAAlpha:
-		return fmt.Errorf("its adapters were trained with -lora-alpha %v, this run has %v (their scale would change)", st.Config.LoRAAlpha, t.Config.LoRAAlpha)
+	case st.Config.Memory.LoRA.Alpha != t.Config.Memory.LoRA.Alpha:
+		return fmt.Errorf("its adapters were trained with -lora-alpha %v, this run has %v (their scale would change)", st.Config.Memory.LoRA.Alpha, t.Config.Memory.LoRA.Alpha)
 	}
 	return nil
 }
@@ -343,14 +343,14 @@ func (t *Trainer) Resume(path string) error {
 		return bad("checkpoint has weights this model lacks: %v", extra)
 	}
 	pos, err := convertPosition(st, t.globalBatch())
-	if err != nil && t.Config.Generate == 0 {
+	if err != nil && t.Config.Generate.Tokens == 0 {
 		// Generation reads no data: the batch it was trained with does
 		// not matter.
 		return bad("%v", err)
 	}
 	// Checked: now change state. Parameters unfrozen before the save are
 	// F32 again (they were held in the autocast dtype while frozen).
-	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
+	if t.Config.Memory.UnfreezeAt > 0 && st.Step >= t.Config.Memory.UnfreezeAt {
 		for _, p := range t.frozen {
 			if err := t.trainableAgain(p); err != nil {
 				return bad("%v", err)
@@ -370,16 +370,16 @@ func (t *Trainer) Resume(path string) error {
 			}
 		}
 	}
-	if weightDType(st.Config.Weights) != weightDType(t.Config.Weights) {
+	if weightDType(st.Config.Precision.Weights) != weightDType(t.Config.Precision.Weights) {
 		// Widening is exact; narrowing rounds each weight once. Say so.
 		how := "exactly"
-		if weightDType(t.Config.Weights) == "bf16" {
+		if weightDType(t.Config.Precision.Weights) == "bf16" {
 			how = "rounded to nearest"
 		}
-		t.logf("resume %s: weights saved from a -weights %s run continue as -weights %s (%s)", path, weightDType(st.Config.Weights), weightDType(t.Config.Weights), how)
+		t.logf("resume %s: weights saved from a -weights %s run continue as -weights %s (%s)", path, weightDType(st.Config.Precision.Weights), weightDType(t.Config.Precision.Weights), how)
 	}
 	// Parameters unfrozen before the save train again.
-	if t.Config.UnfreezeAt > 0 && st.Step >= t.Config.UnfreezeAt {
+	if t.Config.Memory.UnfreezeAt > 0 && st.Step >= t.Config.Memory.UnfreezeAt {
 		for _, p := range t.frozen {
 			p.SetRequiresGrad(true)
 		}
@@ -396,7 +396,7 @@ func (t *Trainer) Resume(path string) error {
 			return bad("%v", err)
 		}
 	}
-	if t.Config.Generate == 0 {
+	if t.Config.Generate.Tokens == 0 {
 		if err := t.train.Seek(pos); err != nil {
 			return bad("%v", err)
 		}
@@ -496,7 +496,7 @@ func readLegacyState(path string, wmeta map[string]string) (map[string]Tensor, t
 func convertPosition(st trainerState, global int) (data.Position, error) {
 	saved := st.GlobalBatch
 	if saved == 0 {
-		saved = st.Config.Batch
+		saved = st.Config.Optim.Batch
 	}
 	p := st.Position
 	if saved == global || saved <= 0 {

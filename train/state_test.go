@@ -17,7 +17,7 @@ import (
 // saveAfter trains cfg for steps steps and saves to path.
 func saveAfter(t *testing.T, cfg Config, steps int, path string) *Trainer {
 	t.Helper()
-	cfg.Steps, cfg.Save = steps, path
+	cfg.Optim.Steps, cfg.Output.Save = steps, path
 	tr := newTrainer(t, cfg)
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestResumeDetectsDamage(t *testing.T) {
 // and containing want.
 func resumeFails(t *testing.T, cfg Config, path string, want ...string) {
 	t.Helper()
-	cfg.Resume = path
+	cfg.Output.Resume = path
 	dev, err := NewDevice(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestResumeLegacyPair(t *testing.T) {
 	saveAfter(t, cfg, 2, v2)
 
 	cont := cfg
-	cont.Steps, cont.Resume = 4, v2
+	cont.Optim.Steps, cont.Output.Resume = 4, v2
 	want := newTrainer(t, cont)
 	if _, err := want.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestResumeLegacyPair(t *testing.T) {
 	resumeFails(t, cfg, legacy, "weights are from step 3", "an interrupted save?")
 
 	writeLegacy("2")
-	cont.Resume, cont.Save = legacy, legacy
+	cont.Output.Resume, cont.Output.Save = legacy, legacy
 	got := newTrainer(t, cont)
 	if got.Step() != 2 {
 		t.Fatalf("resumed memfit/1 at step %d, want 2", got.Step())
@@ -266,7 +266,7 @@ func TestResumeLegacyPair(t *testing.T) {
 	if err := WriteSafetensors(stale, nil, map[string]string{"format": legacyFormat, "trainer": `{"step":1}`}); err != nil {
 		t.Fatal(err)
 	}
-	cont.Save, cont.Steps = "", 4
+	cont.Output.Save, cont.Optim.Steps = "", 4
 	if r := newTrainer(t, cont); r.Step() != 4 {
 		t.Errorf("resumed at step %d beside a stale %s, want 4", r.Step(), stale)
 	}
@@ -282,7 +282,7 @@ func TestRunIDKeptOnResume(t *testing.T) {
 	if other := newTrainer(t, cfg); other.runID == first.runID || len(first.runID) != 16 {
 		t.Errorf("run ids %q and %q: want two different 16-digit ids", first.runID, other.runID)
 	}
-	cfg.Resume = path
+	cfg.Output.Resume = path
 	if r := newTrainer(t, cfg); r.runID != first.runID {
 		t.Errorf("resumed run has id %q, saved run %q", r.runID, first.runID)
 	}

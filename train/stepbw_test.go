@@ -17,28 +17,28 @@ import (
 // factored states) and with checkpointing, bf16 and freezing.
 func TestStepInBackwardEqualsStep(t *testing.T) {
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 64, 32, true, 0, 0
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit = 2, 64, 32, true, 0, 0
 	gpt := tinyGPT()
-	gpt.EvalEvery, gpt.ValSplit = 0, 0
+	gpt.Output.EvalEvery, gpt.Data.ValSplit = 0, 0
 	for _, c := range []struct {
 		name string
 		base Config
 		f    func(*Config)
 	}{
-		{"mlp sgd momentum wd", mlp, func(c *Config) { c.Optim, c.WD, c.LR = "sgd", 0.01, 0.05 }},
-		{"mlp adam", mlp, func(c *Config) { c.Optim = "adam" }},
-		{"mlp adamw cosine", mlp, func(c *Config) { c.Optim, c.WD, c.Schedule, c.Warmup = "adamw", 0.1, "cosine", 2 }},
+		{"mlp sgd momentum wd", mlp, func(c *Config) { c.Optim.Name, c.Optim.WD, c.Optim.LR = "sgd", 0.01, 0.05 }},
+		{"mlp adam", mlp, func(c *Config) { c.Optim.Name = "adam" }},
+		{"mlp adamw cosine", mlp, func(c *Config) { c.Optim.Name, c.Optim.WD, c.Optim.Schedule, c.Optim.Warmup = "adamw", 0.1, "cosine", 2 }},
 		{"gpt adam", gpt, func(c *Config) {}},
-		{"gpt adamw8bit bf16 checkpoint", gpt, func(c *Config) { c.Optim, c.AMP, c.Checkpoint = "adamw8bit", "bf16", "every" }},
-		{"gpt adafactor freeze", gpt, func(c *Config) { c.Optim, c.Freeze = "adafactor", []string{"embed.*"} }},
+		{"gpt adamw8bit bf16 checkpoint", gpt, func(c *Config) { c.Optim.Name, c.Precision.AMP, c.Memory.Checkpoint = "adamw8bit", "bf16", "every" }},
+		{"gpt adafactor freeze", gpt, func(c *Config) { c.Optim.Name, c.Memory.Freeze = "adafactor", []string{"embed.*"} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.base
 			c.f(&cfg)
-			cfg.Steps = 5
+			cfg.Optim.Steps = 5
 			run := func(inBackward bool) (map[string][]uint32, []float64, Summary) {
 				cc := cfg
-				cc.StepInBackward = inBackward
+				cc.Memory.StepInBackward = inBackward
 				tr := newTrainer(t, cc)
 				var losses []float64
 				tr.Hooks.AfterStep = func(_ *Trainer, r Record) error {
@@ -62,7 +62,7 @@ func TestStepInBackwardEqualsStep(t *testing.T) {
 				b := w1[name]
 				for j := range a {
 					if a[j] != b[j] {
-						t.Fatalf("%s[%d] differs after %d steps", name, j, cfg.Steps)
+						t.Fatalf("%s[%d] differs after %d steps", name, j, cfg.Optim.Steps)
 					}
 				}
 			}
@@ -81,8 +81,8 @@ func TestStepInBackwardEqualsStep(t *testing.T) {
 // largest layer's.
 func TestStepInBackwardGradientPeak(t *testing.T) {
 	cfg := Default()
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps = 3, 1024, 32, true, 0, 0, 2
-	cfg.StepInBackward = true
+	cfg.Model.Layers, cfg.Model.Width, cfg.Optim.Batch, cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Optim.Steps = 3, 1024, 32, true, 0, 0, 2
+	cfg.Memory.StepInBackward = true
 	tr := newTrainer(t, cfg)
 	s, err := tr.Run(context.Background())
 	if err != nil {
@@ -107,13 +107,13 @@ func TestStepInBackwardRefusals(t *testing.T) {
 		f    func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Accum = 2 }, "-accum 2"},
-		{func(c *Config) { c.AMP = "fp16" }, "-amp fp16"},
-		{func(c *Config) { c.Clip = 1 }, "-clip"},
-		{func(c *Config) { c.Dist = "local" }, "-dist"},
+		{func(c *Config) { c.Memory.Accum = 2 }, "-accum 2"},
+		{func(c *Config) { c.Precision.AMP = "fp16" }, "-amp fp16"},
+		{func(c *Config) { c.Optim.Clip = 1 }, "-clip"},
+		{func(c *Config) { c.Parallel.Engine = "local" }, "-dist"},
 	} {
 		cfg := Default()
-		cfg.StepInBackward = true
+		cfg.Memory.StepInBackward = true
 		c.f(&cfg)
 		err := cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), "-step-in-backward") || !strings.Contains(err.Error(), c.want) {
@@ -126,7 +126,7 @@ func TestStepInBackwardRefusals(t *testing.T) {
 // updates would run during backward.
 func TestStepInBackwardNonFiniteLoss(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.StepInBackward = 3, 0, 0, true
+	cfg.Optim.Steps, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Memory.StepInBackward = 3, 0, 0, true
 	tr := newTrainer(t, cfg)
 	// Poison the embedding so the loss is NaN.
 	emb := tr.Model.Parameters()[0]
@@ -158,7 +158,7 @@ func TestStepInBackwardNonFiniteLoss(t *testing.T) {
 // are refused.
 func TestBF16WeightsBytes(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.Weights, cfg.AMP = 2, 0, 0, "bf16", "bf16"
+	cfg.Optim.Steps, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Precision.Weights, cfg.Precision.AMP = 2, 0, 0, "bf16", "bf16"
 	tr := newTrainer(t, cfg)
 	s, err := tr.Run(context.Background())
 	if err != nil {
@@ -178,15 +178,15 @@ func TestBF16WeightsBytes(t *testing.T) {
 		f    func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Model = "cnn" }, "-weights bf16"},
-		{func(c *Config) { c.Weights = "f8" }, "-weights f8"},
-		{func(c *Config) { c.Dist, c.Zero = "mpi", 3 }, "-zero 3"}, // stages 1 and 2 take bf16 weights
+		{func(c *Config) { c.Model.Name = "cnn" }, "-weights bf16"},
+		{func(c *Config) { c.Precision.Weights = "f8" }, "-weights f8"},
+		{func(c *Config) { c.Parallel.Engine, c.Parallel.Zero = "mpi", 3 }, "-zero 3"}, // stages 1 and 2 take bf16 weights
 	} {
 		bad := Default()
-		bad.Weights = "bf16"
+		bad.Precision.Weights = "bf16"
 		c.f(&bad)
 		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: %v, want an error naming %s", bad.Weights, err, c.want)
+			t.Errorf("%+v: %v, want an error naming %s", bad.Precision.Weights, err, c.want)
 		}
 	}
 }
@@ -195,8 +195,8 @@ func TestBF16WeightsBytes(t *testing.T) {
 // that does not train keeps no F32 copy. Unfrozen, it trains in F32 again.
 func TestFrozenHeldInAutocastDType(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.AMP = 4, 0, 0, "bf16"
-	cfg.Freeze, cfg.UnfreezeAt = []string{"embed.*", "blocks.0.*"}, 3
+	cfg.Optim.Steps, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Precision.AMP = 4, 0, 0, "bf16"
+	cfg.Memory.Freeze, cfg.Memory.UnfreezeAt = []string{"embed.*", "blocks.0.*"}, 3
 	tr := newTrainer(t, cfg)
 	var frozen, trainable int64
 	for _, p := range tr.Model.Parameters() {
@@ -232,14 +232,14 @@ func TestFrozenHeldInAutocastDType(t *testing.T) {
 func TestResumeAcrossWeightDTypes(t *testing.T) {
 	for _, c := range []struct{ from, to, how string }{{"bf16", "f32", "exactly"}, {"f32", "bf16", "rounded"}} {
 		cfg := tinyGPT()
-		cfg.Steps, cfg.EvalEvery, cfg.ValSplit, cfg.Weights = 2, 0, 0, c.from
-		cfg.Save = filepath.Join(t.TempDir(), "s.st")
+		cfg.Optim.Steps, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Precision.Weights = 2, 0, 0, c.from
+		cfg.Output.Save = filepath.Join(t.TempDir(), "s.st")
 		tr := newTrainer(t, cfg)
 		if _, err := tr.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		saved := weights(t, tr)
-		cfg.Weights, cfg.Resume, cfg.Steps = c.to, cfg.Save, 3
+		cfg.Precision.Weights, cfg.Output.Resume, cfg.Optim.Steps = c.to, cfg.Output.Save, 3
 		var log strings.Builder
 		cfg = cfg.Resolved()
 		dev, err := NewDevice(cfg)

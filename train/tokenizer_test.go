@@ -42,8 +42,8 @@ func TestTokenizerSetsVocabulary(t *testing.T) {
 	os.WriteFile(textPath, []byte(text), 0o644)
 
 	cfg := Default()
-	cfg.Model, cfg.Layers, cfg.Width, cfg.Heads, cfg.Context = "gpt", 1, 32, 2, 16
-	cfg.Data, cfg.Tokenizer, cfg.ValSplit = textPath, tokPath, 0
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context = "gpt", 1, 32, 2, 16
+	cfg.Data.Path, cfg.Data.Tokenizer, cfg.Data.ValSplit = textPath, tokPath, 0
 	ds, err := openData(cfg)
 	if err != nil {
 		t.Fatal(err)

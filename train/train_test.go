@@ -20,8 +20,8 @@ import (
 // that resuming must reproduce the masks too.
 func tinyGPT() Config {
 	c := Default()
-	c.Model, c.Layers, c.Width, c.Heads, c.Context = "gpt", 2, 32, 4, 16
-	c.Batch, c.Dropout, c.Quiet, c.EvalEvery, c.ValSplit = 8, 0.1, true, 0, 0.05
+	c.Model.Name, c.Model.Layers, c.Model.Width, c.Model.Heads, c.Model.Context = "gpt", 2, 32, 4, 16
+	c.Optim.Batch, c.Model.Dropout, c.Output.Quiet, c.Output.EvalEvery, c.Data.ValSplit = 8, 0.1, true, 0, 0.05
 	return c
 }
 
@@ -69,32 +69,32 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 		name string
 		mod  func(*Config)
 	}{
-		{"gpt-dropout-accum", func(c *Config) { c.Accum = 2 }},
+		{"gpt-dropout-accum", func(c *Config) { c.Memory.Accum = 2 }},
 		{"mlp-fp16-scaler", func(c *Config) {
 			*c = Default()
-			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.AMP = 32, 2, 16, true, 0, "fp16"
+			c.Model.Width, c.Model.Layers, c.Optim.Batch, c.Output.Quiet, c.Output.EvalEvery, c.Precision.AMP = 32, 2, 16, true, 0, "fp16"
 		}},
-		{"gpt-unfreeze", func(c *Config) { c.Freeze, c.UnfreezeAt, c.Optim = []string{"embed.*"}, 6, "adamw" }},
+		{"gpt-unfreeze", func(c *Config) { c.Memory.Freeze, c.Memory.UnfreezeAt, c.Optim.Name = []string{"embed.*"}, 6, "adamw" }},
 		{"gpt-adamw8bit-unfreeze-bf16", func(c *Config) {
-			c.Freeze, c.UnfreezeAt, c.Optim, c.AMP, c.Checkpoint = []string{"embed.*"}, 6, "adamw8bit", "bf16", "every"
+			c.Memory.Freeze, c.Memory.UnfreezeAt, c.Optim.Name, c.Precision.AMP, c.Memory.Checkpoint = []string{"embed.*"}, 6, "adamw8bit", "bf16", "every"
 		}},
-		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim, c.AMP, c.Accum = "adam8bit", "fp16", 2 }},
-		{"gpt-adafactor-accum", func(c *Config) { c.Optim, c.Accum, c.Checkpoint = "adafactor", 2, "sqrt" }},
-		{"gpt-bf16-weights-adamw-accum", func(c *Config) { c.Weights, c.Optim, c.AMP, c.Accum = "bf16", "adamw", "bf16", 2 }},
+		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim.Name, c.Precision.AMP, c.Memory.Accum = "adam8bit", "fp16", 2 }},
+		{"gpt-adafactor-accum", func(c *Config) { c.Optim.Name, c.Memory.Accum, c.Memory.Checkpoint = "adafactor", 2, "sqrt" }},
+		{"gpt-bf16-weights-adamw-accum", func(c *Config) { c.Precision.Weights, c.Optim.Name, c.Precision.AMP, c.Memory.Accum = "bf16", "adamw", "bf16", 2 }},
 		{"gpt-bf16-weights-adam8bit-step-in-backward", func(c *Config) {
-			c.Weights, c.Optim, c.Checkpoint, c.StepInBackward = "bf16", "adam8bit", "every", true
+			c.Precision.Weights, c.Optim.Name, c.Memory.Checkpoint, c.Memory.StepInBackward = "bf16", "adam8bit", "every", true
 		}},
-		{"gpt-lora-dropout-accum", func(c *Config) { c.LoRA, c.LoRADropout, c.Accum = 4, 0.1, 2 }},
-		{"gpt-lora-bf16-checkpoint", func(c *Config) { c.LoRA, c.LoRAAlpha, c.AMP, c.Checkpoint, c.Optim = 2, 4, "bf16", "every", "adamw" }},
+		{"gpt-lora-dropout-accum", func(c *Config) { c.Memory.LoRA.Rank, c.Memory.LoRA.Dropout, c.Memory.Accum = 4, 0.1, 2 }},
+		{"gpt-lora-bf16-checkpoint", func(c *Config) { c.Memory.LoRA.Rank, c.Memory.LoRA.Alpha, c.Precision.AMP, c.Memory.Checkpoint, c.Optim.Name = 2, 4, "bf16", "every", "adamw" }},
 		{"mlp-bf16-weights-sgd", func(c *Config) {
 			*c = Default()
-			c.Width, c.Layers, c.Batch, c.Quiet, c.EvalEvery, c.Weights, c.Optim = 32, 2, 16, true, 0, "bf16", "sgd"
+			c.Model.Width, c.Model.Layers, c.Optim.Batch, c.Output.Quiet, c.Output.EvalEvery, c.Precision.Weights, c.Optim.Name = 32, 2, 16, true, 0, "bf16", "sgd"
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := tinyGPT()
 			c.mod(&cfg)
-			cfg.Steps = 10
+			cfg.Optim.Steps = 10
 			dir := t.TempDir()
 
 			whole := newTrainer(t, cfg)
@@ -103,7 +103,7 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 			}
 			want := weights(t, whole)
 
-			cfg.Save = filepath.Join(dir, "state.safetensors")
+			cfg.Output.Save = filepath.Join(dir, "state.safetensors")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			first := newTrainer(t, cfg)
@@ -114,14 +114,14 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 				return nil
 			}
 			_, err := first.Run(ctx)
-			if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), cfg.Save) {
+			if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), cfg.Output.Save) {
 				t.Fatalf("interrupted run: %v", err)
 			}
 			if first.Step() != 4 {
 				t.Fatalf("stopped at step %d, want 4", first.Step())
 			}
 
-			cfg.Resume = cfg.Save
+			cfg.Output.Resume = cfg.Output.Save
 			second := newTrainer(t, cfg)
 			if second.Step() != 4 {
 				t.Fatalf("resumed at step %d", second.Step())
@@ -136,39 +136,39 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 
 func TestResumeRejectsOtherModels(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Steps = 1
-	cfg.Save = filepath.Join(t.TempDir(), "s")
+	cfg.Optim.Steps = 1
+	cfg.Output.Save = filepath.Join(t.TempDir(), "s")
 	if _, err := newTrainer(t, cfg).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	other := cfg
-	other.Save, other.Resume, other.Width = "", cfg.Save, 64
+	other.Output.Save, other.Output.Resume, other.Model.Width = "", cfg.Output.Save, 64
 	dev, _ := NewDevice(other)
 	_, err := New(other, dev, nil)
 	if err == nil || !strings.Contains(err.Error(), "checkpoint is for") {
 		t.Errorf("resuming a different width: %v", err)
 	}
 	// A truncated checkpoint is an error naming it, not a panic.
-	b, _ := os.ReadFile(cfg.Save)
-	os.WriteFile(cfg.Save, b[:len(b)/2], 0o644)
+	b, _ := os.ReadFile(cfg.Output.Save)
+	os.WriteFile(cfg.Output.Save, b[:len(b)/2], 0o644)
 	same := cfg
-	same.Save, same.Resume = "", cfg.Save
+	same.Output.Save, same.Output.Resume = "", cfg.Output.Save
 	_, err = New(same, dev, nil)
-	if err == nil || !strings.Contains(err.Error(), cfg.Save) {
+	if err == nil || !strings.Contains(err.Error(), cfg.Output.Save) {
 		t.Errorf("truncated state: %v", err)
 	}
 }
 
 func TestNonFiniteLoss(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Steps = 3
+	cfg.Optim.Steps = 3
 	tr := newTrainer(t, cfg)
 	tr.Model.Parameters()[0].Fill(math.NaN())
 	_, err := tr.Run(context.Background())
 	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "step 1") {
 		t.Errorf("NaN loss gave %v, want an error naming step 1", err)
 	}
-	cfg.SkipNonFinite = true
+	cfg.Optim.SkipNonFinite = true
 	tr = newTrainer(t, cfg)
 	tr.Model.Parameters()[0].Fill(math.NaN())
 	s, err := tr.Run(context.Background())
@@ -191,35 +191,35 @@ func TestOOMRecoveryRaisesAccumulation(t *testing.T) {
 // needs more than the limit).
 func TestEvaluateFitsAfterRecovery(t *testing.T) {
 	cfg := Default()
-	cfg.Model, cfg.Layers, cfg.Heads, cfg.Width, cfg.Context, cfg.Batch = "gpt", 2, 2, 64, 32, 8
-	cfg.Steps, cfg.LoRA, cfg.MemLimit, cfg.EvalEvery, cfg.Quiet = 3, 2, 1<<20, 0, true
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Heads, cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch = "gpt", 2, 2, 64, 32, 8
+	cfg.Optim.Steps, cfg.Memory.LoRA.Rank, cfg.Device.MemLimit, cfg.Output.EvalEvery, cfg.Output.Quiet = 3, 2, 1<<20, 0, true
 	tr := newTrainer(t, cfg)
 	s, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Accum() != cfg.Batch || !(s.Eval.Loss > 0) {
-		t.Errorf("accum %d (want %d), evaluation %+v", tr.Accum(), cfg.Batch, s.Eval)
+	if tr.Accum() != cfg.Optim.Batch || !(s.Eval.Loss > 0) {
+		t.Errorf("accum %d (want %d), evaluation %+v", tr.Accum(), cfg.Optim.Batch, s.Eval)
 	}
 }
 
 func oomRecovery(t *testing.T, lora int) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps, cfg.LoRA = 64, 64, 16, 0, 3, lora
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Optim.Steps, cfg.Memory.LoRA.Rank = 64, 64, 16, 0, 3, lora
 	full, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c4 := cfg
-	c4.Accum = 4
+	c4.Memory.Accum = 4
 	small, err := Plan(c4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A limit the full batch cannot meet but four micro-batches can (the
 	// limit is on reserved memory, which rounds blocks up).
-	cfg.MemLimit = (full.Total + 2*small.Total) / 3
-	if cfg.MemLimit >= full.Total || cfg.MemLimit <= small.Total {
+	cfg.Device.MemLimit = (full.Total + 2*small.Total) / 3
+	if cfg.Device.MemLimit >= full.Total || cfg.Device.MemLimit <= small.Total {
 		t.Fatalf("no room between %d and %d", small.Total, full.Total)
 	}
 	var log bytes.Buffer
@@ -231,12 +231,12 @@ func oomRecovery(t *testing.T, lora int) {
 	defer tr.Close()
 	s, err := tr.Run(context.Background())
 	if err != nil {
-		t.Fatalf("run under %d bytes: %v\n%s", cfg.MemLimit, err, log.String())
+		t.Fatalf("run under %d bytes: %v\n%s", cfg.Device.MemLimit, err, log.String())
 	}
 	if tr.Accum() < 2 || s.OOMRetries == 0 || !strings.Contains(log.String(), "out of memory") || !strings.Contains(log.String(), "-accum") {
 		t.Errorf("accum %d, retries %d, log:\n%s", tr.Accum(), s.OOMRetries, log.String())
 	}
-	t.Logf("limit %d: %s", cfg.MemLimit, log.String())
+	t.Logf("limit %d: %s", cfg.Device.MemLimit, log.String())
 }
 
 // When even single-example micro-batches do not fit, the error's hint
@@ -244,16 +244,16 @@ func oomRecovery(t *testing.T, lora int) {
 // -checkpoint and -amp it has on) and names what it has not.
 func TestOOMHintAfterRecoveryNamesOnlyUntried(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Steps = 16, 256, 4, 0, 1
-	cfg.Checkpoint = "every"
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Optim.Steps = 16, 256, 4, 0, 1
+	cfg.Memory.Checkpoint = "every"
 	one := cfg
-	one.Accum = 4
+	one.Memory.Accum = 4
 	small, err := Plan(one)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Just short of what single-example micro-batches need.
-	cfg.MemLimit = small.Total * 9 / 10
+	cfg.Device.MemLimit = small.Total * 9 / 10
 	var log bytes.Buffer
 	dev, _ := NewDevice(cfg)
 	tr, err := New(cfg, dev, &log)
@@ -263,10 +263,10 @@ func TestOOMHintAfterRecoveryNamesOnlyUntried(t *testing.T) {
 	defer tr.Close()
 	_, err = tr.Run(context.Background())
 	if !tensor.IsOOM(err) {
-		t.Fatalf("run under %d bytes: %v, want out of memory\n%s", cfg.MemLimit, err, log.String())
+		t.Fatalf("run under %d bytes: %v, want out of memory\n%s", cfg.Device.MemLimit, err, log.String())
 	}
 	msg := err.Error()
-	t.Logf("limit %d bytes (plan %d):\n%s%s", cfg.MemLimit, small.Total, log.String(), msg)
+	t.Logf("limit %d bytes (plan %d):\n%s%s", cfg.Device.MemLimit, small.Total, log.String(), msg)
 	if !strings.Contains(msg, "micro-batches of 1 example") || !strings.Contains(msg, "try: -amp bf16") {
 		t.Errorf("error does not suggest -amp alone:\n%s", msg)
 	}
@@ -279,64 +279,64 @@ func TestOOMHintAfterRecoveryNamesOnlyUntried(t *testing.T) {
 
 func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	base := tinyGPT()
-	base.Dropout = 0
+	base.Model.Dropout = 0
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery = 2, 64, 32, true, 0
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery = 2, 64, 32, true, 0
 	cnn := Default()
-	cnn.Model, cnn.Width, cnn.Batch, cnn.Quiet, cnn.EvalEvery = "cnn", 256, 16, true, 0
+	cnn.Model.Name, cnn.Model.Width, cnn.Optim.Batch, cnn.Output.Quiet, cnn.Output.EvalEvery = "cnn", 256, 16, true, 0
 	var cases []Config
 	add := func(c Config, f func(*Config)) {
 		f(&c)
 		cases = append(cases, c)
 	}
 	add(mlp, func(c *Config) {})
-	add(mlp, func(c *Config) { c.AMP = "bf16" })
-	add(mlp, func(c *Config) { c.Accum = 4; c.Optim = "sgd" })
+	add(mlp, func(c *Config) { c.Precision.AMP = "bf16" })
+	add(mlp, func(c *Config) { c.Memory.Accum = 4; c.Optim.Name = "sgd" })
 	add(cnn, func(c *Config) {})
-	add(cnn, func(c *Config) { c.AMP = "fp16" })
+	add(cnn, func(c *Config) { c.Precision.AMP = "fp16" })
 	add(base, func(c *Config) {})
-	add(base, func(c *Config) { c.AMP = "bf16" })
-	add(base, func(c *Config) { c.Checkpoint = "every" })
-	add(base, func(c *Config) { c.Checkpoint = "sqrt"; c.AMP = "bf16" })
-	add(base, func(c *Config) { c.Accum = 4 })
-	add(base, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} })
-	add(base, func(c *Config) { c.Freeze = []string{"embed.*"}; c.Accum = 2; c.Checkpoint = "1" })
-	add(base, func(c *Config) { c.Layers = 4; c.Checkpoint = "2"; c.AMP = "fp16" })
-	add(base, func(c *Config) { c.LMHead = "full" })
-	add(base, func(c *Config) { c.LMHeadChunkRows = 24 })
-	add(base, func(c *Config) { c.LMHeadChunkRows = 24; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 4 })
-	add(base, func(c *Config) { c.Optim = "adam8bit" })
-	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
-	add(base, func(c *Config) { c.Optim = "adamw8bit"; c.Freeze = []string{"embed.*"}; c.AMP = "fp16" })
-	add(base, func(c *Config) { c.Optim = "adafactor" })
-	add(mlp, func(c *Config) { c.StepInBackward = true })
-	add(mlp, func(c *Config) { c.Weights = "bf16" })
-	add(base, func(c *Config) { c.Weights = "bf16"; c.AMP = "bf16"; c.Checkpoint = "every"; c.Accum = 2 })
-	add(base, func(c *Config) { c.Weights = "bf16"; c.Optim = "adafactor"; c.StepInBackward = true })
-	add(base, func(c *Config) { c.StepInBackward = true })
+	add(base, func(c *Config) { c.Precision.AMP = "bf16" })
+	add(base, func(c *Config) { c.Memory.Checkpoint = "every" })
+	add(base, func(c *Config) { c.Memory.Checkpoint = "sqrt"; c.Precision.AMP = "bf16" })
+	add(base, func(c *Config) { c.Memory.Accum = 4 })
+	add(base, func(c *Config) { c.Memory.Freeze = []string{"embed.*", "blocks.0.*"} })
+	add(base, func(c *Config) { c.Memory.Freeze = []string{"embed.*"}; c.Memory.Accum = 2; c.Memory.Checkpoint = "1" })
+	add(base, func(c *Config) { c.Model.Layers = 4; c.Memory.Checkpoint = "2"; c.Precision.AMP = "fp16" })
+	add(base, func(c *Config) { c.Memory.LMHead = "full" })
+	add(base, func(c *Config) { c.Memory.LMHeadChunkRows = 24 })
+	add(base, func(c *Config) { c.Memory.LMHeadChunkRows = 24; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 4 })
+	add(base, func(c *Config) { c.Optim.Name = "adam8bit" })
+	add(base, func(c *Config) { c.Optim.Name = "adamw8bit"; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 2 })
+	add(base, func(c *Config) { c.Optim.Name = "adamw8bit"; c.Memory.Freeze = []string{"embed.*"}; c.Precision.AMP = "fp16" })
+	add(base, func(c *Config) { c.Optim.Name = "adafactor" })
+	add(mlp, func(c *Config) { c.Memory.StepInBackward = true })
+	add(mlp, func(c *Config) { c.Precision.Weights = "bf16" })
+	add(base, func(c *Config) { c.Precision.Weights = "bf16"; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 2 })
+	add(base, func(c *Config) { c.Precision.Weights = "bf16"; c.Optim.Name = "adafactor"; c.Memory.StepInBackward = true })
+	add(base, func(c *Config) { c.Memory.StepInBackward = true })
 	add(base, func(c *Config) {
-		c.StepInBackward = true
-		c.AMP = "bf16"
-		c.Checkpoint = "every"
-		c.Optim = "adamw8bit"
+		c.Memory.StepInBackward = true
+		c.Precision.AMP = "bf16"
+		c.Memory.Checkpoint = "every"
+		c.Optim.Name = "adamw8bit"
 	})
-	add(base, func(c *Config) { c.StepInBackward = true; c.Freeze = []string{"blocks.0.*"}; c.Optim = "sgd" })
+	add(base, func(c *Config) { c.Memory.StepInBackward = true; c.Memory.Freeze = []string{"blocks.0.*"}; c.Optim.Name = "sgd" })
 	add(base, func(c *Config) {
-		c.Optim = "adafactor"
-		c.AMP = "bf16"
-		c.Checkpoint = "sqrt"
-		c.Accum = 4
-		c.Freeze = []string{"blocks.0.*"}
+		c.Optim.Name = "adafactor"
+		c.Precision.AMP = "bf16"
+		c.Memory.Checkpoint = "sqrt"
+		c.Memory.Accum = 4
+		c.Memory.Freeze = []string{"blocks.0.*"}
 	})
-	add(base, func(c *Config) { c.LoRA = 4 })
+	add(base, func(c *Config) { c.Memory.LoRA.Rank = 4 })
 	add(base, func(c *Config) {
-		c.LoRA, c.LoRATargets, c.AMP, c.Checkpoint, c.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2
+		c.Memory.LoRA.Rank, c.Memory.LoRA.Targets, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum = 2, []string{"*.mlp.fc"}, "bf16", "every", 2
 	})
-	add(mlp, func(c *Config) { c.LoRA, c.AMP = 8, "fp16" })
-	add(base, func(c *Config) { c.LoRA, c.Offload, c.AMP = 4, "all", "bf16" })
+	add(mlp, func(c *Config) { c.Memory.LoRA.Rank, c.Precision.AMP = 8, "fp16" })
+	add(base, func(c *Config) { c.Memory.LoRA.Rank, c.Memory.Offload.Mode, c.Precision.AMP = 4, "all", "bf16" })
 	for _, c := range cases {
-		c.Steps = planSteps
-		name := modelKey(c) + " optim=" + c.Optim + " amp=" + c.AMP + " ckpt=" + c.Checkpoint + " accum=" + string(rune('0'+c.Accum)) + " freeze=" + strings.Join(c.Freeze, ",") + " lora=" + strconv.Itoa(c.LoRA) + " head=" + c.LMHead + "/" + strconv.Itoa(c.LMHeadChunkRows)
+		c.Optim.Steps = planSteps
+		name := modelKey(c) + " optim=" + c.Optim.Name + " amp=" + c.Precision.AMP + " ckpt=" + c.Memory.Checkpoint + " accum=" + string(rune('0'+c.Memory.Accum)) + " freeze=" + strings.Join(c.Memory.Freeze, ",") + " lora=" + strconv.Itoa(c.Memory.LoRA.Rank) + " head=" + c.Memory.LMHead + "/" + strconv.Itoa(c.Memory.LMHeadChunkRows)
 		t.Run(name, func(t *testing.T) {
 			pred, err := Plan(c)
 			if err != nil {
@@ -376,7 +376,7 @@ func TestFashionMNISTAccuracy(t *testing.T) {
 	}{{"mlp", 0.85}, {"cnn", 0.87}} {
 		t.Run(c.model, func(t *testing.T) {
 			cfg := Default()
-			cfg.Model, cfg.Data, cfg.Epochs, cfg.Quiet = c.model, dir, 1, true
+			cfg.Model.Name, cfg.Data.Path, cfg.Optim.Epochs, cfg.Output.Quiet = c.model, dir, 1, true
 			tr := newTrainer(t, cfg)
 			s, err := tr.Run(context.Background())
 			if err != nil {
@@ -392,7 +392,7 @@ func TestFashionMNISTAccuracy(t *testing.T) {
 
 func TestFitChoosesWhatFits(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout = 64, 64, 16, 0
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout = 64, 64, 16, 0
 	full, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -402,11 +402,11 @@ func TestFitChoosesWhatFits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Peak.Total > budget || (c.Config.Accum == cfg.Accum && c.Config.Checkpoint == cfg.Checkpoint && c.Config.AMP == cfg.AMP) {
+	if c.Peak.Total > budget || (c.Config.Memory.Accum == cfg.Memory.Accum && c.Config.Memory.Checkpoint == cfg.Memory.Checkpoint && c.Config.Precision.AMP == cfg.Precision.AMP) {
 		t.Fatalf("Fit(%d) chose %+v with peak %d", budget, c.Config, c.Peak.Total)
 	}
 	// What Fit chose fits when run for real.
-	c.Config.Steps = planSteps
+	c.Config.Optim.Steps = planSteps
 	tr := newTrainer(t, c.Config)
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -414,7 +414,7 @@ func TestFitChoosesWhatFits(t *testing.T) {
 	if got := tr.Peaks().Total; got > budget {
 		t.Errorf("measured peak %d exceeds the budget %d", got, budget)
 	}
-	t.Logf("budget %d: -accum %d -checkpoint %s -amp %s, peak %d", budget, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, c.Peak.Total)
+	t.Logf("budget %d: -accum %d -checkpoint %s -amp %s, peak %d", budget, c.Config.Memory.Accum, c.Config.Memory.Checkpoint, c.Config.Precision.AMP, c.Peak.Total)
 }
 
 // TestFitSwitchesOptimizerLast: a budget below every f32-Adam candidate
@@ -422,10 +422,10 @@ func TestFitChoosesWhatFits(t *testing.T) {
 // Adam.
 func TestFitSwitchesOptimizerLast(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.Width, cfg.Context, cfg.Batch, cfg.Dropout, cfg.Layers = 64, 16, 4, 0, 4
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Model.Layers = 64, 16, 4, 0, 4
 	smallest := func(optim string) int64 {
 		c := cfg
-		c.Optim, c.Accum, c.Checkpoint, c.AMP = optim, cfg.Batch, "every", "bf16"
+		c.Optim.Name, c.Memory.Accum, c.Memory.Checkpoint, c.Precision.AMP = optim, cfg.Optim.Batch, "every", "bf16"
 		p, err := Plan(c)
 		if err != nil {
 			t.Fatal(err)
@@ -440,17 +440,17 @@ func TestFitSwitchesOptimizerLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Config.Optim != "adam8bit" || c.Peak.Total > adam8 {
-		t.Errorf("Fit(%d) chose -optim %s with peak %d", adam8, c.Config.Optim, c.Peak.Total)
+	if c.Config.Optim.Name != "adam8bit" || c.Peak.Total > adam8 {
+		t.Errorf("Fit(%d) chose -optim %s with peak %d", adam8, c.Config.Optim.Name, c.Peak.Total)
 	}
-	if c, err = Fit(cfg, adam); err != nil || c.Config.Optim != "adam" {
-		t.Errorf("Fit(%d) chose -optim %s (%v); Adam fits", adam, c.Config.Optim, err)
+	if c, err = Fit(cfg, adam); err != nil || c.Config.Optim.Name != "adam" {
+		t.Errorf("Fit(%d) chose -optim %s (%v); Adam fits", adam, c.Config.Optim.Name, err)
 	}
 }
 
 func TestScalerUpdatesOncePerWindow(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.AMP, cfg.Accum, cfg.Steps, cfg.Dropout = "fp16", 4, 6, 0
+	cfg.Precision.AMP, cfg.Memory.Accum, cfg.Optim.Steps, cfg.Model.Dropout = "fp16", 4, 6, 0
 	tr := newTrainer(t, cfg)
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)

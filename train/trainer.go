@@ -165,7 +165,7 @@ func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 		if err == nil || !tensor.IsOOM(err) {
 			return res, err
 		}
-		if t.Config.StepInBackward {
+		if t.Config.Memory.StepInBackward {
 			t.noteTried(err, false)
 			return res, fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
 		}
@@ -219,16 +219,16 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if single {
 		tried = append(tried, "-batch")
 	}
-	if c.Checkpoint != "" && c.Checkpoint != "off" {
+	if c.Memory.Checkpoint != "" && c.Memory.Checkpoint != "off" {
 		tried = append(tried, "-checkpoint")
 	}
-	if c.AMP != "" && c.AMP != "off" {
+	if c.Precision.AMP != "" && c.Precision.AMP != "off" {
 		tried = append(tried, "-amp")
 	}
-	if len(c.Freeze) > 0 || c.LoRA > 0 { // -lora freezes the base, and refuses -freeze
+	if len(c.Memory.Freeze) > 0 || c.Memory.LoRA.Rank > 0 { // -lora freezes the base, and refuses -freeze
 		tried = append(tried, "-freeze")
 	}
-	if c.Optim == "sgd" {
+	if c.Optim.Name == "sgd" {
 		tried = append(tried, "-optim")
 	}
 	if c.OffloadsActivations() {
@@ -305,7 +305,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
 		l := t.loss(r, m.Inputs, m.Targets)
-		if t.Config.StepInBackward {
+		if t.Config.Memory.StepInBackward {
 			t.checkLossBeforeBackward(l.Item())
 		}
 		if overlap {
@@ -324,7 +324,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	}
 	if err != nil {
 		t.zeroGrad()
-		if t.Config.StepInBackward && t.bwErr != nil {
+		if t.Config.Memory.StepInBackward && t.bwErr != nil {
 			err = fmt.Errorf("%w (and an update during backward: %v)", err, t.bwErr)
 		}
 		t.bwErr, t.bwSkip = nil, false
@@ -341,7 +341,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		}
 		res.loss = float64(l)
 	}
-	if t.Config.StepInBackward && err == nil && !(math.IsNaN(res.loss) || math.IsInf(res.loss, 0)) {
+	if t.Config.Memory.StepInBackward && err == nil && !(math.IsNaN(res.loss) || math.IsInf(res.loss, 0)) {
 		res.stepped = true
 		return res, t.endStepInBackward()
 	}
@@ -349,7 +349,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	clear(t.bwDone)
 	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
 		t.zeroGrad()
-		if t.Config.SkipNonFinite {
+		if t.Config.Optim.SkipNonFinite {
 			t.nonFinite++
 			t.logf("step %d: loss is %v; step skipped", t.step+1, res.loss)
 			return res, nil
@@ -366,13 +366,13 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 				return err
 			}
 		}
-		if t.Config.Clip > 0 {
-			n, err := t.clipGradNorm(t.Config.Clip)
+		if t.Config.Optim.Clip > 0 {
+			n, err := t.clipGradNorm(t.Config.Optim.Clip)
 			if err != nil {
 				return err
 			}
 			res.gradNorm = n
-		} else if t.Config.Metrics != "" {
+		} else if t.Config.Output.Metrics != "" {
 			n, err := t.gradNorm()
 			if err != nil {
 				return err
@@ -394,7 +394,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 
 // unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
 func (t *Trainer) unfreezeIfDue() error {
-	if t.Config.UnfreezeAt == 0 || t.step+1 != t.Config.UnfreezeAt || len(t.frozen) == 0 {
+	if t.Config.Memory.UnfreezeAt == 0 || t.step+1 != t.Config.Memory.UnfreezeAt || len(t.frozen) == 0 {
 		return nil
 	}
 	var newly []*tensor.Tensor
@@ -408,7 +408,7 @@ func (t *Trainer) unfreezeIfDue() error {
 		}
 	}
 	t.logf("step %d: unfreezing %d parameters", t.step+1, len(newly))
-	return t.Opt.AddParams(t.Config.LR, newly...)
+	return t.Opt.AddParams(t.Config.Optim.LR, newly...)
 }
 
 // freezeModel applies -freeze.
@@ -433,8 +433,8 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	// Batches of a training micro-batch's size: evaluation then fits
 	// wherever a step does, also after out-of-memory recovery raised
 	// -accum (the mean over examples does not depend on the batching).
-	batch := max(1, t.Config.Batch/max(t.accum, 1))
-	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: batch, Workers: t.Config.Workers, Prefetch: t.Config.Prefetch, PrefetchBytes: PrefetchBytes})
+	batch := max(1, t.Config.Optim.Batch/max(t.accum, 1))
+	loader, err := data.NewLoader(t.val, data.LoaderConfig{Batch: batch, Workers: t.Config.Data.Workers, Prefetch: t.Config.Data.Prefetch, PrefetchBytes: PrefetchBytes})
 	if err != nil {
 		return st, err
 	}
@@ -514,7 +514,7 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 // Not with data parallelism, whose replicas lay the parameters out as
 // they were built.
 func (t *Trainer) holdFrozenInAutocast() error {
-	if t.autocast == device.Invalid || t.distributed() || t.zero3 != nil || t.Config.Weights == "bf16" {
+	if t.autocast == device.Invalid || t.distributed() || t.zero3 != nil || t.Config.Precision.Weights == "bf16" {
 		return nil
 	}
 	for _, p := range t.frozen {
@@ -542,7 +542,7 @@ func (t *Trainer) trainableAgain(p *tensor.Tensor) error {
 
 // paramDType is the dtype trainable parameters have.
 func (t *Trainer) paramDType() tensor.DType {
-	if t.Config.Weights == "bf16" {
+	if t.Config.Precision.Weights == "bf16" {
 		return tensor.BF16
 	}
 	for _, p := range t.Model.Parameters() {

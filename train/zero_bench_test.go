@@ -22,9 +22,9 @@ import (
 // prefetching moves gather time out of the wait.
 func BenchmarkZeroStages(b *testing.B) {
 	cfg := Default()
-	cfg.Model, cfg.Layers, cfg.Width, cfg.Heads, cfg.Context = "gpt", 4, 128, 4, 64
-	cfg.Dropout, cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Workers = 0, true, 0, 0, 1
-	cfg.Batch, cfg.Steps = 4, 12
+	cfg.Model.Name, cfg.Model.Layers, cfg.Model.Width, cfg.Model.Heads, cfg.Model.Context = "gpt", 4, 128, 4, 64
+	cfg.Model.Dropout, cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Data.Workers = 0, true, 0, 0, 1
+	cfg.Optim.Batch, cfg.Optim.Steps = 4, 12
 	for _, ranks := range []int{2, 4} {
 		for _, v := range []struct {
 			zero     int
@@ -37,7 +37,7 @@ func BenchmarkZeroStages(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				c := cfg
-				c.Zero, c.ZeroPrefetch = zero, v.prefetch
+				c.Parallel.Zero, c.Parallel.ZeroPrefetch = zero, v.prefetch
 				var sps, comm, wait float64
 				var s Summary
 				for range b.N {

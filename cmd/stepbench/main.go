@@ -18,34 +18,34 @@ import (
 // configs mirror torch_bench.py's workloads.
 func configs() map[string]train.Config {
 	mlp := train.Default()
-	mlp.Data = "/usr/share/datasets/fashion-mnist"
-	if _, err := os.Stat(mlp.Data); err != nil {
-		mlp.Data = "" // the synthetic task has the same shapes but 32 inputs
+	mlp.Data.Path = "/usr/share/datasets/fashion-mnist"
+	if _, err := os.Stat(mlp.Data.Path); err != nil {
+		mlp.Data.Path = "" // the synthetic task has the same shapes but 32 inputs
 	}
 	gpt := train.Default()
-	gpt.Model, gpt.Layers, gpt.Heads, gpt.Width, gpt.Context, gpt.Batch = "gpt", 6, 6, 384, 256, 16
-	gpt.Data = "/usr/share/games/fortunes/fortunes"
-	if _, err := os.Stat(gpt.Data); err != nil {
-		gpt.Data = ""
+	gpt.Model.Name, gpt.Model.Layers, gpt.Model.Heads, gpt.Model.Width, gpt.Model.Context, gpt.Optim.Batch = "gpt", 6, 6, 384, 256, 16
+	gpt.Data.Path = "/usr/share/games/fortunes/fortunes"
+	if _, err := os.Stat(gpt.Data.Path); err != nil {
+		gpt.Data.Path = ""
 	}
 	out := map[string]train.Config{"mlp_fp32": mlp, "gpt_fp32": gpt}
 	c := gpt
-	c.AMP = "bf16"
+	c.Precision.AMP = "bf16"
 	out["gpt_bf16"] = c
 	c = gpt
-	c.Checkpoint = "every"
+	c.Memory.Checkpoint = "every"
 	out["gpt_ckpt"] = c
 	c = gpt
-	c.Accum = 4
+	c.Memory.Accum = 4
 	out["gpt_accum"] = c
 	c = gpt
-	c.Freeze = []string{"embed.*", "blocks.[0-2].*"}
+	c.Memory.Freeze = []string{"embed.*", "blocks.[0-2].*"}
 	out["gpt_freeze"] = c
 	c = gpt
-	c.AMP, c.Checkpoint = "bf16", "every"
+	c.Precision.AMP, c.Memory.Checkpoint = "bf16", "every"
 	out["gpt_bf16_ckpt"] = c
 	c = gpt // the fused-attention issue's long-context case
-	c.AMP, c.Context, c.Batch = "bf16", 1024, 4
+	c.Precision.AMP, c.Model.Context, c.Optim.Batch = "bf16", 1024, 4
 	out["gpt_bf16_ctx1024"] = c
 	return out
 }
@@ -98,7 +98,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "stepbench: unknown configuration %q\n", name)
 			os.Exit(2)
 		}
-		cfg.Quiet, cfg.EvalEvery, cfg.ValSplit, cfg.Steps, cfg.Device = true, 0, 0, *warmup+*steps, *dev
+		cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Optim.Steps, cfg.Device.Name = true, 0, 0, *warmup+*steps, *dev
 		cfg = cfg.Resolved()
 		if *compare == "" {
 			res := measure(name, cfg, split(*without), *warmup, *steps, *kernels)
@@ -157,7 +157,7 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	var times []float64
 	t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
 		if r.Step > warmup {
-			times = append(times, float64(cfg.Batch)/r.SamplesPerS*1000)
+			times = append(times, float64(cfg.Optim.Batch)/r.SamplesPerS*1000)
 		}
 		if timed != nil {
 			switch r.Step {

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	var comm parallel.Comm
-	if cfg.Dist == "mpi" && !cfg.Plan {
+	if cfg.Parallel.Engine == "mpi" && !cfg.Plan {
 		c, err := parallel.NewMPI()
 		if err != nil {
 			return fail(2, fmt.Errorf("-dist mpi: %v", err))
@@ -72,39 +72,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// own errors, prefixed with their rank.
 			stdout = io.Discard
 			stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
-			cfg.Summary, cfg.MemReport = "", ""
+			cfg.Output.Summary, cfg.Output.MemReport = "", ""
 		}
 	}
 	if cfg.Fit > 0 {
 		fc := cfg
-		if comm != nil && fc.Ranks == 0 {
+		if comm != nil && fc.Parallel.Ranks == 0 {
 			// Under mpirun: plan one rank of this job (every rank
 			// plans alike and chooses the same).
-			fc.Ranks = comm.Size()
+			fc.Parallel.Ranks = comm.Size()
 		}
 		c, err := train.Fit(fc, cfg.Fit)
 		if err != nil {
 			return fail(2, err)
 		}
-		c.Config.Ranks = cfg.Ranks
+		c.Config.Parallel.Ranks = cfg.Parallel.Ranks
 		optFlag := ""
-		if c.Config.Optim != cfg.Optim {
-			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim, c.Config.LR)
+		if c.Config.Optim.Name != cfg.Optim.Name {
+			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim.Name, c.Config.Optim.LR)
 		}
-		if c.Config.StepInBackward && !cfg.StepInBackward {
+		if c.Config.Memory.StepInBackward && !cfg.Memory.StepInBackward {
 			optFlag += "-step-in-backward "
 		}
-		if c.Config.Weights != cfg.Weights && c.Config.Weights == "bf16" {
+		if c.Config.Precision.Weights != cfg.Precision.Weights && c.Config.Precision.Weights == "bf16" {
 			optFlag += "-weights bf16 "
 		}
-		if c.Config.Offload != cfg.Offload {
-			optFlag += "-offload " + c.Config.Offload + " "
+		if c.Config.Memory.Offload.Mode != cfg.Memory.Offload.Mode {
+			optFlag += "-offload " + c.Config.Memory.Offload.Mode + " "
 		}
-		if c.Config.Zero != cfg.Zero {
-			optFlag += fmt.Sprintf("-zero %d ", c.Config.Zero)
+		if c.Config.Parallel.Zero != cfg.Parallel.Zero {
+			optFlag += fmt.Sprintf("-zero %d ", c.Config.Parallel.Zero)
 		}
 		fmt.Fprintf(stdout, "fit %s: %s-accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
-			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Accum, c.Config.Checkpoint, c.Config.AMP, memory.FormatBytes(c.Peak.Total))
+			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Memory.Accum, c.Config.Memory.Checkpoint, c.Config.Precision.AMP, memory.FormatBytes(c.Peak.Total))
 		if cfg.Plan {
 			// -fit SIZE -plan: the chosen flags and their plan, no training.
 			train.WritePlan(stdout, c.Config, c.Peak)
@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := train.Preflight(cfg, dev.Memory().Capacity()); err != nil {
 		return fail(2, err)
 	}
-	if comm != nil && cfg.Device == "cuda" {
+	if comm != nil && cfg.Device.Name == "cuda" {
 		// GPU ranks talk through NCCL; MPI only introduced them.
 		nc, err := parallel.NewNCCL(comm, dev)
 		if err != nil {
@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer nc.Close()
 		comm = nc
 	}
-	if cfg.MemReport != "" {
+	if cfg.Output.MemReport != "" {
 		dev.Memory().EnableHistory(1 << 20)
 		tensor.EnableAllocSites(dev.Memory())
 	}
@@ -145,37 +145,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	defer t.Close()
-	if cfg.Generate > 0 {
+	if cfg.Generate.Tokens > 0 {
 		text, err := t.GenerateText()
 		if err != nil {
 			return fail(2, err)
 		}
-		if cfg.Resume == "" {
+		if cfg.Output.Resume == "" {
 			fmt.Fprintln(stderr, "train: warning: -generate without -resume sampled from untrained weights")
 		}
 		fmt.Fprintln(stdout, text)
 		return 0
 	}
 	switch {
-	case t.Step() >= t.Total() && cfg.Resume != "" && cfg.SaveFormat == "hf" && cfg.Save != "":
+	case t.Step() >= t.Total() && cfg.Output.Resume != "" && cfg.Output.SaveFormat == "hf" && cfg.Output.Save != "":
 		// Nothing to train, something to export: the resumed model in
 		// Hugging Face's layout (adapters merged).
-		if err := t.Save(cfg.Save); err != nil {
+		if err := t.Save(cfg.Output.Save); err != nil {
 			return fail(1, err)
 		}
-		fmt.Fprintf(stderr, "train: exported %s at step %d to %s (Hugging Face layout)\n", cfg.Resume, t.Step(), cfg.Save)
+		fmt.Fprintf(stderr, "train: exported %s at step %d to %s (Hugging Face layout)\n", cfg.Output.Resume, t.Step(), cfg.Output.Save)
 		return 0
-	case t.Step() >= t.Total() && cfg.Resume != "":
-		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Resume, t.Step(), t.Total()))
+	case t.Step() >= t.Total() && cfg.Output.Resume != "":
+		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Output.Resume, t.Step(), t.Total()))
 	case t.Step() >= t.Total():
-		return fail(2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Epochs, cfg.Batch))
+		return fail(2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Optim.Epochs, cfg.Optim.Batch))
 	}
-	if !cfg.Quiet && (comm == nil || comm.Rank() == 0) {
+	if !cfg.Output.Quiet && (comm == nil || comm.Rank() == 0) {
 		where := dev.Name()
 		if comm != nil {
 			where = fmt.Sprintf("%d ranks of %s", comm.Size(), dev.Name())
 		}
-		fmt.Fprintf(stderr, "%s: %d parameters on %s\n", cfg.Model, count(t), where)
+		fmt.Fprintf(stderr, "%s: %d parameters on %s\n", cfg.Model.Name, count(t), where)
 	}
 	sum, err := t.Run(ctx)
 	code := 0
@@ -189,18 +189,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Run saved the final state before returning; an output that fails
 	// now says so, since that state is what the user has left.
 	saved := func(err error) error {
-		if cfg.Save == "" || code != 0 {
+		if cfg.Output.Save == "" || code != 0 {
 			return err
 		}
-		return fmt.Errorf("%v (the trained state was saved to %s)", err, cfg.Save)
+		return fmt.Errorf("%v (the trained state was saved to %s)", err, cfg.Output.Save)
 	}
-	if cfg.Summary != "" {
-		if err := writeJSON(cfg.Summary, sum); err != nil {
+	if cfg.Output.Summary != "" {
+		if err := writeJSON(cfg.Output.Summary, sum); err != nil {
 			return fail(1, saved(fmt.Errorf("-summary %v", err)))
 		}
 	}
-	if cfg.MemReport != "" {
-		if err := train.WriteMemoryReport(cfg.MemReport, dev.Memory()); err != nil {
+	if cfg.Output.MemReport != "" {
+		if err := train.WriteMemoryReport(cfg.Output.MemReport, dev.Memory()); err != nil {
 			return fail(1, saved(fmt.Errorf("-mem-report %v", err)))
 		}
 		if path, host := cfg.HostMemReport(), t.Host(); path != "" && host != nil {
@@ -218,7 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			line += fmt.Sprintf(", eval accuracy %.2f%%", 100**sum.Eval.Accuracy)
 		}
 		fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
-		if cfg.Data == "" && cfg.Model == "mlp" && sum.Eval.Accuracy != nil && !cfg.Quiet {
+		if cfg.Data.Path == "" && cfg.Model.Name == "mlp" && sum.Eval.Accuracy != nil && !cfg.Output.Quiet {
 			fmt.Fprintln(stdout, defaultTaskNote)
 		}
 	}

@@ -295,8 +295,8 @@ func TestTokenizerTrains(t *testing.T) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	if s.Config.Tokenizer != tok {
-		t.Errorf("summary's config has tokenizer %q, want %q", s.Config.Tokenizer, tok)
+	if s.Config.Data.Tokenizer != tok {
+		t.Errorf("summary's config has tokenizer %q, want %q", s.Config.Data.Tokenizer, tok)
 	}
 }
 

@@ -395,7 +395,7 @@ func TestMPIFitPlansTheJob(t *testing.T) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	if s.Config.Zero != 1 || s.PeakBytes.Total > p.Total {
-		t.Errorf("the run trained with -zero %d and peaked at %d B; want -zero 1 within the budget %d B", s.Config.Zero, s.PeakBytes.Total, p.Total)
+	if s.Config.Parallel.Zero != 1 || s.PeakBytes.Total > p.Total {
+		t.Errorf("the run trained with -zero %d and peaked at %d B; want -zero 1 within the budget %d B", s.Config.Parallel.Zero, s.PeakBytes.Total, p.Total)
 	}
 }
