@@ -21,6 +21,14 @@
 // EncodeReader encodes a stream in pieces with the same result and memory
 // bounded by the longest pre-token.
 //
+// # Loading
+//
+// Tokenizer files are treated as hostile: only regular files are read
+// (a FIFO or device is refused without blocking), each up to a size far
+// above real ones, and every token id, vocabulary entry, merge and added
+// token is checked as it is read, the first bad one reported with its file
+// and place. The bounds and their reasons are in file.go.
+//
 // # Round trip
 //
 // Decode(Encode(s)) == s for every string, valid UTF-8 or not, with a

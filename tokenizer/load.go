@@ -1,8 +1,6 @@
 package tokenizer
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +15,9 @@ import (
 // encoder.json (or vocab.json) with vocab.bpe (or merges.txt) beside it
 // (either file may be named), or a directory holding either set
 // (tokenizer.json preferred). A tokenizer_config.json beside the files
-// names the BOS and EOS tokens; without one they are found among the
-// usual names.
+// names the BOS and EOS tokens (an error if the vocabulary lacks them);
+// without one they are found among the usual names. It and
+// chat_template.jinja give ChatTemplate.
 func Open(path string) (*BPE, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -28,9 +27,11 @@ func Open(path string) (*BPE, error) {
 	if !st.IsDir() {
 		dir, name = filepath.Dir(path), filepath.Base(path)
 	}
+	// A name that exists but is not a directory counts: reading it then
+	// says what it is (a FIFO, a device) rather than that it is missing.
 	exists := func(n string) bool {
 		st, err := os.Stat(filepath.Join(dir, n))
-		return err == nil && st.Mode().IsRegular()
+		return err == nil && !st.IsDir()
 	}
 	pick := func(names ...string) string {
 		for _, n := range names {
@@ -92,44 +93,107 @@ var (
 	eosNames = []string{"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>"}
 )
 
-// readConfig returns the BOS and EOS names of dir's tokenizer_config.json
-// ahead of the defaults, and the file's bytes for the fingerprint.
-func readConfig(dir string) (bos, eos []string, raw []byte, err error) {
+// config is what memfit takes from the files beside the vocabulary:
+// tokenizer_config.json's bos_token, eos_token and chat_template (the
+// chat template of chat_template.jinja instead, when there is one, as
+// transformers prefers it). Each is "" when absent.
+type config struct {
+	bos, eos     string
+	chatTemplate string
+	path         string // tokenizer_config.json, for errors
+	raw          []byte // its bytes, for the fingerprint
+}
+
+// readConfig reads dir's tokenizer_config.json and chat_template.jinja;
+// either may be absent.
+func readConfig(dir string) (*config, error) {
 	p := filepath.Join(dir, "tokenizer_config.json")
-	raw, err = os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return bosNames, eosNames, nil, nil
-	}
+	raw, err := readOptional(p, maxConfigJSON)
 	if err != nil {
-		return nil, nil, nil, &Error{Path: p, Err: unwrapPath(err)}
+		return nil, err
 	}
-	var cfg struct {
-		BOS json.RawMessage `json:"bos_token"`
-		EOS json.RawMessage `json:"eos_token"`
+	c, err := parseConfig(p, raw)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, nil, nil, &Error{Path: p, Err: err}
+	jp := filepath.Join(dir, "chat_template.jinja")
+	tmpl, err := readOptional(jp, maxConfigJSON)
+	if err != nil {
+		return nil, err
 	}
-	// A token is a string or {"content": string, ...}.
-	name := func(m json.RawMessage) []string {
+	if tmpl != nil {
+		if !utf8.Valid(tmpl) {
+			return nil, errorf(jp, "not UTF-8 text")
+		}
+		c.chatTemplate = string(tmpl)
+	}
+	return c, nil
+}
+
+// parseConfig reads the keys memfit uses from a tokenizer_config.json
+// (nil raw: no file). A token is a string or {"content": string, ...}; a
+// chat_template is a string or a list of {"name", "template"}, of which
+// the one named "default" is taken.
+func parseConfig(path string, raw []byte) (*config, error) {
+	c := &config{path: path, raw: raw}
+	if raw == nil {
+		return c, nil
+	}
+	var f struct {
+		BOS          json.RawMessage `json:"bos_token"`
+		EOS          json.RawMessage `json:"eos_token"`
+		ChatTemplate json.RawMessage `json:"chat_template"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, &Error{Path: path, Err: err}
+	}
+	token := func(key string, m json.RawMessage) (string, error) {
+		if len(m) == 0 || string(m) == "null" {
+			return "", nil
+		}
 		var s string
-		if json.Unmarshal(m, &s) == nil && s != "" {
-			return []string{s}
+		if json.Unmarshal(m, &s) == nil {
+			return s, nil
 		}
-		var o struct{ Content string }
-		if json.Unmarshal(m, &o) == nil && o.Content != "" {
-			return []string{o.Content}
+		var o struct{ Content *string }
+		if json.Unmarshal(m, &o) == nil && o.Content != nil {
+			return *o.Content, nil
 		}
-		return nil
+		return "", errorf(path, "%s is %.40s, not a string or an object with a \"content\" string", key, m)
 	}
-	return append(name(cfg.BOS), bosNames...), append(name(cfg.EOS), eosNames...), raw, nil
+	var err error
+	if c.bos, err = token("bos_token", f.BOS); err != nil {
+		return nil, err
+	}
+	if c.eos, err = token("eos_token", f.EOS); err != nil {
+		return nil, err
+	}
+	if m := f.ChatTemplate; len(m) > 0 && string(m) != "null" {
+		if json.Unmarshal(m, &c.chatTemplate) != nil {
+			var list []struct {
+				Name     string `json:"name"`
+				Template string `json:"template"`
+			}
+			if json.Unmarshal(m, &list) != nil {
+				return nil, errorf(path, "chat_template is neither a string nor a list of {\"name\", \"template\"}")
+			}
+			for _, t := range list {
+				if t.Name == "default" {
+					c.chatTemplate = t.Template
+				}
+			}
+		}
+	}
+	return c, nil
 }
 
 // byteChars is GPT-2's map from bytes to the printable characters that
-// stand for them in byte-level vocabularies.
-var byteChars, charBytes = func() ([256]rune, map[rune]byte) {
+// stand for them in byte-level vocabularies; charBytes is its inverse,
+// one more than the byte (0 for none), for characters below
+// len(charBytes), which holds them all (the largest is U+0143).
+var byteChars, charBytes = func() ([256]rune, [0x144]int16) {
 	var m [256]rune
-	inv := make(map[rune]byte, 256)
+	var inv [0x144]int16
 	n := 0
 	for b := range 256 {
 		if b >= '!' && b <= '~' || b >= 0xa1 && b <= 0xac || b >= 0xae {
@@ -138,94 +202,74 @@ var byteChars, charBytes = func() ([256]rune, map[rune]byte) {
 			m[b] = rune(256 + n)
 			n++
 		}
-		inv[m[b]] = byte(b)
+		inv[m[b]] = int16(b) + 1
 	}
 	return m, inv
 }()
 
 // rawBytes turns a byte-level piece into the bytes it stands for.
 func rawBytes(piece string) (string, bool) {
-	var b strings.Builder
+	same := true // printable ASCII stands for itself
+	for i := 0; i < len(piece) && same; i++ {
+		same = piece[i] >= '!' && piece[i] <= '~'
+	}
+	if same {
+		return piece, true
+	}
+	b := make([]byte, 0, len(piece))
 	for _, r := range piece {
-		c, ok := charBytes[r]
-		if !ok {
+		if r >= rune(len(charBytes)) || charBytes[r] == 0 {
 			return "", false
 		}
-		b.WriteByte(c)
+		b = append(b, byte(charBytes[r]-1))
 	}
-	return b.String(), true
+	return string(b), true
 }
 
-// mergePair is one merge, written "a b" or ["a", "b"].
-type mergePair [2]string
-
-func (m *mergePair) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		a, c, ok := strings.Cut(s, " ")
-		if !ok {
-			return fmt.Errorf("merge %q is not two tokens separated by a space", s)
-		}
-		m[0], m[1] = a, c
-		return nil
+// addMerge adds the merge of rank (a, b), pieces looked up through key
+// (the raw bytes of a byte-level piece), and returns the first of a, b
+// and a+b that is not in the vocabulary. A later duplicate of a pair
+// wins, as in Hugging Face's loader.
+func (t *BPE) addMerge(rank int, a, b string, key func(string) (string, bool)) (missing string, ok bool) {
+	ka, oka := key(a)
+	x, ok := t.vocab[ka]
+	if !oka || !ok {
+		return a, false
 	}
-	var p []string
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
+	kb, okb := key(b)
+	y, ok := t.vocab[kb]
+	if !okb || !ok {
+		return b, false
 	}
-	if len(p) != 2 {
-		return fmt.Errorf("merge %q has %d tokens, want 2", p, len(p))
+	// key(a+b) is key(a)+key(b) for both kinds of key.
+	z, ok := t.vocab[ka+kb]
+	if !ok {
+		return a + b, false
 	}
-	m[0], m[1] = p[0], p[1]
-	return nil
-}
-
-// setMerges builds the merge table; pieces are looked up through key (the
-// raw bytes of a byte-level piece). A later duplicate of a pair wins, as
-// in Hugging Face's loader.
-func (t *BPE) setMerges(path string, merges []mergePair, key func(string) (string, bool)) error {
-	t.model.merges = make(map[uint64]merge, len(merges))
-	look := func(i int, p string) (int32, error) {
-		k, ok := key(p)
-		if ok {
-			if id, ok := t.vocab[k]; ok {
-				return id, nil
-			}
-		}
-		return 0, errorf(path, "merge %d (%q %q): %q is not in the vocabulary", i, merges[i][0], merges[i][1], p)
+	if t.model.merges == nil {
+		t.model.merges = make(map[uint64]merge)
 	}
-	for i, m := range merges {
-		a, err := look(i, m[0])
-		if err != nil {
-			return err
-		}
-		b, err := look(i, m[1])
-		if err != nil {
-			return err
-		}
-		c, err := look(i, m[0]+m[1])
-		if err != nil {
-			return err
-		}
-		t.model.merges[pairKey(a, b)] = merge{rank: int32(i), id: c}
-	}
-	return nil
+	t.model.merges[pairKey(x, y)] = merge{rank: int32(rank), id: z}
+	return "", true
 }
 
 // setByteLevel keys the vocabulary by raw bytes and finds each byte's
-// token.
-func (t *BPE) setByteLevel(path string, vocab map[string]int) error {
+// token. entry names a vocabulary entry in errors.
+func (t *BPE) setByteLevel(path, entry string, v *vocabulary) error {
 	t.byteLevel = true
-	t.vocab = make(map[string]int32, len(vocab))
-	for piece, id := range vocab {
+	t.vocab = make(map[string]int32, len(v.ids))
+	for id, piece := range v.pieces {
+		if !v.has[id] {
+			continue
+		}
 		raw, ok := rawBytes(piece)
 		if !ok {
 			// Not made of byte characters: no input byte sequence
 			// produces it; keep it for Decode as its own text.
 			raw = piece
+		}
+		if prev, dup := t.vocab[raw]; dup {
+			return errorf(path, "%s %q (id %d) and %q (id %d) both stand for the bytes %q", entry, v.pieces[prev], prev, piece, id, raw)
 		}
 		t.vocab[raw] = int32(id)
 	}
@@ -241,48 +285,60 @@ func (t *BPE) setByteLevel(path string, vocab map[string]int) error {
 
 // openGPT2 reads GPT-2's encoder.json and vocab.bpe.
 func openGPT2(vocabPath, mergesPath, dir string) (*BPE, error) {
-	vraw, err := os.ReadFile(vocabPath)
+	vraw, err := readRegular(vocabPath, maxVocabJSON)
 	if err != nil {
-		return nil, &Error{Path: vocabPath, Err: unwrapPath(err)}
+		return nil, err
 	}
-	var vocab map[string]int
-	if err := json.Unmarshal(vraw, &vocab); err != nil {
+	mraw, err := readRegular(mergesPath, maxMergesTxt)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	return loadGPT2(vocabPath, mergesPath, vraw, mraw, cfg)
+}
+
+// loadGPT2 builds a tokenizer from the bytes of GPT-2's files.
+func loadGPT2(vocabPath, mergesPath string, vraw, mraw []byte, cfg *config) (*BPE, error) {
+	if err := validJSON(vraw); err != nil {
 		return nil, &Error{Path: vocabPath, Err: err}
 	}
-	mraw, err := os.ReadFile(mergesPath)
+	v, err := parseVocab(vocabPath, "", vraw)
 	if err != nil {
-		return nil, &Error{Path: mergesPath, Err: unwrapPath(err)}
+		return nil, err
 	}
-	var merges []mergePair
-	sc := bufio.NewScanner(bytes.NewReader(mraw))
-	sc.Buffer(nil, 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		s := sc.Text()
-		if line == 1 && strings.HasPrefix(s, "#version") || strings.TrimSpace(s) == "" {
-			continue
+	// transformers' GPT2Tokenizer takes the vocabulary's size to be its
+	// number of entries, so ids must be 0 to n-1: with a gap, the largest
+	// ids would fall outside a model sized by it.
+	if len(v.ids) != v.size() {
+		for id, ok := range v.has {
+			if !ok {
+				return nil, errorf(vocabPath, "no entry has id %d, but ids go up to %d (GPT-2's vocabulary is numbered 0 to n-1 without gaps)", id, v.size()-1)
+			}
 		}
-		f := strings.Fields(s)
-		if len(f) != 2 {
-			return nil, errorf(mergesPath, "line %d: %q is not two tokens separated by a space", line, s)
-		}
-		merges = append(merges, mergePair{f[0], f[1]})
 	}
 	t := &BPE{split: splitGPT2, unk: -1}
-	if err := t.setByteLevel(vocabPath, vocab); err != nil {
+	if err := t.setByteLevel(vocabPath, "entries", v); err != nil {
 		return nil, err
 	}
-	if err := t.setMerges(mergesPath, merges, rawBytes); err != nil {
-		return nil, err
-	}
-	bos, eos, craw, err := readConfig(dir)
+	rank := 0
+	err = parseMergesTxt(mergesPath, mraw, func(line int, a, b string) error {
+		if p, ok := t.addMerge(rank, a, b, rawBytes); !ok {
+			return errorf(mergesPath, "line %d (%q %q): %q is not in %s", line, a, b, p, filepath.Base(vocabPath))
+		}
+		rank++
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	var added []addedToken
-	if id, ok := vocab["<|endoftext|>"]; ok {
-		added = append(added, addedToken{content: "<|endoftext|>", id: int32(id)})
+	if id, ok := v.ids["<|endoftext|>"]; ok {
+		added = append(added, addedToken{content: "<|endoftext|>", id: id})
 	}
-	if err := t.finish(vocabPath, added, [][]byte{vraw, mraw, craw}, bos, eos); err != nil {
+	if err := t.finish(vocabPath, added, fingerprint(vraw, mraw, cfg.raw), cfg); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -291,22 +347,22 @@ func openGPT2(vocabPath, mergesPath, dir string) (*BPE, error) {
 // hfComponent is any normalizer, pre-tokenizer or decoder of a
 // tokenizer.json, with the fields memfit reads.
 type hfComponent struct {
-	Type           string            `json:"type"`
-	Normalizers    []json.RawMessage `json:"normalizers"`
-	Pretokenizers  []json.RawMessage `json:"pretokenizers"`
-	Decoders       []json.RawMessage `json:"decoders"`
-	Pattern        *hfPattern        `json:"pattern"`
-	Content        *string           `json:"content"`
-	Behavior       string            `json:"behavior"`
-	Invert         bool              `json:"invert"`
-	AddPrefixSpace *bool             `json:"add_prefix_space"`
-	UseRegex       *bool             `json:"use_regex"`
-	Prepend        *string           `json:"prepend"`
-	Replacement    *string           `json:"replacement"`
-	PrependScheme  *string           `json:"prepend_scheme"`
-	Split          *bool             `json:"split"`
-	Start          int               `json:"start"`
-	Stop           int               `json:"stop"`
+	Type           string        `json:"type"`
+	Normalizers    componentList `json:"normalizers"`
+	Pretokenizers  componentList `json:"pretokenizers"`
+	Decoders       componentList `json:"decoders"`
+	Pattern        *hfPattern    `json:"pattern"`
+	Content        *string       `json:"content"`
+	Behavior       string        `json:"behavior"`
+	Invert         bool          `json:"invert"`
+	AddPrefixSpace *bool         `json:"add_prefix_space"`
+	UseRegex       *bool         `json:"use_regex"`
+	Prepend        *string       `json:"prepend"`
+	Replacement    *string       `json:"replacement"`
+	PrependScheme  *string       `json:"prepend_scheme"`
+	Split          *bool         `json:"split"`
+	Start          int           `json:"start"`
+	Stop           int           `json:"stop"`
 }
 
 type hfPattern struct {
@@ -314,72 +370,96 @@ type hfPattern struct {
 	Regex  *string `json:"Regex"`
 }
 
-// flatten parses a component and the members of its Sequence.
+// flatten parses a component and the members of its Sequence, at most
+// maxMembers in all, Sequences nested at most maxNesting deep.
 func flatten(raw json.RawMessage, kind string) ([]hfComponent, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var c hfComponent
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("%s: %v", kind, err)
-	}
-	if c.Type != "Sequence" {
-		return []hfComponent{c}, nil
-	}
 	var out []hfComponent
-	for _, m := range append(append(c.Normalizers, c.Pretokenizers...), c.Decoders...) {
-		sub, err := flatten(m, kind)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sub...)
+	if err := flattenInto(&out, raw, kind, 0); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
+func flattenInto(out *[]hfComponent, raw json.RawMessage, kind string, depth int) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("%s: %v", kind, err)
+	}
+	if c.Type != "Sequence" {
+		if len(*out) == maxMembers {
+			return fmt.Errorf("%s: more than %d components are not supported", kind, maxMembers)
+		}
+		*out = append(*out, c)
+		return nil
+	}
+	if depth == maxNesting {
+		return fmt.Errorf("%s: Sequences nested more than %d deep are not supported", kind, maxNesting)
+	}
+	for _, list := range []componentList{c.Normalizers, c.Pretokenizers, c.Decoders} {
+		for _, m := range list {
+			if err := flattenInto(out, m, kind, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 type hfFile struct {
-	AddedTokens []struct {
-		ID         int    `json:"id"`
-		Content    string `json:"content"`
-		SingleWord bool   `json:"single_word"`
-		Lstrip     bool   `json:"lstrip"`
-		Rstrip     bool   `json:"rstrip"`
-	} `json:"added_tokens"`
+	AddedTokens  json.RawMessage `json:"added_tokens"`
 	Normalizer   json.RawMessage `json:"normalizer"`
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 	Decoder      json.RawMessage `json:"decoder"`
 	Model        struct {
-		Type                    string         `json:"type"`
-		Dropout                 *float64       `json:"dropout"`
-		UnkToken                *string        `json:"unk_token"`
-		ContinuingSubwordPrefix *string        `json:"continuing_subword_prefix"`
-		EndOfWordSuffix         *string        `json:"end_of_word_suffix"`
-		FuseUnk                 bool           `json:"fuse_unk"`
-		ByteFallback            bool           `json:"byte_fallback"`
-		IgnoreMerges            bool           `json:"ignore_merges"`
-		Vocab                   map[string]int `json:"vocab"`
-		Merges                  []mergePair    `json:"merges"`
+		Type                    string          `json:"type"`
+		Dropout                 *float64        `json:"dropout"`
+		UnkToken                *string         `json:"unk_token"`
+		ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+		FuseUnk                 bool            `json:"fuse_unk"`
+		ByteFallback            bool            `json:"byte_fallback"`
+		IgnoreMerges            bool            `json:"ignore_merges"`
+		Vocab                   json.RawMessage `json:"vocab"`
+		Merges                  json.RawMessage `json:"merges"`
 	} `json:"model"`
 }
 
-// openHF reads a Hugging Face tokenizer.json. Only what the BPE
-// tokenizers of GPT-2, Llama 2 and 3 and their kin use is accepted; any
-// other component is an error naming it, never a silently different
-// encoding.
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+
+// openHF reads a Hugging Face tokenizer.json and the configuration beside
+// it.
 func openHF(path, dir string) (*BPE, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readRegular(path, maxTokenizerJSON)
 	if err != nil {
-		return nil, &Error{Path: path, Err: unwrapPath(err)}
+		return nil, err
 	}
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	return loadHF(path, raw, cfg)
+}
+
+// loadHF builds a tokenizer from a tokenizer.json's bytes. Only what the
+// BPE tokenizers of GPT-2, Llama 2 and 3 and their kin use is accepted;
+// any other component is an error naming it, never a silently different
+// encoding.
+func loadHF(path string, raw []byte, cfg *config) (*BPE, error) {
 	var f hfFile
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, &Error{Path: path, Err: fmt.Errorf("not a tokenizer.json: %v", err)}
 	}
+	// raw is not used past here, nor each part of f past its parse, so
+	// that the collector may free them while the tables are built.
+	sum := fingerprint(raw, cfg.raw)
 	m := &f.Model
 	switch {
-	case m.Type != "BPE" && !(m.Type == "" && m.Vocab != nil && m.Merges != nil):
+	case m.Type != "BPE" && !(m.Type == "" && !isNull(m.Vocab) && !isNull(m.Merges)):
 		return nil, errorf(path, "model type %q is not supported (only BPE)", m.Type)
-	case m.Vocab == nil:
+	case isNull(m.Vocab):
 		return nil, errorf(path, "model has no vocab")
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, errorf(path, "BPE dropout %g is not supported", *m.Dropout)
@@ -493,48 +573,58 @@ func openHF(path, dir string) (*BPE, error) {
 		}
 	}
 
-	if byteLevel {
-		if err := t.setByteLevel(path, m.Vocab); err != nil {
-			return nil, err
-		}
-		if t.split == nil {
-			t.split = splitWhole
-		}
-		if err := t.setMerges(path, m.Merges, rawBytes); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := t.setPieces(path, m.Vocab, m.UnkToken); err != nil {
-			return nil, err
-		}
-		if err := t.setMerges(path, m.Merges, func(s string) (string, bool) { return s, true }); err != nil {
-			return nil, err
-		}
-		if t.split == nil {
-			t.split = splitWhole
-			if t.replaceSpace && t.spaceID >= 0 && !spaceInside(t.vocab) {
-				t.split = splitPieces
-			}
-		}
-	}
-
-	added := make([]addedToken, 0, len(f.AddedTokens))
-	for _, a := range f.AddedTokens {
-		added = append(added, addedToken{content: a.Content, id: int32(a.ID), lstrip: a.Lstrip, rstrip: a.Rstrip, singleWord: a.SingleWord})
-	}
-	bos, eos, craw, err := readConfig(dir)
+	v, err := parseVocab(path, "model.vocab", m.Vocab)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.finish(path, added, [][]byte{raw, craw}, bos, eos); err != nil {
+	m.Vocab = nil
+	key := func(s string) (string, bool) { return s, true }
+	if byteLevel {
+		if err := t.setByteLevel(path, "model.vocab entries", v); err != nil {
+			return nil, err
+		}
+		if t.split == nil {
+			t.split = splitWhole
+		}
+		key = rawBytes
+	} else {
+		if err := t.setPieces(path, v, m.UnkToken); err != nil {
+			return nil, err
+		}
+	}
+	err = parseMerges(path, m.Merges, func(i int, a, b string) error {
+		if p, ok := t.addMerge(i, a, b, key); !ok {
+			return errorf(path, "model.merges[%d] (%q %q): %q is not in model.vocab", i, a, b, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Merges = nil
+	if !byteLevel && t.split == nil {
+		t.split = splitWhole
+		if t.replaceSpace && t.spaceID >= 0 && !spaceInside(t.vocab) {
+			t.split = splitPieces
+		}
+	}
+
+	added, err := parseAdded(path, f.AddedTokens)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAdded(path, "model.vocab", added, v); err != nil {
+		return nil, err
+	}
+	if err := t.finish(path, added, sum, cfg); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
 // setPieces indexes a SentencePiece-style vocabulary.
-func (t *BPE) setPieces(path string, vocab map[string]int, unk *string) error {
-	t.vocab = make(map[string]int32, len(vocab))
+func (t *BPE) setPieces(path string, v *vocabulary, unk *string) error {
+	t.vocab = v.ids
 	t.runeID = make(map[rune]int32)
 	for i := range t.asciiID {
 		t.asciiID[i] = -1
@@ -542,8 +632,10 @@ func (t *BPE) setPieces(path string, vocab map[string]int, unk *string) error {
 	for i := range t.byteTok {
 		t.byteTok[i] = -1
 	}
-	for piece, id := range vocab {
-		t.vocab[piece] = int32(id)
+	for id, piece := range v.pieces {
+		if !v.has[id] {
+			continue
+		}
 		if r, n := utf8.DecodeRuneInString(piece); n == len(piece) && !(r == utf8.RuneError && n <= 1) {
 			if r < utf8.RuneSelf {
 				t.asciiID[r] = int32(id)
@@ -561,14 +653,14 @@ func (t *BPE) setPieces(path string, vocab map[string]int, unk *string) error {
 	if unk != nil {
 		id, ok := t.vocab[*unk]
 		if !ok {
-			return errorf(path, "unk_token %q is not in the vocabulary", *unk)
+			return errorf(path, "unk_token %q is not in model.vocab", *unk)
 		}
 		t.unk = id
 	}
 	if t.byteFallback {
 		for b, id := range t.byteTok {
 			if id < 0 {
-				return errorf(path, "byte_fallback is on but the vocabulary lacks <0x%02X>", b)
+				return errorf(path, "byte_fallback is on but model.vocab lacks <0x%02X>", b)
 			}
 		}
 	} else if t.unk < 0 {

@@ -8,25 +8,18 @@ import (
 	"testing"
 )
 
-// writeJSON writes v as dir/name and returns the path.
-func writeJSON(t testing.TB, dir, name string, v any) string {
-	t.Helper()
+// mustJSON is json.Marshal for values that always marshal.
+func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return b
 }
 
-// tinyByteLevel writes a small GPT-2-style tokenizer.json (every byte,
-// a few merges, <|endoftext|>) so that tests run without the real
-// vocabularies.
-func tinyByteLevel(t testing.TB) *BPE {
-	t.Helper()
+// tinyByteLevelJSON is a small GPT-2-style tokenizer.json: every byte, a
+// few merges, <|endoftext|> and Llama 3's chat header tokens.
+func tinyByteLevelJSON() []byte {
 	vocab := map[string]int{}
 	for b := range 256 {
 		vocab[string(byteChars[b])] = b
@@ -40,25 +33,22 @@ func tinyByteLevel(t testing.TB) *BPE {
 		}
 	}
 	eot := len(vocab)
-	dir := t.TempDir()
-	p := writeJSON(t, dir, "tokenizer.json", map[string]any{
-		"added_tokens":  []any{map[string]any{"id": eot, "content": "<|endoftext|>", "special": true}},
+	return mustJSON(map[string]any{
+		"added_tokens": []any{
+			map[string]any{"id": eot, "content": "<|endoftext|>", "special": true},
+			map[string]any{"id": eot + 1, "content": "<|start_header_id|>", "special": true},
+			map[string]any{"id": eot + 2, "content": "<|end_header_id|>", "special": true},
+		},
 		"normalizer":    nil,
 		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
 		"decoder":       map[string]any{"type": "ByteLevel"},
 		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
 	})
-	tok, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
-// tinyPieces writes a small Llama-2-style tokenizer.json: byte fallback,
+// tinyPiecesJSON is a small Llama-2-style tokenizer.json: byte fallback,
 // "▁" for spaces, <unk> <s> </s>.
-func tinyPieces(t testing.TB) *BPE {
-	t.Helper()
+func tinyPiecesJSON() []byte {
 	vocab := map[string]int{"<unk>": 0, "<s>": 1, "</s>": 2}
 	for b := range 256 {
 		vocab[fmt.Sprintf("<0x%02X>", b)] = len(vocab)
@@ -72,8 +62,7 @@ func tinyPieces(t testing.TB) *BPE {
 			vocab[m[0]+m[1]] = len(vocab)
 		}
 	}
-	dir := t.TempDir()
-	p := writeJSON(t, dir, "tokenizer.json", map[string]any{
+	return mustJSON(map[string]any{
 		"added_tokens": []any{
 			map[string]any{"id": 0, "content": "<unk>", "special": true},
 			map[string]any{"id": 1, "content": "<s>", "special": true},
@@ -92,12 +81,24 @@ func tinyPieces(t testing.TB) *BPE {
 		}},
 		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": merges, "byte_fallback": true, "unk_token": "<unk>", "fuse_unk": true},
 	})
+}
+
+// openBytes writes a tokenizer.json into a new directory and opens it.
+func openBytes(t testing.TB, b []byte) *BPE {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tok, err := Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tok
 }
+
+func tinyByteLevel(t testing.TB) *BPE { return openBytes(t, tinyByteLevelJSON()) }
+func tinyPieces(t testing.TB) *BPE    { return openBytes(t, tinyPiecesJSON()) }
 
 func TestTinyTokenizers(t *testing.T) {
 	bl := tinyByteLevel(t)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"unicode"
@@ -103,6 +104,11 @@ type BPE struct {
 	vocabSize int
 	bos, eos  int
 	sum       string
+
+	// From tokenizer_config.json (and chat_template.jinja), for chat
+	// templates.
+	bosText, eosText string
+	chatTemplate     string
 }
 
 var _ Tokenizer = (*BPE)(nil)
@@ -115,6 +121,20 @@ func (t *BPE) BOS() int { return t.bos }
 
 // EOS returns the end-of-text token, or -1.
 func (t *BPE) EOS() int { return t.eos }
+
+// BOSToken returns the text of the beginning-of-text token: the bos_token
+// of tokenizer_config.json when it names one, else the usual name BOS
+// was found under, else "". Chat templates use it as bos_token.
+func (t *BPE) BOSToken() string { return t.bosText }
+
+// EOSToken is BOSToken for the end-of-text token (eos_token).
+func (t *BPE) EOSToken() string { return t.eosText }
+
+// ChatTemplate returns the Jinja chat template of the tokenizer's
+// directory: chat_template.jinja when there is one (transformers prefers
+// it), else tokenizer_config.json's chat_template (of a list of named
+// templates, the one named "default"), else "".
+func (t *BPE) ChatTemplate() string { return t.chatTemplate }
 
 // Fingerprint returns a hex SHA-256 of the files the tokenizer was read
 // from and of the version of this package's encoding rules.
@@ -139,29 +159,30 @@ func (t *BPE) Special(name string) (int, bool) {
 // keyed by Fingerprint are not reused across such a change.
 const rulesVersion = "memfit tokenizer rules 1\n"
 
-// finish fills what every loader shares: the added-token index, the
-// decode table, the vocabulary size, BOS/EOS and the fingerprint.
-func (t *BPE) finish(path string, added []addedToken, files [][]byte, bos, eos []string) error {
+// fingerprint is the SHA-256 of the files a tokenizer is read from and of
+// rulesVersion.
+func fingerprint(files ...[]byte) string {
 	h := sha256.New()
 	io.WriteString(h, rulesVersion)
 	for _, f := range files {
 		fmt.Fprintf(h, "%d\n", len(f))
 		h.Write(f)
 	}
-	t.sum = hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
+}
 
+// finish fills what every loader shares: the added-token index, the
+// decode table, the vocabulary size, BOS/EOS and the chat template. The
+// loaders have checked the ids: each in [0, maxTokenID],
+// an id with one text.
+func (t *BPE) finish(path string, added []addedToken, sum string, cfg *config) error {
+	t.sum = sum
 	t.special = make(map[string]int32, len(added))
 	size := int32(0)
 	for _, id := range t.vocab {
 		size = max(size, id+1)
 	}
 	for _, a := range added {
-		if a.content == "" {
-			return errorf(path, "added token %d has no text", a.id)
-		}
-		if a.id < 0 {
-			return errorf(path, "added token %q has negative id %d", a.content, a.id)
-		}
 		t.special[a.content] = a.id
 		size = max(size, a.id+1)
 		t.first[a.content[0]] = true
@@ -179,17 +200,33 @@ func (t *BPE) finish(path string, added []addedToken, files [][]byte, bos, eos [
 	for _, a := range added {
 		t.decoded[a.id], t.valid[a.id] = a.content, true
 	}
-	t.bos, t.eos = t.firstSpecial(bos), t.firstSpecial(eos)
-	return nil
+
+	t.chatTemplate = cfg.chatTemplate
+	var err error
+	if t.bos, t.bosText, err = t.configToken(path, cfg, "bos_token", cfg.bos, bosNames); err != nil {
+		return err
+	}
+	t.eos, t.eosText, err = t.configToken(path, cfg, "eos_token", cfg.eos, eosNames)
+	return err
 }
 
-func (t *BPE) firstSpecial(names []string) int {
-	for _, n := range names {
+// configToken finds the token tokenizer_config.json names under key, or
+// without one the first of the usual names the vocabulary has; -1 and ""
+// when neither.
+func (t *BPE) configToken(path string, cfg *config, key, name string, usual []string) (int, string, error) {
+	if name != "" {
+		id, ok := t.Special(name)
+		if !ok {
+			return -1, "", errorf(cfg.path, "%s %q is not a token of %s", key, name, filepath.Base(path))
+		}
+		return id, name, nil
+	}
+	for _, n := range usual {
 		if id, ok := t.Special(n); ok {
-			return id
+			return id, n, nil
 		}
 	}
-	return -1
+	return -1, "", nil
 }
 
 // decodePiece is the text a vocabulary piece stands for.
