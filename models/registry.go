@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/device"
@@ -46,71 +47,136 @@ type Spec struct {
 // A Builder makes a model on dev from a Spec.
 type Builder func(dev device.Device, s Spec) (Model, error)
 
-var builders = registry.New[Builder]("model")
+// A Kind is what a registered model is before one is built: how to build
+// it and what a trainer may do with it, so that a run is checked and
+// planned without naming models. What a built model can do at run time it
+// says through interfaces (TokenModel, Generator, nn.Model's blocks).
+type Kind struct {
+	// Build makes the model.
+	Build Builder
+	// Tokens says it takes token sequences: Spec.Context and a
+	// vocabulary (Spec.Classes) apply, and its heads must divide its
+	// width. Otherwise it takes examples of a fixed shape with classes.
+	Tokens bool
+	// Image is the image shape it takes ([channels, height, width]); a
+	// flat example of as many values is viewed as one. Nil: any vector.
+	Image []int
+	// DTypes are the parameter dtypes it can be built in besides F32
+	// (Spec.DType).
+	DTypes []tensor.DType
+	// Recompute says activation checkpointing pays on it, so a search for
+	// a configuration that fits tries it.
+	Recompute bool
+	// LR is its default learning rate (with Adam).
+	LR float64
+	// Key names its architecture and shape: two Specs with one key build
+	// models with the same parameters (checkpoints record it).
+	Key func(Spec) string
+	// HF is the Hugging Face model_type it is imported from and exported
+	// to (package hf), "" for none.
+	HF string
+}
+
+var kinds = registry.New[Kind]("model")
 
 // Reference is the model a run trains when none is named: the reference
 // MLP of the project's benchmarks.
 const Reference = "mlp"
 
-// Register makes a model available to New under name, as database/sql
+// Register makes a model available to New under name with nothing known
+// of it but how to build it (a Kind of Build alone), as database/sql
 // drivers register themselves: a package adding a model calls it from an
 // init function. Registering a name twice, or a nil builder, panics.
-func Register(name string, b Builder) { builders.Register(name, b) }
+func Register(name string, b Builder) { RegisterKind(name, Kind{Build: b}) }
+
+// RegisterKind is Register with what the model is (Kind).
+func RegisterKind(name string, k Kind) {
+	if k.Build == nil {
+		panic(fmt.Sprintf("models: nil builder registered as %q", name))
+	}
+	kinds.Register(name, k)
+}
+
+// KindOf returns what name was registered as.
+func KindOf(name string) (Kind, bool) { return kinds.Get(name) }
 
 // New builds the model registered as name.
 func New(name string, dev device.Device, s Spec) (Model, error) {
-	b, ok := builders.Get(name)
+	k, ok := kinds.Get(name)
 	if !ok {
 		return nil, fmt.Errorf("models: unknown model %q (want %s)", name, strings.Join(Names(), ", "))
 	}
-	return b(dev, s)
+	return k.Build(dev, s)
 }
 
 // Names lists the registered models, sorted.
-func Names() []string { return builders.Names() }
+func Names() []string { return kinds.Names() }
+
+// ByHF returns the registered model imported from Hugging Face's
+// model_type hf.
+func ByHF(hf string) (string, bool) {
+	for _, n := range Names() {
+		if k, _ := KindOf(n); k.HF != "" && k.HF == hf {
+			return n, true
+		}
+	}
+	return "", false
+}
 
 func init() {
 	// mlp: Layers hidden layers of Width.
-	Register("mlp", func(dev device.Device, s Spec) (Model, error) {
-		in := 1
-		for _, d := range s.InShape {
-			in *= d
-		}
-		widths := []int{in}
-		for range s.Layers {
-			widths = append(widths, s.Width)
-		}
-		return built(NewMLP(dev, MLPConfig{Widths: append(widths, s.Classes), Dropout: s.Dropout, Seed: s.Seed, DType: s.DType}))
-	})
+	RegisterKind("mlp", Kind{LR: 1e-3, Recompute: true, DTypes: []tensor.DType{tensor.BF16},
+		Key: func(s Spec) string { return fmt.Sprintf("mlp layers=%d width=%d", s.Layers, s.Width) },
+		Build: func(dev device.Device, s Spec) (Model, error) {
+			in := 1
+			for _, d := range s.InShape {
+				in *= d
+			}
+			widths := []int{in}
+			for range s.Layers {
+				widths = append(widths, s.Width)
+			}
+			return built(NewMLP(dev, MLPConfig{Widths: append(widths, s.Classes), Dropout: s.Dropout, Seed: s.Seed, DType: s.DType}))
+		}})
 	// cnn: two convolutions of Width/64 and Width/32 channels and a
 	// hidden layer of Width/8, on 28×28 single-channel images.
-	Register("cnn", func(dev device.Device, s Spec) (Model, error) {
-		in := 1
-		for _, d := range s.InShape {
-			in *= d
-		}
-		if len(s.InShape) != 3 && in != 28*28 {
-			return nil, fmt.Errorf("models: cnn takes 28x28 single-channel images, not examples of shape %v", s.InShape)
-		}
-		if s.DType != device.Invalid && s.DType != tensor.F32 {
-			return nil, fmt.Errorf("models: cnn: parameters in %v are not supported (f32 only)", s.DType)
-		}
-		return built(NewCNN(dev, CNNConfig{Conv1: max(s.Width/64, 1), Conv2: max(s.Width/32, 1), Hidden: max(s.Width/8, 1),
-			Classes: s.Classes, Dropout: s.Dropout, Seed: s.Seed}))
-	})
+	RegisterKind("cnn", Kind{LR: 2e-3, Image: []int{1, 28, 28},
+		Key: func(s Spec) string { return fmt.Sprintf("cnn width=%d", s.Width) },
+		Build: func(dev device.Device, s Spec) (Model, error) {
+			in := 1
+			for _, d := range s.InShape {
+				in *= d
+			}
+			if len(s.InShape) != 3 && in != 28*28 {
+				return nil, fmt.Errorf("models: cnn takes 28x28 single-channel images, not examples of shape %v", s.InShape)
+			}
+			if s.DType != device.Invalid && s.DType != tensor.F32 {
+				return nil, fmt.Errorf("models: cnn: parameters in %v are not supported (f32 only)", s.DType)
+			}
+			return built(NewCNN(dev, CNNConfig{Conv1: max(s.Width/64, 1), Conv2: max(s.Width/32, 1), Hidden: max(s.Width/8, 1),
+				Classes: s.Classes, Dropout: s.Dropout, Seed: s.Seed}))
+		}})
 	// gpt: a decoder of Layers blocks, Heads heads, width Width, over a
 	// vocabulary of Classes tokens.
-	Register("gpt", func(dev device.Device, s Spec) (Model, error) {
-		return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
-			Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
-	})
+	RegisterKind("gpt", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "gpt2",
+		Key: func(s Spec) string {
+			return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", s.Layers, s.Width, s.Heads, s.Context)
+		},
+		Build: func(dev device.Device, s Spec) (Model, error) {
+			return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
+				Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
+		}})
 	// llama: a Llama-layout decoder (RMSNorm, rotary embeddings,
 	// SwiGLU, grouped-query attention with KVHeads, an untied head) of
 	// Layers blocks, Heads heads, width Width, over Classes tokens.
-	Register("llama", func(dev device.Device, s Spec) (Model, error) {
-		return built(NewLlama(dev, LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden,
-			Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
-	})
+	RegisterKind("llama", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "llama",
+		Key: func(s Spec) string {
+			return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", s.Layers, s.Width, s.Heads, s.KVHeads, s.Hidden, s.Context)
+		},
+		Build: func(dev device.Device, s Spec) (Model, error) {
+			return built(NewLlama(dev, LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden,
+				Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
+		}})
 }
 
 // built turns a constructor's result into a registry's, so that a failed
@@ -121,4 +187,10 @@ func built[T Model](m T, err error) (Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// Takes reports whether the model can be built with parameters in dt
+// (F32 always).
+func (k Kind) Takes(dt tensor.DType) bool {
+	return dt == tensor.F32 || slices.Contains(k.DTypes, dt)
 }

@@ -11,9 +11,7 @@ import (
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/hf"
-	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/optim"
 )
 
 // Config holds every knob of a training run, grouped by concern. The zero
@@ -171,6 +169,9 @@ type ParallelConfig struct {
 	// plan one process, unsharded). Training takes the rank count from
 	// the engine (mpirun -np).
 	Ranks int `json:"ranks,omitempty"`
+	// group says the run is one rank of a group that NewDistributed's
+	// caller brought (its communicator) whatever Engine says.
+	group bool
 }
 
 // OutputConfig is what a run writes, and the state it resumes from.
@@ -211,30 +212,24 @@ func Default() Config {
 		Model:     ModelConfig{Name: models.Reference, Layers: 3, Width: 1024, Heads: 4, Context: 64},
 		Data:      DataConfig{Workers: 2, Prefetch: 2, ValSplit: 0.1},
 		Optim:     OptimConfig{Epochs: 1, Batch: 256, Name: "adam", Schedule: "const"},
-		Precision: PrecisionConfig{AMP: "off"},
-		Memory:    MemoryConfig{Accum: 1, Checkpoint: "off", LMHead: "chunked"},
+		Precision: PrecisionConfig{AMP: "off", Weights: "f32"},
+		Memory:    MemoryConfig{Accum: 1, Checkpoint: "off", LMHead: "chunked", Offload: OffloadOptions{Mode: "off"}},
 		Device:    DeviceConfig{Name: "cpu"},
 		Parallel:  ParallelConfig{Engine: "off"},
-		Output:    OutputConfig{EvalEvery: 100},
+		Output:    OutputConfig{EvalEvery: 100, SaveFormat: "memfit"},
 		Seed:      1,
 	}
 }
 
-// Model defaults for fields left at zero.
-const (
-	DefaultLRMLP = 1e-3
-	DefaultLRCNN = 2e-3
-	DefaultLRGPT = 3e-4
-	// DefaultLRAdafactor is -optim adafactor's: its learning rate is the
-	// ceiling of the relative step size ρ = min(lr, 1/√t), which the
-	// paper sets to 10⁻² whatever the model (optim.Adafactor).
-	DefaultLRAdafactor = 1e-2
-)
+// DefaultLRAdafactor is -optim adafactor's learning rate: its learning
+// rate is the ceiling of the relative step size ρ = min(lr, 1/√t), which
+// the paper sets to 10⁻² whatever the model (optim.Adafactor).
+const DefaultLRAdafactor = 1e-2
 
 // Resolved fills the fields whose defaults depend on the model: a zero LR
-// becomes the model's (1e-3 mlp, 2e-3 cnn, 3e-4 gpt; 1e-2, the paper's
-// relative-step ceiling, with -optim adafactor; llama takes gpt's); an empty LMHead (a
-// Config from before it existed) is chunked.
+// becomes the model's (models.Kind.LR; 1e-2, the paper's relative-step
+// ceiling, with -optim adafactor); an empty LMHead (a Config from before
+// it existed) is chunked.
 func (c Config) Resolved() Config {
 	if c.Memory.LMHead == "" {
 		c.Memory.LMHead = "chunked"
@@ -242,144 +237,122 @@ func (c Config) Resolved() Config {
 	if c.Optim.LR == 0 && c.Optim.Name == "adafactor" {
 		c.Optim.LR = DefaultLRAdafactor
 	}
-	if c.Optim.LR == 0 {
-		switch c.Model.Name {
-		case "cnn":
-			c.Optim.LR = DefaultLRCNN
-		case "gpt", "llama":
-			c.Optim.LR = DefaultLRGPT
-		default:
-			c.Optim.LR = DefaultLRMLP
-		}
+	if k, ok := c.kind(); c.Optim.LR == 0 && ok {
+		c.Optim.LR = k.LR
 	}
 	return c
 }
 
-// Validate checks every field a user sets and names the first bad one.
+// bad is a flag's error: "-accum 0: want at least 1 micro-batch".
+func bad(flag string, v any, want string) error {
+	return fmt.Errorf("-%s %v: %s", flag, v, want)
+}
+
+// Validate checks every field a user sets and names the first bad one:
+// the core groups (model, data, optimization, device, outputs,
+// generation), then each technique's options and the rules the
+// techniques declare against each other (technique.go).
 func (c *Config) Validate() error {
-	bad := func(flag string, v any, want string) error {
-		return fmt.Errorf("-%s %v: %s", flag, v, want)
+	if err := c.checkModel(); err != nil {
+		return err
 	}
-	if !slices.Contains(models.Names(), c.Model.Name) {
-		return bad("model", c.Model.Name, "unknown model (want "+orList(models.Names())+")")
+	if err := c.checkCore(); err != nil {
+		return err
+	}
+	return c.checkTechniques()
+}
+
+// checkModel checks the model's name and shape.
+func (c *Config) checkModel() error {
+	m := c.Model
+	k, ok := c.kind()
+	if !ok {
+		return bad("model", m.Name, "unknown model (want "+orList(models.Names())+")")
 	}
 	switch {
-	case c.Model.Layers < 1:
-		return bad("layers", c.Model.Layers, "want at least 1")
-	case c.Model.Width < 1:
-		return bad("width", c.Model.Width, "want at least 1")
-	case c.Model.Heads < 1:
-		return bad("heads", c.Model.Heads, "want at least 1")
-	case tokenModel(c.Model.Name) && c.Model.Width%c.Model.Heads != 0:
-		return bad("heads", c.Model.Heads, fmt.Sprintf("must divide -width %d", c.Model.Width))
-	case c.Model.KVHeads < 0 || (c.Model.KVHeads > 0 && c.Model.Heads%c.Model.KVHeads != 0):
-		return bad("kv-heads", c.Model.KVHeads, fmt.Sprintf("must divide -heads %d (0: as many as -heads)", c.Model.Heads))
-	case c.Model.Hidden < 0:
-		return bad("hidden", c.Model.Hidden, "want 0 (8/3 of -width) or more")
-	case c.Model.Context < 1:
-		return bad("context", c.Model.Context, "want at least 1")
-	case !(c.Model.Dropout >= 0 && c.Model.Dropout < 1): // NaN fails every comparison
-		return bad("dropout", c.Model.Dropout, "want a probability in [0, 1)")
-	case c.Data.Workers < 0:
-		return bad("workers", c.Data.Workers, "want 0 or more")
-	case c.Data.Prefetch < 0:
-		return bad("prefetch", c.Data.Prefetch, "want 0 or more")
-	case !(c.Data.ValSplit >= 0 && c.Data.ValSplit < 1):
-		return bad("val-split", c.Data.ValSplit, "want a fraction in [0, 1)")
-	case c.Optim.Steps < 0:
-		return bad("steps", c.Optim.Steps, "want 0 or more")
-	case c.Optim.Steps == 0 && c.Optim.Epochs < 1:
-		return bad("epochs", c.Optim.Epochs, "want at least 1 when -steps is 0")
-	case c.Optim.Batch < 1:
-		return bad("batch", c.Optim.Batch, "want at least 1")
-	case !(c.Optim.LR >= 0) || math.IsInf(c.Optim.LR, 1):
-		return bad("lr", c.Optim.LR, "want a positive learning rate (0: the model's default)")
-	case !(c.Optim.WD >= 0):
-		return bad("wd", c.Optim.WD, "want 0 or more")
-	case !(c.Optim.Clip >= 0):
-		return bad("clip", c.Optim.Clip, "want 0 (off) or more")
-	case c.Optim.Warmup < 0:
-		return bad("warmup", c.Optim.Warmup, "want 0 or more")
-	case c.Memory.Accum < 1:
-		return bad("accum", c.Memory.Accum, "want at least 1 micro-batch")
-	case c.Memory.Accum > c.Optim.Batch:
-		return bad("accum", c.Memory.Accum, fmt.Sprintf("more micro-batches than -batch %d examples", c.Optim.Batch))
-	case c.Memory.UnfreezeAt < 0:
-		return bad("unfreeze-at", c.Memory.UnfreezeAt, "want 0 (never) or a step")
+	case m.Layers < 1:
+		return bad("layers", m.Layers, "want at least 1")
+	case m.Width < 1:
+		return bad("width", m.Width, "want at least 1")
+	case m.Heads < 1:
+		return bad("heads", m.Heads, "want at least 1")
+	case k.Tokens && m.Width%m.Heads != 0:
+		return bad("heads", m.Heads, fmt.Sprintf("must divide -width %d", m.Width))
+	case m.KVHeads < 0 || (m.KVHeads > 0 && m.Heads%m.KVHeads != 0):
+		return bad("kv-heads", m.KVHeads, fmt.Sprintf("must divide -heads %d (0: as many as -heads)", m.Heads))
+	case m.Hidden < 0:
+		return bad("hidden", m.Hidden, "want 0 (8/3 of -width) or more")
+	case m.Context < 1:
+		return bad("context", m.Context, "want at least 1")
+	case !(m.Dropout >= 0 && m.Dropout < 1): // NaN fails every comparison
+		return bad("dropout", m.Dropout, "want a probability in [0, 1)")
+	}
+	return nil
+}
+
+// checkCore checks the data, optimization, device, output and generation
+// settings.
+func (c *Config) checkCore() error {
+	d, o, out := c.Data, c.Optim, c.Output
+	switch {
+	case d.Workers < 0:
+		return bad("workers", d.Workers, "want 0 or more")
+	case d.Prefetch < 0:
+		return bad("prefetch", d.Prefetch, "want 0 or more")
+	case !(d.ValSplit >= 0 && d.ValSplit < 1):
+		return bad("val-split", d.ValSplit, "want a fraction in [0, 1)")
+	case o.Steps < 0:
+		return bad("steps", o.Steps, "want 0 or more")
+	case o.Steps == 0 && o.Epochs < 1:
+		return bad("epochs", o.Epochs, "want at least 1 when -steps is 0")
+	case o.Batch < 1:
+		return bad("batch", o.Batch, "want at least 1")
+	case !(o.LR >= 0) || math.IsInf(o.LR, 1):
+		return bad("lr", o.LR, "want a positive learning rate (0: the model's default)")
+	case !(o.WD >= 0):
+		return bad("wd", o.WD, "want 0 or more")
+	case !(o.Clip >= 0):
+		return bad("clip", o.Clip, "want 0 (off) or more")
+	case o.Warmup < 0:
+		return bad("warmup", o.Warmup, "want 0 or more")
 	case c.Device.MemLimit < 0:
 		return bad("mem-limit", c.Device.MemLimit, "want a size such as 512MiB")
-	case c.Output.EvalEvery < 0:
-		return bad("eval-every", c.Output.EvalEvery, "want 0 (off) or more")
-	case c.Output.SaveEvery < 0:
-		return bad("save-every", c.Output.SaveEvery, "want 0 (off) or more")
+	case out.EvalEvery < 0:
+		return bad("eval-every", out.EvalEvery, "want 0 (off) or more")
+	case out.SaveEvery < 0:
+		return bad("save-every", out.SaveEvery, "want 0 (off) or more")
 	case c.Fit < 0:
 		return bad("fit", c.Fit, "want a size such as 512MiB")
 	}
-	if !slices.Contains(optim.Names(), c.Optim.Name) {
-		return bad("optim", c.Optim.Name, "unknown optimizer (want "+orList(optim.Names())+")")
-	}
-	switch c.Optim.Schedule {
+	switch o.Schedule {
 	case "const", "cosine":
 	default:
-		return bad("schedule", c.Optim.Schedule, "unknown schedule (want const or cosine)")
+		return bad("schedule", o.Schedule, "unknown schedule (want const or cosine)")
 	}
-	switch c.Precision.AMP {
-	case "off", "bf16", "fp16":
-	default:
-		return bad("amp", c.Precision.AMP, "unknown mode (want off, fp16 or bf16)")
-	}
-	switch c.Memory.LMHead {
-	case "chunked", "full":
-	default:
-		return bad("lm-head", c.Memory.LMHead, "unknown head (want chunked or full)")
-	}
-	switch c.Output.SaveFormat {
+	k, _ := c.kind()
+	switch out.SaveFormat {
 	case "", "memfit":
 	case "hf":
-		if !tokenModel(c.Model.Name) {
-			return bad("save-format", c.Output.SaveFormat, "Hugging Face's layout is written for -model gpt (GPT-2) and -model llama")
+		if k.HF == "" {
+			return bad("save-format", out.SaveFormat, "Hugging Face's layout is written for "+orList(hfModels()))
 		}
 	default:
-		return bad("save-format", c.Output.SaveFormat, "unknown format (want memfit or hf)")
+		return bad("save-format", out.SaveFormat, "unknown format (want memfit or hf)")
 	}
-	switch c.Precision.Weights {
-	case "", "f32":
-	case "bf16":
-		switch {
-		case c.Model.Name == "cnn":
-			return bad("weights", c.Precision.Weights, "the cnn keeps f32 parameters (mlp and gpt take bf16)")
-		case c.Parallel.Zero == 3:
-			return bad("weights", c.Precision.Weights, "not with -zero 3 yet (its flat parameter storage is f32; -zero 1 and 2 shard bf16 parameters)")
-		}
-	default:
-		return bad("weights", c.Precision.Weights, "unknown dtype (want f32 or bf16)")
-	}
-	if c.Memory.StepInBackward {
-		// Each refusal is an update that needs every gradient first.
-		switch {
-		case c.Memory.Accum > 1:
-			return bad("step-in-backward", true, "conflicts with -accum "+strconv.Itoa(c.Memory.Accum)+": the update must wait for the last micro-batch's gradients (use -accum 1, or train without -step-in-backward)")
-		case c.Precision.AMP == "fp16":
-			return bad("step-in-backward", true, "conflicts with -amp fp16: loss scaling skips a step when any gradient overflows, which is known only after the whole backward (use -amp bf16)")
-		case c.Optim.Clip > 0:
-			return bad("step-in-backward", true, "conflicts with -clip: clipping by the global norm needs every gradient first")
-		case c.Parallel.Engine != "off":
-			return bad("step-in-backward", true, "conflicts with -dist: gradients are averaged over the ranks before any update")
-		}
-	}
+	g := c.Generate
 	switch {
-	case c.Generate.Tokens < 0:
-		return bad("generate", strconv.Itoa(c.Generate.Tokens), "want a number of tokens, or 0 to train")
-	case c.Generate.Tokens > 0 && !tokenModel(c.Model.Name):
-		return bad("generate", strconv.Itoa(c.Generate.Tokens), "generation needs a token model (-model gpt or llama)")
-	case c.Generate.Tokens > 0 && c.Generate.Prompt == "":
-		return bad("generate", strconv.Itoa(c.Generate.Tokens), "needs -prompt (the text to continue)")
-	case c.Generate.Temperature < 0 || math.IsNaN(c.Generate.Temperature):
-		return bad("temperature", fmt.Sprint(c.Generate.Temperature), "want 0 (greedy) or more")
-	case c.Generate.TopK < 0:
-		return bad("top-k", strconv.Itoa(c.Generate.TopK), "want 0 (all tokens) or more")
-	case c.Generate.TopP < 0 || c.Generate.TopP > 1 || math.IsNaN(c.Generate.TopP):
-		return bad("top-p", fmt.Sprint(c.Generate.TopP), "want 0 < top-p <= 1 (0: all tokens)")
+	case g.Tokens < 0:
+		return bad("generate", strconv.Itoa(g.Tokens), "want a number of tokens, or 0 to train")
+	case g.Tokens > 0 && !k.Tokens:
+		return bad("generate", strconv.Itoa(g.Tokens), "generation needs a token model ("+orList(tokenModels())+")")
+	case g.Tokens > 0 && g.Prompt == "":
+		return bad("generate", strconv.Itoa(g.Tokens), "needs -prompt (the text to continue)")
+	case g.Temperature < 0 || math.IsNaN(g.Temperature):
+		return bad("temperature", fmt.Sprint(g.Temperature), "want 0 (greedy) or more")
+	case g.TopK < 0:
+		return bad("top-k", strconv.Itoa(g.TopK), "want 0 (all tokens) or more")
+	case g.TopP < 0 || g.TopP > 1 || math.IsNaN(g.TopP):
+		return bad("top-p", fmt.Sprint(g.TopP), "want 0 < top-p <= 1 (0: all tokens)")
 	}
 	if !slices.Contains(device.Names(), c.Device.Name) {
 		return bad("device", c.Device.Name, "unknown device (want "+orList(device.Names())+"; cuda needs a program that imports device/cuda, as cmd/train does)")
@@ -389,94 +362,31 @@ func (c *Config) Validate() error {
 			return bad("without", w, "unknown capability (want "+orList(device.Capabilities)+")")
 		}
 	}
-	switch c.Parallel.Engine {
-	case "off", "mpi":
-	default:
-		return bad("dist", c.Parallel.Engine, "unknown engine (want off or mpi)")
-	}
-	switch {
-	case c.Parallel.Zero < 0 || c.Parallel.Zero > 3:
-		return bad("zero", c.Parallel.Zero, "want 0, 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too)")
-	case c.Parallel.Ranks < 0:
-		return bad("ranks", c.Parallel.Ranks, "want a number of ranks to plan for, or 0")
-	case c.Parallel.Ranks > 0 && c.Parallel.Engine == "off":
-		return bad("ranks", c.Parallel.Ranks, "plans one rank of -dist; add -dist mpi")
-	case c.Parallel.Zero > 0 && c.Memory.UnfreezeAt > 0:
-		return bad("zero", c.Parallel.Zero, "cannot be combined with -unfreeze-at (the shards are cut once, from the trainable parameters)")
-	case c.Parallel.ZeroPrefetch && c.Parallel.Zero != 3:
-		return bad("zero-prefetch", c.Parallel.ZeroPrefetch, "prefetches the parameter gathers of -zero 3; add -zero 3")
-	case c.Parallel.Zero == 3 && c.Optim.Name == "adafactor":
-		return bad("zero", c.Parallel.Zero, "cannot shard -optim adafactor by element ranges (its row and column statistics span whole matrices): use -zero 1 or 2, which give each rank whole tensors")
-	}
-	if _, err := ParseCheckpoint(c.Memory.Checkpoint); err != nil {
-		return err
-	}
-	if err := c.validateOffload(); err != nil {
-		return err
-	}
-	if c.Memory.UnfreezeAt > 0 && len(c.Memory.Freeze) == 0 {
-		return bad("unfreeze-at", c.Memory.UnfreezeAt, "nothing is frozen (set -freeze)")
-	}
-	return c.validateLoRA(bad)
-}
-
-// validateLoRA checks the -lora flags.
-func (c *Config) validateLoRA(bad func(flag string, v any, want string) error) error {
-	if c.Memory.LoRA.Rank == 0 {
-		switch {
-		case c.Memory.LoRA.Alpha != 0:
-			return bad("lora-alpha", c.Memory.LoRA.Alpha, "needs -lora (the adapters' rank)")
-		case c.Memory.LoRA.Dropout != 0:
-			return bad("lora-dropout", c.Memory.LoRA.Dropout, "needs -lora (the adapters' rank)")
-		case len(c.Memory.LoRA.Targets) > 0:
-			return bad("lora-targets", strings.Join(c.Memory.LoRA.Targets, ","), "needs -lora (the adapters' rank)")
-		}
-		return nil
-	}
-	switch {
-	case c.Memory.LoRA.Rank < 0:
-		return bad("lora", c.Memory.LoRA.Rank, "want a rank of 1 or more (0: no adapters)")
-	case !(c.Memory.LoRA.Alpha >= 0) || math.IsInf(c.Memory.LoRA.Alpha, 1):
-		return bad("lora-alpha", c.Memory.LoRA.Alpha, "want 0 (the rank: a scale of 1) or more")
-	case !(c.Memory.LoRA.Dropout >= 0 && c.Memory.LoRA.Dropout < 1):
-		return bad("lora-dropout", c.Memory.LoRA.Dropout, "want a probability in [0, 1)")
-	case len(c.Memory.Freeze) > 0:
-		return bad("freeze", strings.Join(c.Memory.Freeze, ","), "conflicts with -lora, which freezes every parameter but the adapters")
-	case c.Memory.UnfreezeAt > 0:
-		return bad("unfreeze-at", c.Memory.UnfreezeAt, "conflicts with -lora, whose base stays frozen")
-	}
 	return nil
 }
 
-// CheckpointSpec is a parsed -checkpoint value.
-type CheckpointSpec struct {
-	Kind     string // off, every, sqrt, segments or budget
-	Segments int
-	Budget   int64
+// tokenModels lists the registered models that take token sequences, as
+// "-model gpt" flags.
+func tokenModels() []string {
+	var out []string
+	for _, n := range models.Names() {
+		if k, _ := models.KindOf(n); k.Tokens {
+			out = append(out, "-model "+n)
+		}
+	}
+	return out
 }
 
-// ParseCheckpoint reads off, every, sqrt, a segment count or a byte budget
-// (a size with a unit, e.g. 300MiB).
-func ParseCheckpoint(s string) (CheckpointSpec, error) {
-	switch strings.ToLower(s) {
-	case "", "off":
-		return CheckpointSpec{Kind: "off"}, nil
-	case "every":
-		return CheckpointSpec{Kind: "every"}, nil
-	case "sqrt":
-		return CheckpointSpec{Kind: "sqrt"}, nil
-	}
-	if n, err := strconv.Atoi(s); err == nil {
-		if n < 1 {
-			return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want at least 1 segment", s)
+// hfModels lists the registered models Hugging Face's layout is written
+// for, as "-model gpt" flags.
+func hfModels() []string {
+	var out []string
+	for _, n := range models.Names() {
+		if k, _ := models.KindOf(n); k.HF != "" {
+			out = append(out, "-model "+n)
 		}
-		return CheckpointSpec{Kind: "segments", Segments: n}, nil
 	}
-	b, err := memory.ParseBytes(s)
-	if err != nil || b <= 0 {
-		return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want off, every, sqrt, a segment count or a memory budget such as 300MiB", s)
-	}
-	return CheckpointSpec{Kind: "budget", Budget: b}, nil
+	return out
 }
 
 // orList writes names as "a, b or c".
@@ -487,15 +397,13 @@ func orList(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// tokenModel reports whether a registered model takes token sequences.
-func tokenModel(name string) bool { return name == "gpt" || name == "llama" }
-
-// ApplyInit takes the model from Init's checkpoint: -model gpt for a
-// GPT-2, llama for a Llama (hf.Architecture), with its layers, heads
-// (and a Llama's key/value heads and MLP width), width and vocabulary,
-// and its context (a GPT-2's; for a Llama, -context up to the model's
-// max_position_embeddings). It returns a note when the checkpoint has no config.json
-// and the shape was inferred. Without Init it changes nothing.
+// ApplyInit takes the model from Init's checkpoint: the registered model
+// of its Hugging Face architecture (hf.Architecture, models.ByHF), with
+// its layers, heads (and a Llama's key/value heads and MLP width), width
+// and vocabulary, and its context (a GPT-2's; for a Llama, -context up to
+// the model's max_position_embeddings). It returns a note when the
+// checkpoint has no config.json and the shape was inferred. Without Init
+// it changes nothing.
 func (c Config) ApplyInit() (Config, string, error) {
 	if c.Model.Init == "" {
 		return c, "", nil
@@ -509,31 +417,28 @@ func (c Config) ApplyInit() (Config, string, error) {
 	if err != nil {
 		return c, "", fmt.Errorf("-init %s: %v", c.Model.Init, err)
 	}
-	model := map[string]string{"gpt2": "gpt", "llama": "llama"}[arch]
+	model, ok := models.ByHF(arch)
+	if !ok {
+		return c, "", fmt.Errorf("-init %s: a %s checkpoint, which no registered model imports", c.Model.Init, arch)
+	}
 	if c.Model.Name != model && c.Model.Name != "" && c.Model.Name != Default().Model.Name {
 		return c, "", fmt.Errorf("-init %s: a %s checkpoint, which -model %s is not (it is -model %s)", c.Model.Init, arch, c.Model.Name, model)
 	}
-	var note string
-	switch arch {
-	case "llama":
-		h, n, err := hf.ReadLlamaConfig(ck)
-		if err != nil {
-			return c, "", fmt.Errorf("-init %s: %v", c.Model.Init, err)
-		}
-		// A Llama has no position table: its max_position_embeddings
+	h, note, err := hf.ReadShape(ck)
+	if err != nil {
+		return c, "", fmt.Errorf("-init %s: %v", c.Model.Init, err)
+	}
+	m := &c.Model
+	m.Name, m.Layers, m.Heads, m.KVHeads, m.Width, m.Hidden, m.Vocab = model, h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, h.Vocab
+	if h.Learned {
+		// Learned positions (GPT-2) are a table of exactly this many.
+		m.Context = h.Positions
+	} else {
+		// Rotary positions (Llama) have no table: max_position_embeddings
 		// (131072 for Llama 3.1) only bounds the sequence, so the run's
 		// windows stay -context long, at most that.
-		c.Model.Layers, c.Model.Heads, c.Model.KVHeads, c.Model.Width, c.Model.Hidden, c.Model.Context, c.Model.Vocab = h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, min(c.Model.Context, h.Positions), h.Vocab
-		note = n
-	default:
-		h, n, err := hf.ReadGPT2Config(ck)
-		if err != nil {
-			return c, "", fmt.Errorf("-init %s: %v", c.Model.Init, err)
-		}
-		c.Model.Layers, c.Model.Heads, c.Model.Width, c.Model.Context, c.Model.Vocab = h.Layers, h.Heads, h.Dim, h.Positions, h.Vocab
-		note = n
+		m.Context = min(m.Context, h.Positions)
 	}
-	c.Model.Name = model
 	if c.Data.Tokenizer == "" {
 		if st, err := os.Stat(c.Model.Init); err == nil && st.IsDir() {
 			for _, f := range []string{"tokenizer.json", "encoder.json", "vocab.json"} {
@@ -545,44 +450,4 @@ func (c Config) ApplyInit() (Config, string, error) {
 		}
 	}
 	return c, note, nil
-}
-
-// OffloadsActivations reports whether -offload moves activations.
-func (c Config) OffloadsActivations() bool {
-	return c.Memory.Offload.Mode == "activations" || c.Memory.Offload.Mode == "all"
-}
-
-// OffloadsOptimizer reports whether -offload moves the optimizer.
-func (c Config) OffloadsOptimizer() bool {
-	return c.Memory.Offload.Mode == "optimizer" || c.Memory.Offload.Mode == "all"
-}
-
-// validateOffload checks -offload and what it cannot be combined with.
-func (c Config) validateOffload() error {
-	bad := func(v any, want string) error { return fmt.Errorf("-offload %v: %s", v, want) }
-	switch c.Memory.Offload.Mode {
-	case "", "off", "activations", "optimizer", "all":
-	default:
-		return bad(c.Memory.Offload.Mode, "unknown (want off, activations, optimizer or all)")
-	}
-	if c.Memory.Offload.Prefetch < 0 {
-		return fmt.Errorf("-offload-prefetch %d: want 0 or more blocks", c.Memory.Offload.Prefetch)
-	}
-	if !c.OffloadsOptimizer() {
-		return nil
-	}
-	// The host optimizer is built over host copies of the trainable
-	// parameters, once: what changes that set, shards it or updates on
-	// the device is refused rather than half supported.
-	switch {
-	case c.Memory.StepInBackward:
-		return bad(c.Memory.Offload.Mode, "conflicts with -step-in-backward (the update runs on the host after backward)")
-	case c.Parallel.Engine != "off":
-		return bad(c.Memory.Offload.Mode, "the optimizer is not offloaded under -dist yet (use -zero to shard it, or -offload activations)")
-	case len(c.Memory.Freeze) > 0:
-		return bad(c.Memory.Offload.Mode, "the optimizer is not offloaded with -freeze yet (use -offload activations)")
-	case c.Precision.Weights == "bf16":
-		return bad(c.Memory.Offload.Mode, "the optimizer is not offloaded with -weights bf16 yet (use -offload activations)")
-	}
-	return nil
 }

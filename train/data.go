@@ -66,6 +66,7 @@ type dataset struct {
 // tokenizer encodes.
 func openData(cfg Config) (*dataset, error) {
 	ds := &dataset{}
+	kind, _ := cfg.kind()
 	var all data.Dataset
 	path := cfg.Data.Path
 	var tok *tokenizer.BPE
@@ -79,7 +80,7 @@ func openData(cfg Config) (*dataset, error) {
 		}
 	}
 	switch {
-	case path == "" && tokenModel(cfg.Model.Name):
+	case path == "" && kind.Tokens:
 		t, err := data.NewSyntheticText(data.SyntheticTextConfig{Context: cfg.Model.Context, Seed: cfg.Seed})
 		if err != nil {
 			return nil, err
@@ -91,9 +92,10 @@ func openData(cfg Config) (*dataset, error) {
 			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{tok}
 		}
 	case path == "":
+		// Vectors of 32, or a model's images flattened.
 		dim := 32
-		if cfg.Model.Name == "cnn" {
-			dim = 28 * 28
+		if kind.Image != nil {
+			dim = elems(kind.Image)
 		}
 		s, err := data.NewSpirals(data.SpiralsConfig{N: 60000, Dim: dim, Seed: cfg.Seed})
 		if err != nil {
@@ -187,9 +189,10 @@ func openData(cfg Config) (*dataset, error) {
 	default:
 		return nil, fmt.Errorf("-data %s: examples of type %T are not supported", path, ex)
 	}
-	if cfg.Model.Name == "cnn" && len(ds.inShape) == 1 && ds.inShape[0] == 28*28 {
-		// Flat 784-vectors (the synthetic task) are 28x28 images to a CNN.
-		ds.inShape = []int{1, 28, 28}
+	if kind.Image != nil && len(ds.inShape) == 1 && ds.inShape[0] == elems(kind.Image) {
+		// Flat vectors (the synthetic task) of an image's size are that
+		// image to a model of images.
+		ds.inShape = append([]int(nil), kind.Image...)
 	}
 	if _, bytes := ds.codec.(byteCodec); bytes && cfg.Model.Vocab > 0 && cfg.Model.Vocab < 256 {
 		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Model.Vocab)
@@ -203,7 +206,7 @@ func openData(cfg Config) (*dataset, error) {
 			ds.codec = c
 		}
 	}
-	if ds.tokens != tokenModel(cfg.Model.Name) {
+	if ds.tokens != kind.Tokens {
 		kind := "images or vectors"
 		if ds.tokens {
 			kind = "tokens"

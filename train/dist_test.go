@@ -44,13 +44,13 @@ func runRanks(t testing.TB, cfg Config, n int, fn func(*Trainer)) ([]*Trainer, [
 				fn(tr)
 			}
 			sums[r], errs[r] = tr.Run(context.Background())
-			if errs[r] == nil && tr.zero3 != nil {
+			if errs[r] == nil && tr.zero3() != nil {
 				// The weights exist whole only while every rank
 				// gathers them: read them before the group closes.
 				// One group at a time, so that a rank's peaks stay
 				// those of its training and saves.
 				byName := map[string][]float32{}
-				errs[r] = tr.zero3.GatherEach(func(ps []*tensor.Tensor) error {
+				errs[r] = tr.zero3().GatherEach(func(ps []*tensor.Tensor) error {
 					for _, p := range ps {
 						byName[p.Name()] = p.Float32s()
 					}
@@ -180,7 +180,9 @@ func TestDistEquivalence(t *testing.T) {
 		// what accumulating two half-batch gradients in bf16 does. Each
 		// shard rounds its update with its parameter's bits.
 		{"mlp bf16 weights adam", mlp, func(c *Config) { c.Precision.Weights, c.Precision.AMP = "bf16", "bf16" }, 0, []int{0, 1, 2}},
-		{"mlp bf16 weights adam8bit clip", mlp, func(c *Config) { c.Precision.Weights, c.Precision.AMP, c.Optim.Name, c.Optim.Clip = "bf16", "bf16", "adam8bit", 0.5 }, 0, []int{0, 1, 2}},
+		{"mlp bf16 weights adam8bit clip", mlp, func(c *Config) {
+			c.Precision.Weights, c.Precision.AMP, c.Optim.Name, c.Optim.Clip = "bf16", "bf16", "adam8bit", 0.5
+		}, 0, []int{0, 1, 2}},
 		// The GPT in bf16 weights: the token embedding's gradient is a
 		// scatter-add into a bf16 buffer, where a token of both
 		// micro-batches adds onto the first one's rounded sum in one
@@ -707,10 +709,10 @@ func TestDistFormatsMemoryAndPlan(t *testing.T) {
 				var sum int64
 				for r, tr := range trs {
 					var want int64
-					for _, v := range tr.zero.Shard() {
+					for _, v := range tr.zero().Shard() {
 						want += stateBytes(cfg.Optim.Name, v.Shape())
 					}
-					if len(tr.zero.Shard()) == 0 {
+					if len(tr.zero().Shard()) == 0 {
 						t.Errorf("rank %d owns nothing", r)
 					}
 					if state[r] != want || tr.Opt.StateBytes() != want {

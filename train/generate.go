@@ -68,7 +68,7 @@ func (idCodec) Decode(t []int) string {
 func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string, error) {
 	g, ok := t.Model.(models.Generator)
 	if !ok || t.codec == nil {
-		return "", fmt.Errorf("-generate: needs a token model (-model gpt or llama), not %T", t.Model)
+		return "", fmt.Errorf("-generate: needs a token model (%s), not %T", orList(tokenModels()), t.Model)
 	}
 	ids, err := t.codec.Encode(prompt)
 	if err != nil {
@@ -106,9 +106,12 @@ func (t *Trainer) GenerateText() (string, error) {
 // of the first validation (or training) window. Empty for other models
 // and data.
 func (t *Trainer) evalSample() string {
-	if t.zero3 != nil {
-		// Rank 0 alone writes samples, and under ZeRO-3 the weights
-		// exist whole only while every rank gathers them.
+	if each(t, func(h sampler) error {
+		if !h.sampleable() {
+			return errNoSample
+		}
+		return nil
+	}) != nil {
 		return ""
 	}
 	switch t.codec.(type) {
@@ -150,6 +153,9 @@ func (t *Trainer) evalSample() string {
 	}
 	return t.codec.Decode(prompt) + t.codec.Decode(out)
 }
+
+// errNoSample is a part's refusal of the evaluation sample.
+var errNoSample = errors.New("no sample")
 
 // The evaluation sample's prompt and continuation lengths, in tokens.
 const (

@@ -31,7 +31,7 @@ func TestLoRACheckpointHoldsAdapters(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lora.st")
 	tr := saveAfter(t, loraGPT(), 3, path)
 	var want []string
-	for _, p := range tr.adapted.Adapters {
+	for _, p := range tr.lora().adapted.Adapters {
 		want = append(want, p.Name())
 	}
 	f := sttest.Read(t, path)
@@ -47,12 +47,12 @@ func TestLoRACheckpointHoldsAdapters(t *testing.T) {
 		t.Errorf("checkpoint weights %v, want the adapters %v", got, want)
 	}
 	// 2 blocks × (qkv A [4,32] B [96,4], fc A [4,32] B [128,4], proj A [4,128] B [32,4]).
-	if len(want) != 12 || nn.Count(tr.Model)-countOf(tr.adapted.Base) != 2*(4*32+96*4+4*32+128*4+4*128+32*4) {
-		t.Errorf("%d adapter tensors of %d values", len(want), nn.Count(tr.Model)-countOf(tr.adapted.Base))
+	if len(want) != 12 || nn.Count(tr.Model)-countOf(tr.lora().adapted.Base) != 2*(4*32+96*4+4*32+128*4+4*128+32*4) {
+		t.Errorf("%d adapter tensors of %d values", len(want), nn.Count(tr.Model)-countOf(tr.lora().adapted.Base))
 	}
 	meta := f.Meta(t)
-	if meta["lora_base"] != loraBase(tr.Config) || meta["lora_base_crc32c"] != tr.baseSum || len(tr.baseSum) != 8 {
-		t.Errorf("metadata names base %q (%q), want %q (%q)", meta["lora_base"], meta["lora_base_crc32c"], loraBase(tr.Config), tr.baseSum)
+	if meta["lora_base"] != loraBase(tr.Config) || meta["lora_base_crc32c"] != tr.lora().baseSum || len(tr.lora().baseSum) != 8 {
+		t.Errorf("metadata names base %q (%q), want %q (%q)", meta["lora_base"], meta["lora_base_crc32c"], loraBase(tr.Config), tr.lora().baseSum)
 	}
 }
 
@@ -101,8 +101,8 @@ func TestLoRAExportMerges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nn.Release(g)
-	if n := len(g.Parameters()); n != len(tr.adapted.Base) {
-		t.Errorf("the export has %d tensors, the base %d", n, len(tr.adapted.Base))
+	if n := len(g.Parameters()); n != len(tr.lora().adapted.Base) {
+		t.Errorf("the export has %d tensors, the base %d", n, len(tr.lora().adapted.Base))
 	}
 	ids := make([]int32, 2*cfg.Model.Context)
 	for i := range ids {
@@ -223,10 +223,10 @@ func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
 	tr := newTrainer(t, cfg)
 	st := tr.Device.Memory().Stats().Category(memory.Parameter)
 	var base, adapters int64
-	for _, p := range tr.adapted.Base {
+	for _, p := range tr.lora().adapted.Base {
 		base += p.Bytes()
 	}
-	for _, p := range tr.adapted.Adapters {
+	for _, p := range tr.lora().adapted.Adapters {
 		adapters += p.Bytes()
 		if p.DType() != tensor.F32 {
 			t.Errorf("adapter %s is %v, want f32", p.Name(), p.DType())
@@ -235,7 +235,7 @@ func TestLoRAImportNeverHoldsF32Base(t *testing.T) {
 	if st.Peak != base+adapters || st.Current != st.Peak {
 		t.Errorf("parameters peaked at %d bytes (now %d); the bf16 base and f32 adapters are %d", st.Peak, st.Current, base+adapters)
 	}
-	if w := tr.adapted.Base[0]; w.DType() != tensor.BF16 {
+	if w := tr.lora().adapted.Base[0]; w.DType() != tensor.BF16 {
 		t.Errorf("base %s is %v, want bf16", w.Name(), w.DType())
 	}
 	if _, err := tr.Run(context.Background()); err != nil {

@@ -5,12 +5,11 @@ import (
 	"io"
 	"strings"
 
-	"github.com/memfit/memfit/amp"
-	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	_ "github.com/memfit/memfit/device/cpu"  // registers "cpu"
 	_ "github.com/memfit/memfit/device/meta" // registers "meta"
+	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
@@ -63,14 +62,15 @@ func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Wr
 		fmt.Fprintln(log, note)
 	}
 	cfg = cfg.Resolved()
+	if comm != nil {
+		cfg.Parallel.group = true
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	rank, ranks := 0, 1
 	if comm != nil {
 		rank, ranks = comm.Rank(), comm.Size()
-	} else if cfg.Parallel.Zero > 0 {
-		return nil, fmt.Errorf("-zero %d: needs -dist (ranks to shard over)", cfg.Parallel.Zero)
 	}
 	if rank != 0 {
 		log = nil
@@ -112,130 +112,110 @@ func (t *Trainer) warnIdle() {
 	}
 }
 
-// assemble builds model, optimizer and techniques for ds on dev.
+// assemble builds model, optimizer and techniques for ds on dev: each
+// technique the run uses makes its part (technique.build), and the
+// parts' hooks run at fixed points (hooks.go), in technique order.
 func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm parallel.Comm, log io.Writer) (*Trainer, error) {
-	model, err := buildModel(dev, cfg, ds)
-	if err != nil {
-		return nil, err
-	}
-	t := &Trainer{Config: cfg, Device: dev, Model: model, Log: log, train: batches, accum: cfg.Memory.Accum,
+	t := &Trainer{Config: cfg, Device: dev, Log: log, train: batches, accum: cfg.Memory.Accum,
 		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, codec: ds.codec, runID: newRunID()}
-	fail := func(err error) (*Trainer, error) {
-		t.Close()
-		return nil, err
-	}
-	if cfg.Memory.LoRA.Rank > 0 {
-		if err := t.applyLoRA(); err != nil {
-			return fail(err)
-		}
-	}
-	if cfg.Memory.Offload.Mode != "" && cfg.Memory.Offload.Mode != "off" {
-		if err := t.setupOffload(cfg); err != nil {
-			return fail(err)
-		}
-	}
-	if t.offOpt == nil {
-		if t.Opt, err = newOptimizer(cfg, model.Parameters()); err != nil {
-			return fail(err)
-		}
+	if comm != nil {
+		t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
 	}
 	if cfg.Optim.Steps > 0 {
 		t.total = cfg.Optim.Steps
 	} else {
 		t.total = cfg.Optim.Epochs * batches.PerEpoch()
 	}
-	var sched optim.Schedule = optim.Constant{}
 	switch {
 	case cfg.Optim.Schedule == "cosine":
-		sched = optim.WarmupCosine{Warmup: cfg.Optim.Warmup, Total: t.total, Floor: 0.1}
+		t.schedule = optim.WarmupCosine{Warmup: cfg.Optim.Warmup, Total: t.total, Floor: 0.1}
 	case cfg.Optim.Warmup > 0:
-		sched = optim.Warmup{Steps: cfg.Optim.Warmup}
+		t.schedule = optim.Warmup{Steps: cfg.Optim.Warmup}
+	default:
+		t.schedule = optim.Constant{}
 	}
-	if err := t.Opt.SetSchedule(sched); err != nil {
-		return fail(fmt.Errorf("-schedule: %v", err))
+	for _, tech := range techniques {
+		if tech.build == nil {
+			continue
+		}
+		p, err := tech.build(t)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			t.parts = append(t.parts, p)
+		}
 	}
-	if t.adapted != nil {
-		t.frozen = t.adapted.Base
-	} else if t.frozen, err = freezeModel(model, t.Opt, cfg.Memory.Freeze); err != nil {
+	fail := func(err error) (*Trainer, error) {
+		t.Close()
+		return nil, err
+	}
+	var b modelBuild
+	each(t, func(h modelShaper) error { h.shapeModel(t, &b); return nil })
+	model, err := buildModel(dev, cfg, ds, b)
+	if err != nil {
+		return nil, err
+	}
+	t.Model = model
+	if err := each(t, func(h modelAdapter) error { return h.adaptModel(t) }); err != nil {
 		return fail(err)
 	}
-	if comm != nil {
-		err := t.setupDist(comm, func(shard []*tensor.Tensor) (*optim.Optimizer, error) {
-			o, err := newOptimizer(cfg, shard)
-			if err == nil {
-				err = o.SetSchedule(sched)
-			}
-			return o, err
-		})
-		if err != nil {
+	built := false
+	err = each(t, func(h optimizerBuilder) error {
+		ok, err := h.buildOptimizer(t)
+		built = built || ok
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if !built {
+		if t.Opt, err = t.newOptimizer(model.Parameters()); err != nil {
 			return fail(err)
 		}
 	}
-	switch cfg.Precision.AMP {
-	case "bf16":
-		t.autocast = tensor.BF16
-	case "fp16":
-		t.autocast = tensor.F16
-		var sc amp.ScalerConfig
-		if t.distributed() {
-			sc.Agree = t.agree
+	steps := []func() error{
+		func() error { return each(t, func(h modelFreezer) error { return h.freezeModel(t) }) },
+		func() error { return each(t, func(h sharder) error { return h.shard(t) }) },
+		func() error { return each(t, func(h precisionSetter) error { return h.setPrecision(t) }) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fail(err)
 		}
-		t.Scaler = amp.NewGradScaler(sc)
 	}
-	if err := t.holdFrozenInAutocast(); err != nil {
-		return fail(err)
+	t.upd = plainUpdate{}
+	if u, ok := partAs[updater](t); ok {
+		t.upd = u
 	}
-	spec, _ := ParseCheckpoint(cfg.Memory.Checkpoint)
-	switch spec.Kind {
-	case "every":
-		t.policy = checkpoint.Every
-	case "sqrt":
-		t.policy = checkpoint.Sqrt
-	case "segments":
-		t.policy = checkpoint.Segments(spec.Segments)
-	case "budget":
-		t.policy = checkpoint.Budget(spec.Budget)
-	default:
-		t.policy = checkpoint.Off
-	}
-	runner := t.policy.Runner()
-	if t.acts != nil {
-		runner = t.acts.Runner(runner)
-	}
-	if t.zero3 != nil {
-		runner = t.zero3.Runner(runner)
-	}
+	var runner nn.BlockRunner
+	each(t, func(h runnerWrapper) error { runner = h.wrapRunner(t, runner); return nil })
 	model.SetBlockRunner(runner)
-	if cfg.Memory.StepInBackward {
-		t.armStepInBackward()
-	}
+	each(t, func(h armer) error { h.arm(t); return nil })
 	if cfg.Output.Resume != "" {
 		if err := t.Resume(cfg.Output.Resume); err != nil {
 			return fail(err)
 		}
-		if t.offOpt != nil {
-			// The weights were loaded on the device: the host's
-			// copies follow.
-			if err := t.offOpt.Pull(); err != nil {
-				return fail(err)
-			}
+		if err := each(t, func(h resumedHook) error { return h.resumed(t) }); err != nil {
+			return fail(err)
 		}
 	}
 	return t, nil
 }
 
 // newOptimizer builds the -optim optimizer over params, by name from
-// optim's registry.
-func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error) {
-	o, err := optim.New(cfg.Optim.Name, params, optim.Settings{LR: cfg.Optim.LR, WeightDecay: cfg.Optim.WD})
+// optim's registry, with the run's schedule, as every part that builds
+// one (offload's over host copies, ZeRO's over shards) builds it.
+func (t *Trainer) newOptimizer(params []*tensor.Tensor) (*optim.Optimizer, error) {
+	c := t.Config
+	o, err := optim.New(c.Optim.Name, params, optim.Settings{LR: c.Optim.LR, WeightDecay: c.Optim.WD})
 	if err != nil {
-		return nil, fmt.Errorf("-optim %s: %v", cfg.Optim.Name, err)
+		return nil, fmt.Errorf("-optim %s: %v", c.Optim.Name, err)
 	}
-	if cfg.Precision.Weights == "bf16" {
-		// Seeded from the run's seed: deterministic, and a resumed run
-		// draws what the uninterrupted one would (the bits depend on each
-		// parameter's update count, which the checkpoint keeps).
-		o.SetStochasticRounding(cfg.Seed ^ 0x5eed_b16)
+	each(t, func(h optimizerTuner) error { h.tuneOptimizer(t, o); return nil })
+	if err := o.SetSchedule(t.schedule); err != nil {
+		o.Release()
+		return nil, fmt.Errorf("-schedule: %v", err)
 	}
 	return o, nil
 }
@@ -244,15 +224,21 @@ func newOptimizer(cfg Config, params []*tensor.Tensor) (*optim.Optimizer, error)
 // calling it again does nothing. It does not close the communicator, which
 // belongs to the caller.
 func (t *Trainer) Close() {
-	switch {
-	case t.zero3 != nil:
-		t.zero3.Release() // and the shard optimizer, t.Opt
-	case t.zero != nil:
-		t.zero.Release() // and the shard optimizer, t.Opt
-	case t.Opt != nil:
+	// A part that shards the optimizer (ZeRO) releases it when it
+	// closes; the others close after it is released (offload's host
+	// memory is emptied once the state on it is gone).
+	owned := false
+	for _, p := range t.parts {
+		_, c := p.(closer)
+		_, s := p.(sharder)
+		owned = owned || c && s
+	}
+	if !owned && t.Opt != nil {
 		t.Opt.Release()
 	}
-	t.closeOffload()
+	each(t, func(c closer) error { c.close(t); return nil })
+	t.parts = nil
+	t.Opt = nil
 	if t.Model != nil {
 		for _, p := range t.Model.Parameters() {
 			p.Release()

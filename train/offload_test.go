@@ -44,7 +44,12 @@ func offloadCases() []struct {
 		add("gpt/"+off+"/bf16-checkpoint-accum-clip", gpt, func(c *Config) {
 			c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum, c.Optim.Clip, c.Optim.Name = off, "bf16", "every", 2, 1, "adamw"
 		})
-		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) { c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Offload.Prefetch = off, "fp16", 1 })
+		add("mlp/"+off+"/fp16-prefetch", mlp, func(c *Config) {
+			c.Memory.Offload.Mode, c.Precision.AMP = off, "fp16"
+			if c.OffloadsActivations() {
+				c.Memory.Offload.Prefetch = 1 // refused without activations to bring back
+			}
+		})
 	}
 	cnn := Default()
 	cnn.Model.Name, cnn.Model.Width, cnn.Optim.Batch, cnn.Output.Quiet, cnn.Output.EvalEvery, cnn.Data.ValSplit = "cnn", 32, 8, true, 0, 0.05
@@ -52,7 +57,9 @@ func offloadCases() []struct {
 	add("gpt/activations/step-in-backward-freeze", gpt, func(c *Config) {
 		c.Memory.Offload.Mode, c.Memory.StepInBackward, c.Memory.Freeze = "activations", true, []string{"blocks.0.*"}
 	})
-	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) { c.Memory.Offload.Mode, c.Memory.LMHead, c.Optim.Name = "activations", "full", "adam8bit" })
+	add("gpt/activations/full-head-adam8bit", gpt, func(c *Config) {
+		c.Memory.Offload.Mode, c.Memory.LMHead, c.Optim.Name = "activations", "full", "adam8bit"
+	})
 	add("gpt/all/adafactor-sqrt-prefetch2", gpt, func(c *Config) {
 		c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Checkpoint, c.Memory.Offload.Prefetch = "all", "adafactor", "sqrt", 2
 	})
@@ -62,7 +69,9 @@ func offloadCases() []struct {
 	add("gpt/all/bf16-checkpoint-accum", gpt, func(c *Config) {
 		c.Memory.Offload.Mode, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum, c.Optim.Name = "all", "bf16", "every", 2, "adamw"
 	})
-	add("gpt/optimizer/adam8bit-sqrt", gpt, func(c *Config) { c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Checkpoint = "optimizer", "adam8bit", "sqrt" })
+	add("gpt/optimizer/adam8bit-sqrt", gpt, func(c *Config) {
+		c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Checkpoint = "optimizer", "adam8bit", "sqrt"
+	})
 	add("mlp/optimizer/sgd-accum", mlp, func(c *Config) { c.Memory.Offload.Mode, c.Optim.Name, c.Memory.Accum = "optimizer", "sgd", 2 })
 	return cases
 }
@@ -104,7 +113,7 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 				return tr, losses
 			}
 			plain := tc.cfg
-			plain.Memory.Offload.Mode = ""
+			plain.Memory.Offload = OffloadOptions{}
 			pTr, pLoss := run(plain)
 			oTr, oLoss := run(tc.cfg)
 			if !slices.Equal(bits64(oLoss), bits64(pLoss)) {
@@ -113,8 +122,8 @@ func TestOffloadMatchesPlainRun(t *testing.T) {
 			// From the second step on the host updates during backward,
 			// wherever the update may start before every gradient exists.
 			var ov offload.OverlapStats
-			if oTr.offOpt != nil {
-				ov = oTr.offOpt.OverlapStats()
+			if oTr.offloader() != nil && oTr.offloader().opt != nil {
+				ov = oTr.offloader().opt.OverlapStats()
 			}
 			c := oTr.Config
 			if c.OffloadsOptimizer() && c.Optim.Clip == 0 && c.Precision.AMP != "fp16" && c.Optim.Name != "adafactor" {
@@ -243,7 +252,7 @@ func TestFitOffloadsLast(t *testing.T) {
 	if !got.Config.OffloadsActivations() || got.Peak.Total > offloaded {
 		t.Errorf("Fit(%d) chose -offload %q with peak %d", offloaded, got.Config.Memory.Offload.Mode, got.Peak.Total)
 	}
-	if got, err := Fit(cfg, onDevice); err != nil || got.Config.Memory.Offload.Mode != "" {
+	if got, err := Fit(cfg, onDevice); err != nil || got.Config.offloads() {
 		t.Errorf("Fit(%d) chose -offload %q (%v); it fits without", onDevice, got.Config.Memory.Offload.Mode, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/memfit/memfit/internal/atomicfile"
 	"github.com/memfit/memfit/memory/report"
 )
 
@@ -158,41 +159,18 @@ func WriteOutput(path string, kind OutputKind, write func(io.Writer) error) erro
 	return replaceFile(target, write)
 }
 
-// replaceFile writes path through a temporary file that is synced and then
-// renamed over it, so readers never see a partial file and a crash never
-// loses the previous one.
+// replaceFile writes path through atomicfile (a synced temporary file
+// renamed over it, the directory synced), so readers never see a partial
+// file and a crash never loses the previous one.
 func replaceFile(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		if err := write(w); err != nil {
+			return fmt.Errorf("writing %s: %v", path, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	clean := func(e error) error {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return e
-	}
-	if err := write(tmp); err != nil {
-		return clean(fmt.Errorf("writing %s: %v", path, err))
-	}
-	// CreateTemp makes the file 0600; an output is as readable as one
-	// os.Create would make.
-	if err := tmp.Chmod(0o644); err != nil {
-		return clean(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return clean(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return clean(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	removeStaleTemps(path)
 	return nil
@@ -246,27 +224,27 @@ func WriteFileAtomic(path string, b []byte) error {
 // that no output would overwrite an input or another output. -save may
 // name the -resume file: continuing a run in place is what it is for.
 func (c Config) CheckPaths() error {
-	if c.Metrics != "" && !strings.HasSuffix(c.Metrics, ".csv") && !strings.HasSuffix(c.Metrics, ".jsonl") {
-		return fmt.Errorf("-metrics %s: want a .csv or .jsonl file", c.Metrics)
+	if c.Output.Metrics != "" && !strings.HasSuffix(c.Output.Metrics, ".csv") && !strings.HasSuffix(c.Output.Metrics, ".jsonl") {
+		return fmt.Errorf("-metrics %s: want a .csv or .jsonl file", c.Output.Metrics)
 	}
-	if c.MemReport != "" {
-		if _, err := report.FormatOf(c.MemReport); err != nil {
-			return fmt.Errorf("-mem-report %s: want a .html, .svg or .txt file", c.MemReport)
+	if c.Output.MemReport != "" {
+		if _, err := report.FormatOf(c.Output.MemReport); err != nil {
+			return fmt.Errorf("-mem-report %s: want a .html, .svg or .txt file", c.Output.MemReport)
 		}
 	}
-	if c.Data != "" && !strings.ContainsAny(c.Data, "*?[") {
-		if fi, err := os.Stat(c.Data); err == nil && !fi.IsDir() && !fi.Mode().IsRegular() {
-			return fmt.Errorf("-data %s is %s: want a regular file or a directory", c.Data, describeMode(fi.Mode()))
+	if c.Data.Path != "" && !strings.ContainsAny(c.Data.Path, "*?[") {
+		if fi, err := os.Stat(c.Data.Path); err == nil && !fi.IsDir() && !fi.Mode().IsRegular() {
+			return fmt.Errorf("-data %s is %s: want a regular file or a directory", c.Data.Path, describeMode(fi.Mode()))
 		}
 	}
-	if c.Save != "" && c.SaveFormat == "hf" {
+	if c.Output.Save != "" && c.Output.SaveFormat == "hf" {
 		// A directory: it may exist (its two files are replaced), or its
 		// parent must.
-		if fi, err := os.Stat(c.Save); err == nil && !fi.IsDir() {
-			return fmt.Errorf("-save %s with -save-format hf: want a directory, and this is a file", c.Save)
+		if fi, err := os.Stat(c.Output.Save); err == nil && !fi.IsDir() {
+			return fmt.Errorf("-save %s with -save-format hf: want a directory, and this is a file", c.Output.Save)
 		} else if err != nil {
-			if _, err := os.Stat(filepath.Dir(c.Save)); err != nil {
-				return fmt.Errorf("-save %s: %v", c.Save, err)
+			if _, err := os.Stat(filepath.Dir(c.Output.Save)); err != nil {
+				return fmt.Errorf("-save %s: %v", c.Output.Save, err)
 			}
 		}
 	}
@@ -300,11 +278,11 @@ func (c Config) CheckPaths() error {
 // ".host" before the extension (mem.html: mem.host.html); "" without
 // -mem-report or -offload.
 func (c Config) HostMemReport() string {
-	if c.MemReport == "" || c.Offload == "" || c.Offload == "off" {
+	if c.Output.MemReport == "" || c.Memory.Offload.Mode == "" || c.Memory.Offload.Mode == "off" {
 		return ""
 	}
-	ext := filepath.Ext(c.MemReport)
-	return strings.TrimSuffix(c.MemReport, ext) + ".host" + ext
+	ext := filepath.Ext(c.Output.MemReport)
+	return strings.TrimSuffix(c.Output.MemReport, ext) + ".host" + ext
 }
 
 type namedPath struct {
@@ -315,10 +293,10 @@ type namedPath struct {
 // outputs are the files a run writes; -save writes path and path.state.
 func (c Config) outputs() []namedPath {
 	var o []namedPath
-	if c.Save != "" && c.SaveFormat != "hf" {
-		o = append(o, namedPath{"save", c.Save, FileOnly}, namedPath{"save", c.Save + ".state", FileOnly})
+	if c.Output.Save != "" && c.Output.SaveFormat != "hf" {
+		o = append(o, namedPath{"save", c.Output.Save, FileOnly}, namedPath{"save", c.Output.Save + ".state", FileOnly})
 	}
-	for _, p := range []namedPath{{"summary", c.Summary, Streamable}, {"metrics", c.Metrics, Streamable}, {"mem-report", c.MemReport, Streamable},
+	for _, p := range []namedPath{{"summary", c.Output.Summary, Streamable}, {"metrics", c.Output.Metrics, Streamable}, {"mem-report", c.Output.MemReport, Streamable},
 		{"mem-report", c.HostMemReport(), Streamable}} {
 		if p.path != "" {
 			o = append(o, p)
@@ -331,20 +309,20 @@ func (c Config) outputs() []namedPath {
 // -resume pair.
 func (c Config) inputs() []namedPath {
 	var in []namedPath
-	if c.Data != "" {
-		files := []string{c.Data}
-		if strings.ContainsAny(c.Data, "*?[") {
-			files, _ = filepath.Glob(c.Data)
+	if c.Data.Path != "" {
+		files := []string{c.Data.Path}
+		if strings.ContainsAny(c.Data.Path, "*?[") {
+			files, _ = filepath.Glob(c.Data.Path)
 		}
 		for _, f := range files {
 			in = append(in, namedPath{flag: "data", path: f})
 		}
 	}
-	if c.Tokenizer != "" {
-		in = append(in, namedPath{flag: "tokenizer", path: c.Tokenizer})
+	if c.Data.Tokenizer != "" {
+		in = append(in, namedPath{flag: "tokenizer", path: c.Data.Tokenizer})
 	}
-	if c.Resume != "" {
-		in = append(in, namedPath{flag: "resume", path: c.Resume}, namedPath{flag: "resume", path: c.Resume + ".state"})
+	if c.Output.Resume != "" {
+		in = append(in, namedPath{flag: "resume", path: c.Output.Resume}, namedPath{flag: "resume", path: c.Output.Resume + ".state"})
 	}
 	return in
 }

@@ -58,7 +58,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		if stop {
 			return t.interrupted()
 		}
-		if err := t.unfreezeIfDue(); err != nil {
+		if err := each(t, func(h stepHook) error { return h.beforeStep(t) }); err != nil {
 			return Summary{}, err
 		}
 		nextCtx := ctx
@@ -177,7 +177,7 @@ func (t *Trainer) notePeaks(st memory.Stats) {
 	r.Temporary = max(r.Temporary, p.Temporary)
 	r.Data = max(r.Data, p.Data)
 	r.KVCache = max(r.KVCache, p.KVCache)
-	t.noteHostPeaks()
+	each(t, func(h reporter) error { h.notePeaks(r); return nil })
 	r.ModelState = max(r.ModelState, t.stepModelState)
 }
 
@@ -202,12 +202,7 @@ func (t *Trainer) summary() Summary {
 	if t.Config.Output.Save != "" {
 		s.Checkpoint = t.Config.Output.Save
 	}
-	if z := t.zero3; z != nil {
-		s.Zero3 = &Zero3Stats{
-			Gathers: z.Gathers, Prefetches: z.Prefetches, Kept: z.Kept, Reductions: z.Reductions,
-			GatherSec: z.GatherTime.Seconds(), GatherWaitSec: z.GatherWait.Seconds(), ReduceSec: z.ReduceTime.Seconds(),
-		}
-	}
+	each(t, func(h reporter) error { h.summarize(&s); return nil })
 	return s
 }
 

@@ -61,17 +61,13 @@ const (
 	trainerKey = "__trainer__"
 )
 
-// modelKey identifies the architecture a checkpoint belongs to.
+// modelKey identifies the architecture a checkpoint belongs to: the
+// model's Kind names it (models.Kind.Key).
 func modelKey(c Config) string {
-	switch c.Model.Name {
-	case "gpt":
-		return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", c.Model.Layers, c.Model.Width, c.Model.Heads, c.Model.Context)
-	case "llama":
-		return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", c.Model.Layers, c.Model.Width, c.Model.Heads, c.Model.KVHeads, c.Model.Hidden, c.Model.Context)
-	case "cnn":
-		return fmt.Sprintf("cnn width=%d", c.Model.Width)
+	if k, ok := c.kind(); ok && k.Key != nil {
+		return k.Key(c.modelSpec())
 	}
-	return fmt.Sprintf("mlp layers=%d width=%d", c.Model.Layers, c.Model.Width)
+	return fmt.Sprintf("%s layers=%d width=%d", c.Model.Name, c.Model.Layers, c.Model.Width)
 }
 
 type trainerState struct {
@@ -137,18 +133,19 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
-	if t.zero3 != nil && t.Config.Output.SaveFormat == "hf" {
-		// hf.SaveGPT2 reads the model's parameters: all of them are
-		// gathered on every rank while rank 0 writes.
-		return t.zero3.GatherAll(func() error { return t.save(path, nil) })
+	wh, sharded := partAs[weightHolder](t)
+	if sharded && t.Config.Output.SaveFormat == "hf" {
+		// hf.Save reads the model's parameters: all of them are gathered
+		// on every rank while rank 0 writes.
+		return wh.gatherAll(func() error { return t.save(path, nil) })
 	}
 	var weights map[string][]float32
-	if t.zero3 != nil {
+	if sharded {
 		// Block by block: every rank gathers one group at a time and
 		// rank 0 copies it to the host, so the device never holds more
 		// than the shards and one group whole.
 		weights = map[string][]float32{}
-		err := t.zero3.GatherEach(func(params []*tensor.Tensor) error {
+		err := wh.gatherEach(func(params []*tensor.Tensor) error {
 			if t.rank == 0 {
 				for _, p := range params {
 					weights[p.Name()] = p.Float32s()
@@ -176,7 +173,7 @@ func (t *Trainer) save(path string, weights map[string][]float32) error {
 		}
 		return nil
 	}
-	ost, err := t.exportOptimizer()
+	ost, err := t.upd.exportState(t)
 	if err != nil {
 		return fmt.Errorf("save %s: %v", path, err)
 	}
@@ -200,9 +197,8 @@ func (t *Trainer) save(path string, weights map[string][]float32) error {
 	if t.ranks > 1 {
 		st.GlobalBatch = t.globalBatch()
 	}
-	if t.adapted != nil {
-		st.LoRABase, st.LoRASum = loraBase(t.Config), t.baseSum
-	}
+	meta := map[string]string{}
+	each(t, func(h checkpointer) error { h.saveState(t, &st, meta); return nil })
 	if t.Scaler != nil {
 		s := t.Scaler.State()
 		st.Scaler = &s
@@ -220,13 +216,8 @@ func (t *Trainer) save(path string, weights map[string][]float32) error {
 	if err != nil {
 		return err
 	}
-	meta := map[string]string{
-		"format": formatVersion, "model": modelKey(t.Config), "step": strconv.Itoa(t.step),
-		"run": t.runID, "trainer": string(trainer), "crc32c": string(sj),
-	}
-	if t.adapted != nil {
-		meta["lora_base"], meta["lora_base_crc32c"] = st.LoRABase, st.LoRASum
-	}
+	meta["format"], meta["model"], meta["step"] = formatVersion, modelKey(t.Config), strconv.Itoa(t.step)
+	meta["run"], meta["trainer"], meta["crc32c"] = t.runID, string(trainer), string(sj)
 	if err := WriteSafetensors(path, tensors, meta); err != nil {
 		return fmt.Errorf("save %s: %v", path, err)
 	}
@@ -236,30 +227,22 @@ func (t *Trainer) save(path string, weights map[string][]float32) error {
 }
 
 // checkpointParams are the parameters a checkpoint holds: every one, or
-// with -lora the adapters only (the base is -init's, or the seed's).
+// what a technique says (-lora: the adapters only).
 func (t *Trainer) checkpointParams() []*tensor.Tensor {
-	if t.adapted != nil {
-		return t.adapted.Adapters
+	if cp, ok := partAs[checkpointer](t); ok {
+		return cp.savedParams(t)
 	}
 	return t.Model.Parameters()
 }
 
-// checkLoRA refuses to resume adapters onto another base, adapters into a
-// run without them, or a whole model into a LoRA run.
-func (t *Trainer) checkLoRA(st trainerState) error {
-	switch {
-	case st.LoRASum != "" && t.adapted == nil:
-		return fmt.Errorf("it holds LoRA adapters (rank %d) for the base %s, not a whole model: resume with -lora %d on that base", st.Config.Memory.LoRA.Rank, st.LoRABase, st.Config.Memory.LoRA.Rank)
-	case st.LoRASum == "" && t.adapted != nil:
-		return fmt.Errorf("it holds a whole model, not LoRA adapters: resume without -lora")
-	case t.adapted == nil:
-		return nil
-	case st.LoRASum != t.baseSum:
-		return fmt.Errorf("its adapters were trained on the base %s (fingerprint %s), but this run's base %s has fingerprint %s (another -init, -seed or -weights?)", st.LoRABase, st.LoRASum, loraBase(t.Config), t.baseSum)
-	case st.Config.Memory.LoRA.Alpha != t.Config.Memory.LoRA.Alpha:
-		return fmt.Errorf("its adapters were trained with -lora-alpha %v, this run has %v (their scale would change)", st.Config.Memory.LoRA.Alpha, t.Config.Memory.LoRA.Alpha)
+// checkResume lets the techniques refuse a checkpoint that is not this
+// run's kind (adapters for another base, a whole model into a LoRA run);
+// a run without such a technique refuses adapters.
+func (t *Trainer) checkResume(st trainerState) error {
+	if cp, ok := partAs[checkpointer](t); ok {
+		return cp.checkResume(t, st)
 	}
-	return nil
+	return checkNotAdapters(st)
 }
 
 // removeLegacyState removes path+".state" if it is a memfit/1 state file,
@@ -317,7 +300,7 @@ func (t *Trainer) Resume(path string) error {
 	if want := modelKey(t.Config); meta["model"] != want {
 		return bad("checkpoint is for %q, this run builds %q", meta["model"], want)
 	}
-	if err := t.checkLoRA(st); err != nil {
+	if err := t.checkResume(st); err != nil {
 		return bad("%v", err)
 	}
 	params := t.checkpointParams()
@@ -348,19 +331,14 @@ func (t *Trainer) Resume(path string) error {
 		// not matter.
 		return bad("%v", err)
 	}
-	// Checked: now change state. Parameters unfrozen before the save are
-	// F32 again (they were held in the autocast dtype while frozen).
-	if t.Config.Memory.UnfreezeAt > 0 && st.Step >= t.Config.Memory.UnfreezeAt {
-		for _, p := range t.frozen {
-			if err := t.trainableAgain(p); err != nil {
-				return bad("%v", err)
-			}
-		}
+	// Checked: now change state.
+	if err := each(t, func(h loadHook) error { return h.beforeLoad(t, st) }); err != nil {
+		return bad("%v", err)
 	}
-	if t.zero3 != nil {
+	if wh, ok := partAs[weightHolder](t); ok {
 		// Each rank keeps its shards of the checkpoint's weights.
 		// A parameter the checkpoint lacks is LoRA's base: it stays.
-		if err := t.zero3.LoadFull(func(p *tensor.Tensor) []float32 { return weights[p.Name()].Data }); err != nil {
+		if err := wh.loadFull(func(p *tensor.Tensor) []float32 { return weights[p.Name()].Data }); err != nil {
 			return bad("%v", err)
 		}
 	} else {
@@ -370,25 +348,15 @@ func (t *Trainer) Resume(path string) error {
 			}
 		}
 	}
-	if weightDType(st.Config.Precision.Weights) != weightDType(t.Config.Precision.Weights) {
-		// Widening is exact; narrowing rounds each weight once. Say so.
-		how := "exactly"
-		if weightDType(t.Config.Precision.Weights) == "bf16" {
-			how = "rounded to nearest"
-		}
-		t.logf("resume %s: weights saved from a -weights %s run continue as -weights %s (%s)", path, weightDType(st.Config.Precision.Weights), weightDType(t.Config.Precision.Weights), how)
-	}
-	// Parameters unfrozen before the save train again.
-	if t.Config.Memory.UnfreezeAt > 0 && st.Step >= t.Config.Memory.UnfreezeAt {
-		for _, p := range t.frozen {
-			p.SetRequiresGrad(true)
-		}
+	noteWeightDType(t, st)
+	if err := each(t, func(h loadHook) error { return h.afterLoad(t, st) }); err != nil {
+		return bad("%v", err)
 	}
 	st.Optimizer.Tensors = map[string]optim.StateTensor{}
 	for k, v := range otensors {
 		st.Optimizer.Tensors[k] = optim.StateTensor(v)
 	}
-	if err := t.importOptimizer(st.Optimizer); err != nil {
+	if err := t.upd.importState(t, st.Optimizer); err != nil {
 		return bad("%v", err)
 	}
 	if t.Scaler != nil && st.Scaler != nil {
@@ -507,12 +475,4 @@ func convertPosition(st trainerState, global int) (data.Position, error) {
 		return p, fmt.Errorf("saved after %d examples of epoch %d (global batch %d); that is not a whole number of global batches of %d here (choose -batch × ranks dividing %d)", done, p.Epoch, saved, global, done)
 	}
 	return data.Position{Epoch: p.Epoch, Batch: done / global}, nil
-}
-
-// weightDType is -weights with its default spelled out.
-func weightDType(w string) string {
-	if w == "" {
-		return "f32"
-	}
-	return w
 }

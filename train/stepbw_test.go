@@ -27,7 +27,9 @@ func TestStepInBackwardEqualsStep(t *testing.T) {
 	}{
 		{"mlp sgd momentum wd", mlp, func(c *Config) { c.Optim.Name, c.Optim.WD, c.Optim.LR = "sgd", 0.01, 0.05 }},
 		{"mlp adam", mlp, func(c *Config) { c.Optim.Name = "adam" }},
-		{"mlp adamw cosine", mlp, func(c *Config) { c.Optim.Name, c.Optim.WD, c.Optim.Schedule, c.Optim.Warmup = "adamw", 0.1, "cosine", 2 }},
+		{"mlp adamw cosine", mlp, func(c *Config) {
+			c.Optim.Name, c.Optim.WD, c.Optim.Schedule, c.Optim.Warmup = "adamw", 0.1, "cosine", 2
+		}},
 		{"gpt adam", gpt, func(c *Config) {}},
 		{"gpt adamw8bit bf16 checkpoint", gpt, func(c *Config) { c.Optim.Name, c.Precision.AMP, c.Memory.Checkpoint = "adamw8bit", "bf16", "every" }},
 		{"gpt adafactor freeze", gpt, func(c *Config) { c.Optim.Name, c.Memory.Freeze = "adafactor", []string{"embed.*"} }},
@@ -110,7 +112,7 @@ func TestStepInBackwardRefusals(t *testing.T) {
 		{func(c *Config) { c.Memory.Accum = 2 }, "-accum 2"},
 		{func(c *Config) { c.Precision.AMP = "fp16" }, "-amp fp16"},
 		{func(c *Config) { c.Optim.Clip = 1 }, "-clip"},
-		{func(c *Config) { c.Parallel.Engine = "local" }, "-dist"},
+		{func(c *Config) { c.Parallel.Engine = "mpi" }, "-dist"},
 	} {
 		cfg := Default()
 		cfg.Memory.StepInBackward = true

@@ -59,7 +59,7 @@ func TestTokenizerSetsVocabulary(t *testing.T) {
 	if got := ds.train.(*data.TokenDataset).Tokens(); got != int64(len(want)) {
 		t.Errorf("dataset holds %d tokens, the tokenizer gives %d", got, len(want))
 	}
-	m, err := buildModel(cpu.New(), cfg, ds)
+	m, err := buildModel(cpu.New(), cfg, ds, modelBuild{})
 	if err != nil {
 		t.Fatal(err)
 	}

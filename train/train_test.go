@@ -80,12 +80,16 @@ func TestInterruptAndResumeIsBitwise(t *testing.T) {
 		}},
 		{"gpt-adam8bit-fp16-accum", func(c *Config) { c.Optim.Name, c.Precision.AMP, c.Memory.Accum = "adam8bit", "fp16", 2 }},
 		{"gpt-adafactor-accum", func(c *Config) { c.Optim.Name, c.Memory.Accum, c.Memory.Checkpoint = "adafactor", 2, "sqrt" }},
-		{"gpt-bf16-weights-adamw-accum", func(c *Config) { c.Precision.Weights, c.Optim.Name, c.Precision.AMP, c.Memory.Accum = "bf16", "adamw", "bf16", 2 }},
+		{"gpt-bf16-weights-adamw-accum", func(c *Config) {
+			c.Precision.Weights, c.Optim.Name, c.Precision.AMP, c.Memory.Accum = "bf16", "adamw", "bf16", 2
+		}},
 		{"gpt-bf16-weights-adam8bit-step-in-backward", func(c *Config) {
 			c.Precision.Weights, c.Optim.Name, c.Memory.Checkpoint, c.Memory.StepInBackward = "bf16", "adam8bit", "every", true
 		}},
 		{"gpt-lora-dropout-accum", func(c *Config) { c.Memory.LoRA.Rank, c.Memory.LoRA.Dropout, c.Memory.Accum = 4, 0.1, 2 }},
-		{"gpt-lora-bf16-checkpoint", func(c *Config) { c.Memory.LoRA.Rank, c.Memory.LoRA.Alpha, c.Precision.AMP, c.Memory.Checkpoint, c.Optim.Name = 2, 4, "bf16", "every", "adamw" }},
+		{"gpt-lora-bf16-checkpoint", func(c *Config) {
+			c.Memory.LoRA.Rank, c.Memory.LoRA.Alpha, c.Precision.AMP, c.Memory.Checkpoint, c.Optim.Name = 2, 4, "bf16", "every", "adamw"
+		}},
 		{"mlp-bf16-weights-sgd", func(c *Config) {
 			*c = Default()
 			c.Model.Width, c.Model.Layers, c.Optim.Batch, c.Output.Quiet, c.Output.EvalEvery, c.Precision.Weights, c.Optim.Name = 32, 2, 16, true, 0, "bf16", "sgd"
@@ -304,15 +308,38 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 	add(base, func(c *Config) { c.Model.Layers = 4; c.Memory.Checkpoint = "2"; c.Precision.AMP = "fp16" })
 	add(base, func(c *Config) { c.Memory.LMHead = "full" })
 	add(base, func(c *Config) { c.Memory.LMHeadChunkRows = 24 })
-	add(base, func(c *Config) { c.Memory.LMHeadChunkRows = 24; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 4 })
+	add(base, func(c *Config) {
+		c.Memory.LMHeadChunkRows = 24
+		c.Precision.AMP = "bf16"
+		c.Memory.Checkpoint = "every"
+		c.Memory.Accum = 4
+	})
 	add(base, func(c *Config) { c.Optim.Name = "adam8bit" })
-	add(base, func(c *Config) { c.Optim.Name = "adamw8bit"; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 2 })
-	add(base, func(c *Config) { c.Optim.Name = "adamw8bit"; c.Memory.Freeze = []string{"embed.*"}; c.Precision.AMP = "fp16" })
+	add(base, func(c *Config) {
+		c.Optim.Name = "adamw8bit"
+		c.Precision.AMP = "bf16"
+		c.Memory.Checkpoint = "every"
+		c.Memory.Accum = 2
+	})
+	add(base, func(c *Config) {
+		c.Optim.Name = "adamw8bit"
+		c.Memory.Freeze = []string{"embed.*"}
+		c.Precision.AMP = "fp16"
+	})
 	add(base, func(c *Config) { c.Optim.Name = "adafactor" })
 	add(mlp, func(c *Config) { c.Memory.StepInBackward = true })
 	add(mlp, func(c *Config) { c.Precision.Weights = "bf16" })
-	add(base, func(c *Config) { c.Precision.Weights = "bf16"; c.Precision.AMP = "bf16"; c.Memory.Checkpoint = "every"; c.Memory.Accum = 2 })
-	add(base, func(c *Config) { c.Precision.Weights = "bf16"; c.Optim.Name = "adafactor"; c.Memory.StepInBackward = true })
+	add(base, func(c *Config) {
+		c.Precision.Weights = "bf16"
+		c.Precision.AMP = "bf16"
+		c.Memory.Checkpoint = "every"
+		c.Memory.Accum = 2
+	})
+	add(base, func(c *Config) {
+		c.Precision.Weights = "bf16"
+		c.Optim.Name = "adafactor"
+		c.Memory.StepInBackward = true
+	})
 	add(base, func(c *Config) { c.Memory.StepInBackward = true })
 	add(base, func(c *Config) {
 		c.Memory.StepInBackward = true
@@ -320,7 +347,11 @@ func TestPlanMatchesMeasuredPeak(t *testing.T) {
 		c.Memory.Checkpoint = "every"
 		c.Optim.Name = "adamw8bit"
 	})
-	add(base, func(c *Config) { c.Memory.StepInBackward = true; c.Memory.Freeze = []string{"blocks.0.*"}; c.Optim.Name = "sgd" })
+	add(base, func(c *Config) {
+		c.Memory.StepInBackward = true
+		c.Memory.Freeze = []string{"blocks.0.*"}
+		c.Optim.Name = "sgd"
+	})
 	add(base, func(c *Config) {
 		c.Optim.Name = "adafactor"
 		c.Precision.AMP = "bf16"

@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/memfit/memfit/accumulate"
 	"github.com/memfit/memfit/amp"
-	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
-	"github.com/memfit/memfit/freeze"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
-	"github.com/memfit/memfit/offload"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
@@ -60,28 +57,21 @@ type Trainer struct {
 	inShape  []int // one example's input shape as the model takes it
 	train    Batches
 	val      data.Dataset
-	policy   checkpoint.Policy
+	schedule optim.Schedule
 	autocast device.DType
-	frozen   []*tensor.Tensor        // parameters -freeze or -lora froze (-freeze's train again at UnfreezeAt)
-	adapted  *lora.Adapted           // -lora: the adapters and the base
-	baseSum  string                  // -lora: the base's fingerprint (baseFingerprint), when saving or resuming
-	runID    string                  // made when a run starts fresh, kept by Resume (state.go)
-	codec    Codec                   // token tasks: text to tokens and back (generate.go)
-	bwSkip   bool                    // step in backward: the loss is not finite, update nothing
-	bwErr    error                   // step in backward: the first failing update
-	bwDone   map[*tensor.Tensor]bool // step in backward: parameters updated in this step
+	frozen   []*tensor.Tensor // parameters -freeze or -lora froze (-freeze's train again at UnfreezeAt)
+	runID    string           // made when a run starts fresh, kept by Resume (state.go)
+	codec    Codec            // token tasks: text to tokens and back (generate.go)
 
-	// Offloading (offload.go): the host device and what lives there.
-	host   device.Device
-	acts   *offload.Activations
-	offOpt *offload.Optimizer
+	// parts are the techniques' parts of this run (technique.build), in
+	// technique order; upd is the one that owns the update, or
+	// plainUpdate.
+	parts []any
+	upd   updater
 
-	// Data parallelism (dist.go): nil comm is one process.
+	// Data parallelism (ranks.go): nil comm is one process.
 	comm        parallel.Comm
 	rank, ranks int
-	ddp         *parallel.DDP
-	zero        *parallel.ZeRO
-	zero3       *parallel.ZeRO3
 
 	step      int // optimizer steps done
 	accum     int // micro-batches per step now (grows on OOM)
@@ -158,36 +148,20 @@ type stepResult struct {
 }
 
 // trainStep runs one optimizer step on a batch, recovering from running
-// out of memory by cutting the batch into more micro-batches.
+// out of memory by cutting the batch into more micro-batches, unless a
+// technique says the step cannot be retried (retryVeto).
 func (t *Trainer) trainStep(b *data.Batch) (stepResult, error) {
 	for {
 		res, err := t.tryStep(b)
 		if err == nil || !tensor.IsOOM(err) {
 			return res, err
 		}
-		if t.Config.Memory.StepInBackward {
+		if verr := each(t, func(h retryVeto) error { return h.vetoRetry(t, err) }); verr != nil {
+			t.upd.zeroGrad(t)
 			t.noteTried(err, false)
-			return res, fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
+			return res, verr
 		}
-		t.zeroGrad()
-		var oom *memory.OOMError
-		if errors.As(err, &oom) && oom.Device == "host" && !t.Config.OffloadsActivations() {
-			// The host holds the offloaded optimizer: master weights,
-			// gradients and state, none of which shrinks with the
-			// micro-batches.
-			t.noteTried(err, false)
-			return res, fmt.Errorf("step %d: %w (host memory holds the offloaded optimizer's master weights, gradients and state, which more micro-batches do not shrink)", t.step+1, err)
-		}
-		if t.offOpt != nil && t.offOpt.Torn() {
-			t.noteTried(err, false)
-			return res, fmt.Errorf("step %d: %w (the host had begun this step's update during backward, so it cannot be retried in more micro-batches)", t.step+1, err)
-		}
-		if t.distributed() {
-			// Raising -accum on one rank alone would desynchronise the
-			// collectives of the step.
-			t.noteTried(err, false)
-			return res, fmt.Errorf("step %d, rank %d: %w (with -dist, lower -batch or raise -accum on every rank)", t.step+1, t.rank, err)
-		}
+		t.upd.zeroGrad(t)
 		t.Device.Memory().EmptyCache()
 		rows := b.Len()
 		if t.accum >= rows {
@@ -211,7 +185,6 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if !errors.As(err, &oom) {
 		return
 	}
-	c := t.Config
 	tried := oom.Tried[:0:0]
 	if t.accum > 1 {
 		tried = append(tried, "-accum")
@@ -219,23 +192,15 @@ func (t *Trainer) noteTried(err error, single bool) {
 	if single {
 		tried = append(tried, "-batch")
 	}
-	if c.Memory.Checkpoint != "" && c.Memory.Checkpoint != "off" {
-		tried = append(tried, "-checkpoint")
-	}
-	if c.Precision.AMP != "" && c.Precision.AMP != "off" {
-		tried = append(tried, "-amp")
-	}
-	if len(c.Memory.Freeze) > 0 || c.Memory.LoRA.Rank > 0 { // -lora freezes the base, and refuses -freeze
-		tried = append(tried, "-freeze")
-	}
-	if c.Optim.Name == "sgd" {
-		tried = append(tried, "-optim")
-	}
-	if c.OffloadsActivations() {
-		tried = append(tried, "-offload activations")
-	}
-	if c.OffloadsOptimizer() {
-		tried = append(tried, "-offload optimizer")
+	c := t.Config
+	for _, tech := range techniques {
+		if tech.tried != nil {
+			for _, n := range tech.tried(&c) {
+				if !slices.Contains(tried, n) {
+					tried = append(tried, n)
+				}
+			}
+		}
 	}
 	oom.Tried = tried
 }
@@ -249,6 +214,24 @@ func (t *Trainer) shaped(b *data.Batch) *data.Batch {
 	return b
 }
 
+// scopeOptions are the step's (training) or an evaluation's scope
+// options: the techniques' (autocast, saved-tensor hooks), in order.
+func (t *Trainer) scopeOptions(training bool) []tensor.ScopeOption {
+	var opts []tensor.ScopeOption
+	each(t, func(h scoper) error { opts = append(opts, h.scopeOptions(t, training)...); return nil })
+	return opts
+}
+
+// beforeForward runs the techniques' hooks before a forward (ZeRO-3's
+// gather of the parameters outside the blocks).
+func (t *Trainer) beforeForward() {
+	each(t, func(h forwardHook) error { h.beforeForward(t); return nil })
+}
+
+// tryStep runs one optimizer step: the micro-batches' forwards and
+// backwards (accumulate.Window), with the techniques' hooks around each,
+// then the update through the run's updater: reduce the gradients,
+// unscale them (fp16), clip them, step.
 func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	w := t.Device.Memory().NewWatermark()
 	defer func() {
@@ -277,78 +260,59 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 			m.Release()
 		}
 	}()
-	var opts []tensor.ScopeOption
-	if t.autocast != device.Invalid {
-		opts = append(opts, tensor.Autocast(t.autocast))
-	}
-	if t.acts != nil {
-		opts = append(opts, tensor.SaveHooks(t.acts))
-	}
-	i := 0
 	var scale func(s *tensor.Scope, l *tensor.Tensor) *tensor.Tensor
 	if t.Scaler != nil {
 		scale = t.Scaler.Scale
 	}
-	var armErr error
-	overlap := t.overlapsOffload()
-	var sofar float64 // the loss as Window sums it, for the overlap's check
+	i := 0
+	var hookErr error // the first hook's error; the step fails with it after backward
 	res.loss, err = accumulate.Window(micro, func(s *tensor.Scope, m accumulate.Micro) *tensor.Tensor {
-		last := i == len(micro)-1
-		if armErr == nil {
-			// Stage 2 reduces during every micro-batch's backward.
-			armErr = t.armReduction()
+		mb := microBatch{Micro: m, index: i, last: i == len(micro)-1}
+		if hookErr == nil {
+			hookErr = each(t, func(h microHook) error { return h.beforeMicroBatch(t, mb) })
 		}
+		t.beforeForward()
 		// Each rank draws its own dropout masks (rank 0 those of a
 		// one-process run): the same masks on every rank's different
 		// examples would correlate the replicas' noise.
-		t.beforeForward()
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
 		l := t.loss(r, m.Inputs, m.Targets)
-		if t.Config.Memory.StepInBackward {
-			t.checkLossBeforeBackward(l.Item())
-		}
-		if overlap {
-			// The host updates during the last backward, so the step
-			// must be one that updates: a loss that is not finite is
-			// skipped or fails below, after a backward left unarmed.
-			sofar += m.Weight * l.Item()
-			if last && armErr == nil && !math.IsNaN(sofar) && !math.IsInf(sofar, 0) {
-				armErr = t.offOpt.Arm(t.Opt)
-			}
+		if err := each(t, func(h lossHook) error { return h.afterLoss(t, mb, l) }); err != nil && hookErr == nil {
+			hookErr = err
 		}
 		return l
-	}, scale, opts...)
+	}, scale, t.scopeOptions(true)...)
 	if err == nil {
-		err = armErr
+		err = hookErr
 	}
 	if err != nil {
-		t.zeroGrad()
-		if t.Config.Memory.StepInBackward && t.bwErr != nil {
-			err = fmt.Errorf("%w (and an update during backward: %v)", err, t.bwErr)
-		}
-		t.bwErr, t.bwSkip = nil, false
-		clear(t.bwDone)
-		return res, t.distErr(err)
+		t.upd.zeroGrad(t)
+		each(t, func(h abortHook) error { err = h.abortStep(t, err); return nil })
+		return res, err
 	}
 	if t.distributed() {
 		// The mean over the ranks: what is logged, and what the
 		// non-finite check below sees the same on every rank.
 		l, err := t.allReduce(float32(res.loss), parallel.Avg)
 		if err != nil {
-			t.zeroGrad()
+			t.upd.zeroGrad(t)
 			return res, err
 		}
 		res.loss = float64(l)
 	}
-	if t.Config.Memory.StepInBackward && err == nil && !(math.IsNaN(res.loss) || math.IsInf(res.loss, 0)) {
-		res.stepped = true
-		return res, t.endStepInBackward()
+	done := false
+	err = each(t, func(h backwardStepper) error {
+		d, err := h.afterBackward(t, res.loss)
+		done = done || d
+		return err
+	})
+	if done || err != nil {
+		res.stepped = done
+		return res, err
 	}
-	t.bwErr, t.bwSkip = nil, false
-	clear(t.bwDone)
 	if math.IsNaN(res.loss) || math.IsInf(res.loss, 0) {
-		t.zeroGrad()
+		t.upd.zeroGrad(t)
 		if t.Config.Optim.SkipNonFinite {
 			t.nonFinite++
 			t.logf("step %d: loss is %v; step skipped", t.step+1, res.loss)
@@ -356,71 +320,48 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		}
 		return res, fmt.Errorf("step %d: loss is %v: %w", t.step+1, res.loss, ErrNonFinite)
 	}
-	err = tensor.Catch(func() error {
-		if err := t.reduceGradients(); err != nil {
-			return err
-		}
-		target := t.stepTarget()
-		if t.Scaler != nil {
-			if err := t.Scaler.Unscale(target); err != nil {
-				return err
-			}
-		}
-		if t.Config.Optim.Clip > 0 {
-			n, err := t.clipGradNorm(t.Config.Optim.Clip)
-			if err != nil {
-				return err
-			}
-			res.gradNorm = n
-		} else if t.Config.Output.Metrics != "" {
-			n, err := t.gradNorm()
-			if err != nil {
-				return err
-			}
-			res.gradNorm = n
-		}
-		if t.Scaler != nil {
-			ok, err := t.Scaler.Step(target)
-			t.Scaler.Update()
-			res.stepped = ok
-			return err
-		}
-		res.stepped = true
-		return target.Step()
-	})
-	t.zeroGrad()
-	return res, t.distErr(err)
-}
-
-// unfreezeIfDue makes the frozen parameters trainable at UnfreezeAt.
-func (t *Trainer) unfreezeIfDue() error {
-	if t.Config.Memory.UnfreezeAt == 0 || t.step+1 != t.Config.Memory.UnfreezeAt || len(t.frozen) == 0 {
-		return nil
-	}
-	var newly []*tensor.Tensor
-	for _, p := range t.frozen {
-		if !p.RequiresGrad() {
-			if err := t.trainableAgain(p); err != nil {
-				return err
-			}
-			p.SetRequiresGrad(true)
-			newly = append(newly, p)
-		}
-	}
-	t.logf("step %d: unfreezing %d parameters", t.step+1, len(newly))
-	return t.Opt.AddParams(t.Config.Optim.LR, newly...)
-}
-
-// freezeModel applies -freeze.
-func freezeModel(m nn.Module, opt *optim.Optimizer, patterns []string) ([]*tensor.Tensor, error) {
-	if len(patterns) == 0 {
-		return nil, nil
-	}
-	ps, err := freeze.Apply(m, opt, patterns...)
+	err = tensor.Catch(func() error { return t.update(&res) })
+	t.upd.zeroGrad(t)
 	if err != nil {
-		return nil, fmt.Errorf("-freeze: %v", err)
+		each(t, func(h abortHook) error { err = h.abortStep(t, err); return nil })
 	}
-	return ps, nil
+	return res, err
+}
+
+// update turns the step's gradients into the parameters' update through
+// the run's updater.
+func (t *Trainer) update(res *stepResult) error {
+	u := t.upd
+	if err := u.reduce(t); err != nil {
+		return err
+	}
+	target := u.target(t)
+	if t.Scaler != nil {
+		if err := t.Scaler.Unscale(target); err != nil {
+			return err
+		}
+	}
+	if t.Config.Optim.Clip > 0 {
+		n, err := u.clipGradNorm(t, t.Config.Optim.Clip)
+		if err != nil {
+			return err
+		}
+		res.gradNorm = n
+	} else if t.Config.Output.Metrics != "" {
+		n, err := u.gradNorm(t)
+		if err != nil {
+			return err
+		}
+		res.gradNorm = n
+	}
+	if t.Scaler != nil {
+		ok, err := t.Scaler.Step(target)
+		t.Scaler.Update()
+		res.stepped = ok
+		return err
+	}
+	res.stepped = true
+	return target.Step()
 }
 
 // Evaluate runs the validation set in inference mode (no graph) and
@@ -440,14 +381,8 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 	}
 	var lossSum float64
 	var n, correct int
-	var opts []tensor.ScopeOption
-	opts = append(opts, tensor.NoGrad())
-	if t.autocast != device.Invalid {
-		opts = append(opts, tensor.Autocast(t.autocast))
-	}
-	if t.zero3 != nil {
-		defer t.zero3.Evict() // the forwards leave the root group whole
-	}
+	opts := append([]tensor.ScopeOption{tensor.NoGrad()}, t.scopeOptions(false)...)
+	defer each(t, func(h evalHook) error { h.afterEvaluate(t); return nil })
 	for b, err := range loader.All(ctx) {
 		if err != nil {
 			return st, err
@@ -505,50 +440,4 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 		}
 	}
 	return c
-}
-
-// holdFrozenInAutocast keeps the frozen parameters in the autocast dtype
-// when amp is on: a weight that does not train needs no F32 copy, and the
-// products would cast it anyway. They go back to the parameters' dtype
-// (rounded values, widened exactly) when -unfreeze-at trains them again.
-// Not with data parallelism, whose replicas lay the parameters out as
-// they were built.
-func (t *Trainer) holdFrozenInAutocast() error {
-	if t.autocast == device.Invalid || t.distributed() || t.zero3 != nil || t.Config.Precision.Weights == "bf16" {
-		return nil
-	}
-	for _, p := range t.frozen {
-		if p.RequiresGrad() {
-			continue
-		}
-		if err := p.ConvertTo(t.autocast); err != nil {
-			return fmt.Errorf("-freeze with -amp: %s: %v", p.Name(), err)
-		}
-	}
-	return nil
-}
-
-// trainableAgain gives an unfrozen parameter its training dtype back.
-func (t *Trainer) trainableAgain(p *tensor.Tensor) error {
-	want := t.paramDType()
-	if p.DType() == want {
-		return nil
-	}
-	if err := p.ConvertTo(want); err != nil {
-		return fmt.Errorf("unfreezing %s: %v", p.Name(), err)
-	}
-	return nil
-}
-
-// paramDType is the dtype trainable parameters have.
-func (t *Trainer) paramDType() tensor.DType {
-	if t.Config.Precision.Weights == "bf16" {
-		return tensor.BF16
-	}
-	for _, p := range t.Model.Parameters() {
-		if p.RequiresGrad() {
-			return p.DType()
-		}
-	}
-	return tensor.F32
 }

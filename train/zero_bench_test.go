@@ -44,7 +44,7 @@ func BenchmarkZeroStages(b *testing.B) {
 					trs, sums := runRanks(b, c, ranks, nil)
 					s = sums[0]
 					sps += s.SamplesPerSec
-					if z := trs[0].zero3; z != nil {
+					if z := trs[0].zero3(); z != nil {
 						// The share of training time rank 0 spent in
 						// ZeRO-3's gathers and reductions.
 						comm += (z.GatherTime + z.ReduceTime).Seconds() / float64(trs[0].samples) * s.SamplesPerSec

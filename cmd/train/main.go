@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/memfit/memfit/device"
+	_ "github.com/memfit/memfit/device/cuda" // registers "cuda" (without the cuda tag, its opener says how to rebuild)
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/parallel"
 	"github.com/memfit/memfit/tensor"
@@ -19,156 +21,59 @@ import (
 )
 
 func main() {
+	if code, ok := supervise(); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is the whole command, testable without a process.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := train.Default()
-	fs := newFlagSet(&cfg, io.Discard) // errors are reported below, in one line
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "train: %v (see train -h)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "train: unexpected argument %q (flags only; see -h)\n", fs.Arg(0))
-		return 2
-	}
-	fail := func(code int, err error) int {
-		fmt.Fprintf(stderr, "train: %v\n", err)
+// run is the whole command, testable without a process: parse the flags
+// into a Config, join the ranks of -dist, choose techniques for -fit,
+// plan, or build the trainer and train.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer internalError(&code, stderr)
+	cfg, code, ok := parse(args, stdout, stderr)
+	if !ok {
 		return code
 	}
-	cfg, note, err := cfg.ApplyInit()
+	comm, stdout, stderr, err := joinGroup(&cfg, stdout, stderr)
 	if err != nil {
-		return fail(2, err)
+		return fail(stderr, 2, err)
 	}
-	if note != "" {
-		fmt.Fprintln(stderr, note)
-	}
-	cfg = cfg.Resolved()
-	if err := cfg.Validate(); err != nil {
-		return fail(2, err)
-	}
-	if err := cfg.CheckPaths(); err != nil {
-		return fail(2, err)
-	}
-	var comm parallel.Comm
-	if cfg.Parallel.Engine == "mpi" && !cfg.Plan {
-		c, err := parallel.NewMPI()
-		if err != nil {
-			return fail(2, fmt.Errorf("-dist mpi: %v", err))
-		}
-		defer c.Close()
-		comm = c
-		if c.Rank() != 0 {
-			// Rank 0 speaks for the group; the others report only their
-			// own errors, prefixed with their rank.
-			stdout = io.Discard
-			stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
-			cfg.Output.Summary, cfg.Output.MemReport = "", ""
-		}
+	if comm != nil {
+		defer comm.Close()
 	}
 	if cfg.Fit > 0 {
-		fc := cfg
-		if comm != nil && fc.Parallel.Ranks == 0 {
-			// Under mpirun: plan one rank of this job (every rank
-			// plans alike and chooses the same).
-			fc.Parallel.Ranks = comm.Size()
+		chosen, err := fit(cfg, comm, stdout)
+		if err != nil || cfg.Plan {
+			return exit(stderr, 2, err)
 		}
-		c, err := train.Fit(fc, cfg.Fit)
-		if err != nil {
-			return fail(2, err)
-		}
-		c.Config.Parallel.Ranks = cfg.Parallel.Ranks
-		optFlag := ""
-		if c.Config.Optim.Name != cfg.Optim.Name {
-			optFlag = fmt.Sprintf("-optim %s -lr %g ", c.Config.Optim.Name, c.Config.Optim.LR)
-		}
-		if c.Config.Memory.StepInBackward && !cfg.Memory.StepInBackward {
-			optFlag += "-step-in-backward "
-		}
-		if c.Config.Precision.Weights != cfg.Precision.Weights && c.Config.Precision.Weights == "bf16" {
-			optFlag += "-weights bf16 "
-		}
-		if c.Config.Memory.Offload.Mode != cfg.Memory.Offload.Mode {
-			optFlag += "-offload " + c.Config.Memory.Offload.Mode + " "
-		}
-		if c.Config.Parallel.Zero != cfg.Parallel.Zero {
-			optFlag += fmt.Sprintf("-zero %d ", c.Config.Parallel.Zero)
-		}
-		fmt.Fprintf(stdout, "fit %s: %s-accum %d -checkpoint %s -amp %s (predicted peak %s)\n",
-			memory.FormatBytes(cfg.Fit), optFlag, c.Config.Memory.Accum, c.Config.Memory.Checkpoint, c.Config.Precision.AMP, memory.FormatBytes(c.Peak.Total))
-		if cfg.Plan {
-			// -fit SIZE -plan: the chosen flags and their plan, no training.
-			train.WritePlan(stdout, c.Config, c.Peak)
-			return 0
-		}
-		cfg = c.Config
+		cfg = chosen
 	}
 	if cfg.Plan {
 		p, err := train.Plan(cfg)
 		if err != nil {
-			return fail(2, err)
+			return fail(stderr, 2, err)
 		}
 		train.WritePlan(stdout, cfg, p)
 		return 0
 	}
-	dev, err := train.NewDeviceOrdinal(cfg, localRank())
+	dev, comm, err := openDevice(cfg, comm)
 	if err != nil {
-		return fail(2, err)
-	}
-	if err := train.Preflight(cfg, dev.Memory().Capacity()); err != nil {
-		return fail(2, err)
-	}
-	if comm != nil && cfg.Device.Name == "cuda" {
-		// GPU ranks talk through NCCL; MPI only introduced them.
-		nc, err := parallel.NewNCCL(comm, dev)
-		if err != nil {
-			return fail(2, fmt.Errorf("-dist mpi -device cuda: %v", err))
-		}
-		defer nc.Close()
-		comm = nc
-	}
-	if cfg.Output.MemReport != "" {
-		dev.Memory().EnableHistory(1 << 20)
-		tensor.EnableAllocSites(dev.Memory())
+		return fail(stderr, 2, err)
 	}
 	t, err := train.NewDistributed(cfg, dev, comm, stderr)
 	if err != nil {
-		return fail(2, err)
+		return fail(stderr, 2, err)
 	}
 	defer t.Close()
 	if cfg.Generate.Tokens > 0 {
-		text, err := t.GenerateText()
-		if err != nil {
-			return fail(2, err)
-		}
-		if cfg.Output.Resume == "" {
-			fmt.Fprintln(stderr, "train: warning: -generate without -resume sampled from untrained weights")
-		}
-		fmt.Fprintln(stdout, text)
-		return 0
+		return generate(t, stdout, stderr)
 	}
-	switch {
-	case t.Step() >= t.Total() && cfg.Output.Resume != "" && cfg.Output.SaveFormat == "hf" && cfg.Output.Save != "":
-		// Nothing to train, something to export: the resumed model in
-		// Hugging Face's layout (adapters merged).
-		if err := t.Save(cfg.Output.Save); err != nil {
-			return fail(1, err)
-		}
-		fmt.Fprintf(stderr, "train: exported %s at step %d to %s (Hugging Face layout)\n", cfg.Output.Resume, t.Step(), cfg.Output.Save)
-		return 0
-	case t.Step() >= t.Total() && cfg.Output.Resume != "":
-		return fail(2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Output.Resume, t.Step(), t.Total()))
-	case t.Step() >= t.Total():
-		return fail(2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Optim.Epochs, cfg.Optim.Batch))
+	if code, done := nothingToTrain(t, stderr); done {
+		return code
 	}
 	if !cfg.Output.Quiet && (comm == nil || comm.Rank() == 0) {
 		where := dev.Name()
@@ -178,16 +83,174 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d parameters on %s\n", cfg.Model.Name, count(t), where)
 	}
 	sum, err := t.Run(ctx)
-	code := 0
 	switch {
 	case errors.Is(err, train.ErrInterrupted):
 		fmt.Fprintf(stderr, "train: %v\n", err)
 		code = 130
 	case err != nil:
-		return fail(1, err)
+		return fail(stderr, 1, err)
 	}
-	// Run saved the final state before returning; an output that fails
-	// now says so, since that state is what the user has left.
+	if err := writeOutputs(t, sum, code); err != nil {
+		return fail(stderr, 1, err)
+	}
+	if code == 0 {
+		report(stdout, cfg, sum)
+	}
+	return code
+}
+
+// parse reads the flags into a Config (with -init's model applied and
+// defaults resolved) and checks it and its paths; ok false means exit
+// with code (0 after -h).
+func parse(args []string, stdout, stderr io.Writer) (cfg train.Config, code int, ok bool) {
+	cfg = train.Default()
+	fs := train.NewFlags("train", &cfg)
+	fs.SetOutput(io.Discard) // errors are reported below, in one line
+	fs.Usage = func() { usage(fs) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return cfg, 0, false
+		}
+		fmt.Fprintf(stderr, "train: %v (see train -h)\n", err)
+		return cfg, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "train: unexpected argument %q (flags only; see -h)\n", fs.Arg(0))
+		return cfg, 2, false
+	}
+	cfg, note, err := cfg.ApplyInit()
+	if err != nil {
+		return cfg, fail(stderr, 2, err), false
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fail(stderr, 2, err), false
+	}
+	if err := cfg.CheckPaths(); err != nil {
+		return cfg, fail(stderr, 2, err), false
+	}
+	return cfg, 0, true
+}
+
+// usage prints the command's help: every flag, grouped by concern.
+func usage(fs *train.Flags) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: train [flags]\n\nTrains a model with memory-saving techniques and reports where every byte goes.\nWith no flags it trains the reference MLP on an embedded synthetic task.\n")
+	fs.PrintDefaults(w)
+}
+
+// joinGroup joins the ranks of -dist mpi (not to plan): rank 0 speaks for
+// the group; the others report only their own errors, prefixed with
+// their rank, and write no summary or report.
+func joinGroup(cfg *train.Config, stdout, stderr io.Writer) (parallel.Comm, io.Writer, io.Writer, error) {
+	if cfg.Parallel.Engine != "mpi" || cfg.Plan {
+		return nil, stdout, stderr, nil
+	}
+	c, err := parallel.NewMPI()
+	if err != nil {
+		return nil, stdout, stderr, fmt.Errorf("-dist mpi: %v", err)
+	}
+	if c.Rank() != 0 {
+		stdout = io.Discard
+		stderr = prefixed{stderr, fmt.Sprintf("rank %d: ", c.Rank())}
+		cfg.Output.Summary, cfg.Output.MemReport = "", ""
+	}
+	return c, stdout, stderr, nil
+}
+
+// fit chooses techniques for -fit and prints the choice as flags, with
+// its plan under -plan.
+func fit(cfg train.Config, comm parallel.Comm, stdout io.Writer) (train.Config, error) {
+	fc := cfg
+	if comm != nil && fc.Parallel.Ranks == 0 {
+		// Under mpirun: plan one rank of this job (every rank plans
+		// alike and chooses the same).
+		fc.Parallel.Ranks = comm.Size()
+	}
+	c, err := train.Fit(fc, cfg.Fit)
+	if err != nil {
+		return cfg, err
+	}
+	c.Config.Parallel.Ranks = cfg.Parallel.Ranks
+	fmt.Fprintf(stdout, "fit %s: %s (predicted peak %s)\n", memory.FormatBytes(cfg.Fit), c.Flags(cfg), memory.FormatBytes(c.Peak.Total))
+	if cfg.Plan {
+		// -fit SIZE -plan: the chosen flags and their plan, no training.
+		train.WritePlan(stdout, c.Config, c.Peak)
+	}
+	return c.Config, nil
+}
+
+// openDevice opens the run's device (a rank's GPU under mpirun), refuses
+// a run whose one-example step cannot fit it, has GPU ranks talk through
+// NCCL, and records the allocator's history for -mem-report.
+func openDevice(cfg train.Config, comm parallel.Comm) (device.Device, parallel.Comm, error) {
+	dev, err := train.NewDeviceOrdinal(cfg, localRank())
+	if err != nil {
+		return nil, comm, err
+	}
+	if err := train.Preflight(cfg, dev.Memory().Capacity()); err != nil {
+		return nil, comm, err
+	}
+	if comm != nil && cfg.Device.Name == "cuda" {
+		// GPU ranks talk through NCCL; MPI only introduced them.
+		nc, err := parallel.NewNCCL(comm, dev)
+		if err != nil {
+			return nil, comm, fmt.Errorf("-dist mpi -device cuda: %v", err)
+		}
+		comm = nc
+	}
+	if cfg.Output.MemReport != "" {
+		dev.Memory().EnableHistory(1 << 20)
+		tensor.EnableAllocSites(dev.Memory())
+	}
+	return dev, comm, nil
+}
+
+// generate prints -prompt's continuation.
+func generate(t *train.Trainer, stdout, stderr io.Writer) int {
+	text, err := t.GenerateText()
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	if t.Config.Output.Resume == "" && t.Config.Model.Init == "" {
+		fmt.Fprintln(stderr, "train: warning: -generate without -resume or -init sampled from untrained weights")
+	}
+	fmt.Fprintln(stdout, text)
+	return 0
+}
+
+// nothingToTrain handles a run that is already at its end: a resumed
+// one exported in Hugging Face's layout, or an error saying why there is
+// nothing to do.
+func nothingToTrain(t *train.Trainer, stderr io.Writer) (int, bool) {
+	cfg := t.Config
+	switch {
+	case t.Step() < t.Total():
+		return 0, false
+	case cfg.Output.Resume != "" && cfg.Output.SaveFormat == "hf" && cfg.Output.Save != "":
+		// Nothing to train, something to export: the resumed model in
+		// Hugging Face's layout (adapters merged).
+		if err := t.Save(cfg.Output.Save); err != nil {
+			return fail(stderr, 1, err), true
+		}
+		fmt.Fprintf(stderr, "train: exported %s at step %d to %s (Hugging Face layout)\n", cfg.Output.Resume, t.Step(), cfg.Output.Save)
+		return 0, true
+	case cfg.Output.Resume != "":
+		return fail(stderr, 2, fmt.Errorf("-resume %s is at step %d and the run ends at step %d: nothing to train (raise -steps)", cfg.Output.Resume, t.Step(), t.Total())), true
+	}
+	return fail(stderr, 2, fmt.Errorf("-epochs %d of -batch %d: no full batch in the data, nothing to train", cfg.Optim.Epochs, cfg.Optim.Batch)), true
+}
+
+// writeOutputs writes -summary and -mem-report (with -offload also the
+// host memory's). Run saved the final state before returning; an output
+// that fails now says so, since that state is what the user has left.
+func writeOutputs(t *train.Trainer, sum train.Summary, code int) error {
+	cfg := t.Config
 	saved := func(err error) error {
 		if cfg.Output.Save == "" || code != 0 {
 			return err
@@ -196,38 +259,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Output.Summary != "" {
 		if err := writeJSON(cfg.Output.Summary, sum); err != nil {
-			return fail(1, saved(fmt.Errorf("-summary %v", err)))
+			return saved(fmt.Errorf("-summary %v", err))
 		}
 	}
 	if cfg.Output.MemReport != "" {
-		if err := train.WriteMemoryReport(cfg.Output.MemReport, dev.Memory()); err != nil {
-			return fail(1, saved(fmt.Errorf("-mem-report %v", err)))
+		if err := train.WriteMemoryReport(cfg.Output.MemReport, t.Device.Memory()); err != nil {
+			return saved(fmt.Errorf("-mem-report %v", err))
 		}
 		if path, host := cfg.HostMemReport(), t.Host(); path != "" && host != nil {
 			if err := train.WriteMemoryReport(path, host.Memory()); err != nil {
-				return fail(1, saved(fmt.Errorf("-mem-report (host memory) %v", err)))
+				return saved(fmt.Errorf("-mem-report (host memory) %v", err))
 			}
 		}
 	}
-	if code == 0 {
-		line := fmt.Sprintf("steps %d, final loss %.4f, eval loss %.4f", sum.Steps, sum.FinalLoss, sum.Eval.Loss)
-		if sum.Eval.Examples == 0 {
-			line = fmt.Sprintf("steps %d, final loss %.4f, no evaluation (no held-out data)", sum.Steps, sum.FinalLoss)
-		}
-		if sum.Eval.Accuracy != nil {
-			line += fmt.Sprintf(", eval accuracy %.2f%%", 100**sum.Eval.Accuracy)
-		}
-		fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
-		if cfg.Data.Path == "" && cfg.Model.Name == "mlp" && sum.Eval.Accuracy != nil && !cfg.Output.Quiet {
-			fmt.Fprintln(stdout, defaultTaskNote)
-		}
+	return nil
+}
+
+// report prints the run's last line: steps, losses, speed and peak.
+func report(stdout io.Writer, cfg train.Config, sum train.Summary) {
+	line := fmt.Sprintf("steps %d, final loss %.4f, eval loss %.4f", sum.Steps, sum.FinalLoss, sum.Eval.Loss)
+	if sum.Eval.Examples == 0 {
+		line = fmt.Sprintf("steps %d, final loss %.4f, no evaluation (no held-out data)", sum.Steps, sum.FinalLoss)
 	}
-	return code
+	if sum.Eval.Accuracy != nil {
+		line += fmt.Sprintf(", eval accuracy %.2f%%", 100**sum.Eval.Accuracy)
+	}
+	fmt.Fprintf(stdout, "%s, %.0f samples/s, peak %s\n", line, sum.SamplesPerSec, memory.FormatBytes(sum.PeakBytes.Total))
+	def := train.Default()
+	if cfg.Data.Path == "" && cfg.Model.Name == def.Model.Name && sum.Eval.Accuracy != nil && !cfg.Output.Quiet {
+		fmt.Fprintln(stdout, defaultTaskNote)
+	}
 }
 
 // defaultTaskNote says what the accuracy of a run on the embedded task
 // means. Measured with the default flags (-epochs 1, 5 and 20).
 const defaultTaskNote = "(the embedded task is 10 synthetic spiral arms: chance is 10%; the default MLP reaches about 62% in its one epoch, 87% with -epochs 5 and 91% with -epochs 20; real data: -data /usr/share/datasets/fashion-mnist)"
+
+// fail prints err and returns code.
+func fail(stderr io.Writer, code int, err error) int {
+	fmt.Fprintf(stderr, "train: %v\n", err)
+	return code
+}
+
+// exit is fail for an error that may be nil (code 0 then).
+func exit(stderr io.Writer, code int, err error) int {
+	if err == nil {
+		return 0
+	}
+	return fail(stderr, code, err)
+}
 
 // localRank is this process's rank among those mpirun started on this
 // machine (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK), which picks its GPU; 0

@@ -95,12 +95,19 @@ func TestPlanRanks(t *testing.T) {
 // TestFitRanks: -fit SIZE -plan with -dist mpi -ranks N prints the ZeRO
 // stage it chose among the flags, and plans one rank of N at that stage;
 // a stage given on the command line that fits is printed as it was.
+// parseFlags parses args into cfg as the command does.
+func parseFlags(cfg *train.Config, args []string) error {
+	fs := train.NewFlags("train", cfg)
+	fs.SetOutput(io.Discard)
+	return fs.Parse(args)
+}
+
 func TestFitRanks(t *testing.T) {
 	base := []string{"-model", "gpt", "-layers", "4", "-width", "128", "-heads", "4", "-context", "16", "-batch", "4", "-dropout", "0", "-dist", "mpi", "-ranks", "4"}
 	// A budget of stage 2's plan with the flags as given: unsharded and
 	// stage 1 need more, whatever the accumulation or checkpointing.
 	cfg := train.Default()
-	if err := newFlagSet(&cfg, io.Discard).Parse(append(append([]string{}, base...), "-zero", "2")); err != nil {
+	if err := parseFlags(&cfg, append(append([]string{}, base...), "-zero", "2")); err != nil {
 		t.Fatal(err)
 	}
 	p, err := train.Plan(cfg)
@@ -113,8 +120,8 @@ func TestFitRanks(t *testing.T) {
 		args       []string
 		flag, plan string // in the printed choice, in the plan's first line
 	}{
-		{"raised", []string{"-fit", budget, "-plan"}, "-zero 2 -accum 1", "; one rank of 4, zero 2"},
-		{"as given", []string{"-fit", budget, "-plan", "-zero", "3"}, ": -accum 1", "; one rank of 4, zero 3"},
+		{"raised", []string{"-fit", budget, "-plan"}, "-accum 1 -checkpoint off -zero 2 (", "; one rank of 4, zero 2"},
+		{"as given", []string{"-fit", budget, "-plan", "-zero", "3"}, "-accum 1 -checkpoint off (", "; one rank of 4, zero 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errs := runCmd(t, append(append([]string{}, base...), c.args...)...)
@@ -182,14 +189,14 @@ func TestBadInput(t *testing.T) {
 		{"unknown dist engine", []string{"-dist", "nccl"}, "-dist nccl: unknown engine"},
 		{"zero without dist", []string{"-zero", "1"}, "-zero 1: needs -dist"},
 		{"zero stage 4", []string{"-dist", "mpi", "-zero", "4"}, "-zero 4"},
-		{"ranks without dist", []string{"-plan", "-ranks", "2"}, "-ranks 2: plans one rank of -dist"},
+		{"ranks without dist", []string{"-plan", "-ranks", "2"}, "-ranks 2: needs -dist"},
 		{"negative ranks", []string{"-plan", "-dist", "mpi", "-ranks", "-1"}, "-ranks -1"},
 		{"unknown offload", []string{"-offload", "gradients"}, "-offload gradients: unknown"},
 		{"negative offload prefetch", []string{"-offload", "activations", "-offload-prefetch", "-1"}, "-offload-prefetch -1"},
 		{"offload optimizer stepping in backward", []string{"-offload", "optimizer", "-step-in-backward"}, "-step-in-backward"},
 		{"offload optimizer with freeze", []string{"-offload", "all", "-freeze", "layers.0.*"}, "-freeze"},
 		{"zero 3 with adafactor", []string{"-dist", "mpi", "-zero", "3", "-optim", "adafactor"}, "use -zero 1 or 2"},
-		{"zero 3 with bf16 weights", []string{"-dist", "mpi", "-zero", "3", "-weights", "bf16"}, "-weights bf16: not with -zero 3"},
+		{"zero 3 with bf16 weights", []string{"-dist", "mpi", "-zero", "3", "-weights", "bf16"}, "-weights bf16: conflicts with -zero 3"},
 		{"zero with unfreeze", []string{"-dist", "mpi", "-zero", "1", "-freeze", "layers.0.*", "-unfreeze-at", "3"}, "-unfreeze-at"},
 		{"lora with freeze", []string{"-lora", "4", "-freeze", "layers.0.*"}, "-freeze layers.0.*: conflicts with -lora"},
 		{"lora target matching nothing", []string{"-lora", "4", "-lora-targets", "blocks.*"}, `pattern "blocks.*" matches no Linear layer; closest: layers.`},
@@ -550,7 +557,7 @@ func TestInitFromHuggingFaceLlama(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"model": "llama"`, `"kv_heads": 2`, `"hidden": 40`, `"context": 16`} {
+	for _, want := range []string{`"name": "llama"`, `"kv_heads": 2`, `"hidden": 40`, `"context": 16`} {
 		if !strings.Contains(string(sum), want) {
 			t.Errorf("summary does not say %s", want)
 		}

@@ -369,7 +369,7 @@ func TestMPIFitPlansTheJob(t *testing.T) {
 	// A budget of stage 1's plan for one rank of 2: one process's
 	// replicas need more, whatever the accumulation or checkpointing.
 	cfg := train.Default()
-	if err := newFlagSet(&cfg, io.Discard).Parse(append(append([]string{}, base...), "-zero", "1", "-ranks", "2")); err != nil {
+	if err := parseFlags(&cfg, append(append([]string{}, base...), "-zero", "1", "-ranks", "2")); err != nil {
 		t.Fatal(err)
 	}
 	p, err := train.Plan(cfg)

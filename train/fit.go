@@ -1,0 +1,190 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// A fitAxis is a technique's place in -fit's search: the settings of it
+// the search may try, and what each costs.
+type fitAxis struct {
+	// tier 0 is exact: every exact technique's options are combined and
+	// the combinations planned cheapest first by their estimated cost.
+	// A higher tier is an approximate method (or, last, offloading),
+	// tried only when nothing of the lower tiers fits: the search runs
+	// the exact combinations again over each of its options, lower
+	// tiers varying fastest.
+	tier int
+	// options lists c with this technique set to each value the search
+	// may try, c itself first.
+	options func(c Config) []Config
+	// cost is this technique's factor in the estimated step time of c
+	// relative to orig, the configuration as given (exact tier only).
+	cost func(c, orig Config) float64
+	// show names the flags -fit's choice states even unchanged (the
+	// others it states when it changes them).
+	show []string
+}
+
+// Choice is a configuration Fit found, with its predicted peak.
+type Choice struct {
+	Config Config
+	Peak   PeakBytes
+	Cost   float64 // estimated step time relative to the configuration as given
+}
+
+// Flags is the choice as the command-line flags that turn the
+// configuration as given into it ("-accum 4 -amp bf16 -checkpoint
+// sqrt"), the way -fit prints it everywhere.
+func (c Choice) Flags(from Config) string { return ChangedFlags(from, c.Config, fitShown()...) }
+
+// fitShown are the flags -fit's choice always states.
+func fitShown() []string {
+	var out []string
+	for _, t := range techniques {
+		if t.fit != nil {
+			out = append(out, t.fit.show...)
+		}
+	}
+	return out
+}
+
+// Fit chooses the cheapest change to cfg whose predicted peak fits budget
+// bytes, trying the techniques' settings (their fitAxis) in this order:
+// the exact ones together, cheapest first by estimated cost — the
+// optimizer step inside backward (exact and about free; only without
+// accumulation, fp16, clipping or -dist), more micro-batches (about 5%
+// per doubling), bf16 autocast (10%: it changes the numerics),
+// activation checkpointing (recompute, about a third more compute), and,
+// when cfg plans one rank of several (-dist with -ranks N, N > 1), a
+// higher ZeRO stage (exact, like DDP: stages 1 and 2 about as cheap as
+// DDP, stage 3 dearer, see zeroCost; never below cfg's stage). Only when
+// none of those fits does it change the optimizer's state format, the
+// approximate methods, in this order (and then, all of them again, with
+// parameters stored in bf16, -weights bf16): 8-bit moments (adam →
+// adam8bit, adamw → adamw8bit; within 1% of the f32 loss on the GPT
+// reference, BENCHMARKS.md) and then adafactor (factored second moment,
+// no first moment; within 3%), each again over the exact candidates. SGD
+// is never swapped for another algorithm. Last of all it offloads state
+// to host memory (-offload all, or activations where the optimizer
+// cannot be offloaded, as under -dist): exact, but every step copies
+// activations or gradients and parameters over and back. Candidates
+// Config.Validate refuses are skipped. It says why when nothing fits.
+func Fit(cfg Config, budget int64) (Choice, error) {
+	cfg, _, err := cfg.ApplyInit()
+	if err != nil {
+		return Choice{}, err
+	}
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return Choice{}, err
+	}
+	ds, err := openData(cfg)
+	if err != nil {
+		return Choice{}, err
+	}
+	var exact, approx []*fitAxis
+	for _, t := range techniques {
+		switch {
+		case t.fit == nil:
+		case t.fit.tier == 0:
+			exact = append(exact, t.fit)
+		default:
+			approx = append(approx, t.fit)
+		}
+	}
+	slices.SortStableFunc(approx, func(a, b *fitAxis) int { return a.tier - b.tier })
+	// The approximate combinations: a mixed-radix count, the lowest
+	// tier fastest; each option is taken from the configuration with the
+	// lower tiers' choices applied (offloading everything the rest
+	// allows depends on them).
+	radix := make([]int, len(approx))
+	for i, a := range approx {
+		radix[i] = len(a.options(cfg))
+	}
+	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
+	idx := make([]int, len(approx))
+	for {
+		c, ok := cfg, true
+		for i, a := range approx {
+			opts := a.options(c)
+			if idx[i] >= len(opts) {
+				ok = false
+				break
+			}
+			c = opts[idx[i]]
+		}
+		if ok {
+			found, fits, err := fitWith(c, cfg, exact, ds, budget, &best)
+			if err != nil || fits {
+				return found, err
+			}
+		}
+		i := 0
+		for ; i < len(idx); i++ {
+			if idx[i]++; idx[i] < radix[i] {
+				break
+			}
+			idx[i] = 0
+		}
+		if i == len(idx) {
+			break
+		}
+	}
+	try := "a smaller model, -optim sgd or -freeze"
+	if shardable(cfg) {
+		// Every stage was tried: only more ranks shrink the shards.
+		try += ", or more ranks (-ranks, mpirun -np)"
+	} else {
+		try += ", or data parallelism: -dist mpi -zero 1, 2 or 3 shard the model state over ranks (plan them with -ranks N)"
+	}
+	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
+		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Flags(cfg),
+		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState), try)
+}
+
+// fitWith plans the combinations of the exact axes' options of cfg in
+// order of estimated cost (relative to orig), returning the first that
+// fits and keeping the smallest in best. Candidates Config.Validate
+// refuses are skipped.
+func fitWith(cfg, orig Config, exact []*fitAxis, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
+	// Every combination, the first axis varying slowest.
+	cands := []Config{cfg}
+	for _, a := range exact {
+		var next []Config
+		for _, c := range cands {
+			next = append(next, a.options(c)...)
+		}
+		cands = next
+	}
+	var choices []Choice
+	for _, c := range cands {
+		if c.Validate() != nil {
+			continue
+		}
+		cost := 1.0
+		for _, a := range exact {
+			cost *= a.cost(c, orig)
+		}
+		choices = append(choices, Choice{Config: c, Cost: cost})
+	}
+	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Cost < choices[j].Cost })
+	for _, c := range choices {
+		p, err := planWith(c.Config, ds)
+		if err != nil {
+			return Choice{}, false, err
+		}
+		c.Peak = p
+		if p.Total <= budget {
+			return c, true, nil
+		}
+		if p.Total < best.Peak.Total {
+			*best = c
+		}
+	}
+	return Choice{}, false, nil
+}
