@@ -152,7 +152,10 @@
 // Checkpoints. ExportFull gathers the shards into the state an unsharded
 // optimizer over the same parameters would export (a collective), and
 // ImportFull takes this rank's range of such a state, so a checkpoint
-// resumes on any number of ranks, with or without ZeRO.
+// resumes on any number of ranks, with or without ZeRO. Stages 1 and 2
+// and stage 3 share one implementation of both (zerostate.go): each
+// describes only its layout, where an element of a parameter lies in the
+// ranks' local vectors laid end to end (stage 3's: group by group).
 //
 // # ZeRO stage 3
 //

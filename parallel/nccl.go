@@ -63,15 +63,16 @@ type ncclComm struct {
 }
 
 // NewNCCL makes a communicator of NCCL over the GPUs of bootstrap's ranks,
-// one GPU per rank (dev, a *cuda.Device): rank 0 draws NCCL's unique id
+// one GPU per rank (dev, a *cuda.Device or a wrapper of one such as
+// device.Without's: see device.As): rank 0 draws NCCL's unique id
 // and broadcasts it through bootstrap (typically NewMPI's communicator),
 // then every rank joins. Collectives run on dev's compute stream, in
 // order with its kernels, on the tensors' device memory directly; each
 // returns once the GPU has finished it.
 func NewNCCL(bootstrap Comm, dev device.Device, opts ...NCCLOption) (Comm, error) {
-	d, ok := dev.(*cuda.Device)
-	if !ok || d == nil {
-		return nil, fmt.Errorf("dist: nccl: device %s is not a CUDA device", dev.Name())
+	d, err := ncclDevice(dev)
+	if err != nil {
+		return nil, err
 	}
 	c := &ncclComm{dev: d, rank: bootstrap.Rank(), size: bootstrap.Size(), timeout: DefaultTimeout}
 	for _, o := range opts {
@@ -140,7 +141,7 @@ func (c *ncclComm) run(op string, t *tensor.Tensor, queue func(stream C.cudaStre
 	if c.broken != nil {
 		return c.broken
 	}
-	if t != nil && t.Device() != device.Device(c.dev) {
+	if t != nil && !onGPU(t, c.dev) {
 		return fmt.Errorf("dist: nccl %s: tensor on %s, communicator on %s", op, t.Device().Name(), c.dev.Name())
 	}
 	err := c.dev.OnStream(func(stream unsafe.Pointer) error {

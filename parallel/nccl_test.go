@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/cuda"
 	"github.com/memfit/memfit/memory"
@@ -14,14 +15,22 @@ import (
 )
 
 // TestNCCLOneGPU runs every collective of the NCCL engine on one GPU (a
-// group of one rank: what a one-GPU machine can check) and its errors.
-// Two and more ranks need as many GPUs.
+// group of one rank: what a one-GPU machine can check) and its errors,
+// on the device and on the device with its fused kernels hidden
+// (device.Without, as -without makes it): the engine finds the GPU
+// through the wrapper. Two and more ranks need as many GPUs.
 func TestNCCLOneGPU(t *testing.T) {
-	dev, err := cuda.New(0)
+	gpu, err := cuda.New(0)
 	if err != nil {
 		t.Skipf("no CUDA device: %v", err)
 	}
-	defer dev.Close()
+	defer gpu.Close()
+	for _, dev := range []device.Device{gpu, device.Without(gpu)} {
+		t.Run(dev.Name(), func(t *testing.T) { testNCCLOneGPU(t, dev) })
+	}
+}
+
+func testNCCLOneGPU(t *testing.T, dev device.Device) {
 	c, err := parallel.NewNCCL(parallel.NewLocal(1)[0], dev)
 	if err != nil {
 		t.Fatal(err)

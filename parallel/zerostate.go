@@ -28,71 +28,140 @@ func (z *ZeRO) ZeroGrad() {
 // bucket (memory.Temporary, as Update's all-gather) and assembled on the
 // host, 4 bytes per parameter element and buffer. Only a single parameter
 // group is supported.
-func (z *ZeRO) ExportFull() (optim.State, error) {
-	shard, err := z.opt.Export()
+func (z *ZeRO) ExportFull() (optim.State, error) { return z.state().exportFull() }
+
+// ImportFull loads a whole-model optimizer state (from ExportFull, or from
+// an unsharded optimizer's Export over the same parameters) into this
+// rank's shard: each rank takes its range. It is not a collective, but
+// every rank must import the same state.
+func (z *ZeRO) ImportFull(full optim.State) error { return z.state().importFull(full) }
+
+// state describes z's shards for ExportFull and ImportFull: its flat
+// vector is the ranks' local vectors laid end to end (rank q's range
+// [q·S, (q+1)·S)).
+func (z *ZeRO) state() *shardedState {
+	pieces := make([]statePiece, len(z.viewOf))
+	for j, sg := range z.viewOf {
+		pieces[j] = statePiece{sg.i, sg.a, sg.n}
+	}
+	return &shardedState{
+		who: "zero", what: "parameter",
+		comm: z.comm, dev: z.dev, chunk: z.chunk, opt: z.opt,
+		params: z.f.params, views: z.views, pieces: pieces, local: z.shard,
+		at: func(i, e int) (int, int) { return z.f.off[i] + e, z.f.params[i].Len() - e },
+	}
+}
+
+// shardedState is what exporting and importing the optimizer state of a
+// sharded optimizer (ZeRO, stages 1 and 2, and ZeRO3) needs to know of
+// it: the parameters an unsharded optimizer would hold, the pieces of
+// them this rank's optimizer holds, and where every element of a
+// parameter lies in the ranks' local vectors. The two sharded optimizers
+// differ only in that layout (at).
+type shardedState struct {
+	who   string // "zero", "zero3": who the errors name
+	what  string // what the errors call the parameters
+	comm  Comm
+	dev   device.Device
+	chunk int // elements per rank per host all-gather
+	opt   *optim.Optimizer
+	// params are the parameters in the unsharded optimizer's order;
+	// views[j] (a parameter of opt) is piece pieces[j] of one of them.
+	params []*tensor.Tensor
+	views  []*tensor.Tensor
+	pieces []statePiece
+	// local is the number of elements of each rank's local vector, a
+	// multiple of every buffer's ElementsPer.
+	local int
+	// at says where element e of params[i] lies in the ranks' local
+	// vectors laid end to end (rank q's from q·local on): its position,
+	// and how many elements of the parameter from e on follow it there
+	// (at least 1).
+	at func(i, e int) (pos, n int)
+}
+
+// statePiece is elements [a, a+n) of parameter i.
+type statePiece struct{ i, a, n int }
+
+// errorf is an error of operation op ("export", "import") naming who.
+func (s *shardedState) errorf(op, format string, args ...any) error {
+	return fmt.Errorf("dist: "+s.who+": "+op+": "+format, args...)
+}
+
+// like returns an empty state with src's algorithm, step and group
+// hyper-parameters, its group (if any) listing names.
+func like(src optim.State, names []string) optim.State {
+	st := optim.State{Algorithm: src.Algorithm, Step: src.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
+	if len(src.Groups) == 1 {
+		st.Groups = []optim.GroupState{{LR: src.Groups[0].LR, WeightDecay: src.Groups[0].WeightDecay, Params: names}}
+	}
+	return st
+}
+
+func names(ts []*tensor.Tensor) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = nameOf(t)
+	}
+	return out
+}
+
+// exportFull gathers the state of every parameter: each buffer's shards
+// are all-gathered as one vector (units of ElementsPer elements: shards
+// and parameters start on multiples of it) and each parameter's units
+// read from where at puts them.
+func (s *shardedState) exportFull() (optim.State, error) {
+	shard, err := s.opt.Export()
 	if err != nil {
-		return optim.State{}, fmt.Errorf("dist: zero: export: %w", err)
+		return optim.State{}, s.errorf("export", "%w", err)
 	}
 	if len(shard.Groups) > 1 {
-		return optim.State{}, fmt.Errorf("dist: zero: export: %d parameter groups; the sharded optimizer supports one", len(shard.Groups))
+		return optim.State{}, s.errorf("export", "%d parameter groups; the sharded optimizer supports one", len(shard.Groups))
 	}
-	if z.opt.ShardAlignment() == 0 {
-		return z.exportWhole(shard)
+	if s.opt.ShardAlignment() == 0 {
+		return s.exportWhole(shard)
 	}
-	np := len(z.f.params)
+	np := len(s.params)
 	// Per parameter: whether it has state, and its update count. Every
 	// owner of a piece of the parameter agrees on both; the others say 0.
 	meta := make([]float32, 2*np)
-	for j, v := range z.views {
+	for j, v := range s.views {
 		if steps, ok := shard.ParamSteps[v.Name()]; ok {
-			i := z.viewOf[j].i
+			i := s.pieces[j].i
 			meta[i], meta[np+i] = 1, float32(steps)
 		}
 	}
-	if meta, err = z.allReduceHost(meta, Max); err != nil {
-		return optim.State{}, fmt.Errorf("dist: zero: export: %w", err)
+	if meta, err = allReduceHost(s.comm, s.dev, meta, Max); err != nil {
+		return optim.State{}, s.errorf("export", "%w", err)
 	}
-	full := optim.State{
-		Algorithm:  shard.Algorithm,
-		Step:       shard.Step,
-		ParamSteps: map[string]int{},
-		Tensors:    map[string]optim.StateTensor{},
-	}
-	if len(shard.Groups) == 1 {
-		g := optim.GroupState{LR: shard.Groups[0].LR, WeightDecay: shard.Groups[0].WeightDecay}
-		for _, p := range z.f.params {
-			g.Params = append(g.Params, nameOf(p))
-		}
-		full.Groups = []optim.GroupState{g}
-	}
-	for _, b := range z.opt.Buffers() {
-		// A buffer with one element per k parameter elements (8-bit
-		// scales) is gathered in units of k: shards and parameters start
-		// on multiples of k (see ZeRO).
-		k := z.opt.ElementsPer(b)
-		local := make([]float32, z.shard/k)
-		for j, v := range z.views {
+	full := like(shard, names(s.params))
+	r := s.comm.Rank()
+	for _, b := range s.opt.Buffers() {
+		k := s.opt.ElementsPer(b)
+		local := make([]float32, s.local/k)
+		for j, v := range s.views {
 			if t, ok := shard.Tensors[v.Name()+"."+b]; ok {
-				copy(local[(z.viewOf[j].pos-z.lo)/k:], t.Data)
+				pos, _ := s.at(s.pieces[j].i, s.pieces[j].a)
+				copy(local[(pos-r*s.local)/k:], t.Data)
 			}
 		}
-		all, err := z.allGatherHost(local)
+		all, err := allGatherHost(s.comm, s.dev, s.chunk, local)
 		if err != nil {
-			return optim.State{}, fmt.Errorf("dist: zero: export of %s: %w", b, err)
+			return optim.State{}, fmt.Errorf("dist: %s: export of %s: %w", s.who, b, err)
 		}
-		for i, p := range z.f.params {
+		for i, p := range s.params {
 			if meta[i] == 0 {
 				continue
 			}
-			shape, n := slices.Clone(p.Shape()), p.Len()
+			shape, units := slices.Clone(p.Shape()), p.Len()
 			if k > 1 {
-				n = (n + k - 1) / k
-				shape = []int{n}
+				units = (units + k - 1) / k
+				shape = []int{units}
 			}
-			full.Tensors[nameOf(p)+"."+b] = optim.StateTensor{Shape: shape, Data: all[z.f.off[i]/k : z.f.off[i]/k+n]}
+			full.Tensors[nameOf(p)+"."+b] = optim.StateTensor{Shape: shape, Data: s.units(all, i, k, units)}
 		}
 	}
-	for i, p := range z.f.params {
+	for i, p := range s.params {
 		if meta[i] != 0 {
 			full.ParamSteps[nameOf(p)] = int(meta[np+i])
 		}
@@ -100,25 +169,44 @@ func (z *ZeRO) ExportFull() (optim.State, error) {
 	return full.Compact(), nil
 }
 
-// ImportFull loads a whole-model optimizer state (from ExportFull, or from
-// an unsharded optimizer's Export over the same parameters) into this
-// rank's shard: each rank takes its range. It is not a collective, but
-// every rank must import the same state.
-func (z *ZeRO) ImportFull(full optim.State) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("dist: zero: import: "+format, args...)
+// units returns the first n units (of k elements) of parameter i in all,
+// the gathered vector of a buffer: a slice of all where they lie in one
+// run, a copy otherwise.
+func (s *shardedState) units(all []float32, i, k, n int) []float32 {
+	var data []float32
+	for u := 0; u < n; {
+		pos, run := s.at(i, u*k)
+		m := min(n-u, (run+k-1)/k)
+		if u == 0 && m == n {
+			return all[pos/k : pos/k+n]
+		}
+		if data == nil {
+			data = make([]float32, n)
+		}
+		u += copy(data[u:u+m], all[pos/k:])
 	}
+	if data == nil {
+		data = []float32{}
+	}
+	return data
+}
+
+// importFull checks full against the parameters and imports this rank's
+// pieces of it.
+func (s *shardedState) importFull(full optim.State) error {
+	bad := func(format string, args ...any) error { return s.errorf("import", format, args...) }
 	if len(full.Groups) > 1 {
 		return bad("state has %d parameter groups; the sharded optimizer supports one", len(full.Groups))
 	}
 	byName := map[string]int{}
-	for i, p := range z.f.params {
+	for i, p := range s.params {
 		byName[nameOf(p)] = i
 	}
-	if z.opt.ShardAlignment() == 0 {
-		return z.importWhole(full, byName)
-	}
-	bufs := z.opt.Buffers()
+	// Pieces are whole parameters with the optimizer's own shapes
+	// (Adafactor), which the optimizer checks; otherwise ranges of
+	// ElementsPer units.
+	whole := s.opt.ShardAlignment() == 0
+	bufs := s.opt.Buffers()
 	for key, t := range full.Tensors {
 		k := strings.LastIndexByte(key, '.')
 		if k < 0 || !slices.Contains(bufs, key[k+1:]) {
@@ -126,23 +214,16 @@ func (z *ZeRO) ImportFull(full optim.State) error {
 		}
 		i, ok := byName[key[:k]]
 		if !ok {
-			return bad("state for %s: no such parameter in this model", key[:k])
+			return bad("state for %s: no such %s in this model", key[:k], s.what)
 		}
-		if k := z.opt.ElementsPer(key[k+1:]); len(t.Data) != (z.f.params[i].Len()+k-1)/k {
-			return bad("state tensor %s holds %d values; the parameter has %d elements (one value per %d)", key, len(t.Data), z.f.params[i].Len(), k)
+		if k := s.opt.ElementsPer(key[k+1:]); !whole && len(t.Data) != (s.params[i].Len()+k-1)/k {
+			return bad("state tensor %s holds %d values; the parameter has %d elements (one value per %d)", key, len(t.Data), s.params[i].Len(), k)
 		}
 	}
-	shard := optim.State{Algorithm: full.Algorithm, Step: full.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
-	if len(full.Groups) == 1 {
-		g := optim.GroupState{LR: full.Groups[0].LR, WeightDecay: full.Groups[0].WeightDecay}
-		for _, v := range z.views {
-			g.Params = append(g.Params, v.Name())
-		}
-		shard.Groups = []optim.GroupState{g}
-	}
-	for j, v := range z.views {
-		sg := z.viewOf[j]
-		name := nameOf(z.f.params[sg.i])
+	shard := like(full, names(s.views))
+	for j, v := range s.views {
+		pc := s.pieces[j]
+		name := nameOf(s.params[pc.i])
 		steps, ok := full.ParamSteps[name]
 		if !ok {
 			continue
@@ -150,44 +231,48 @@ func (z *ZeRO) ImportFull(full optim.State) error {
 		shard.ParamSteps[v.Name()] = steps
 		for _, b := range bufs {
 			t, ok := full.Tensors[name+"."+b]
-			if !ok {
+			switch {
+			case whole && ok:
+				shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: slices.Clone(t.Shape), Data: slices.Clone(t.Data)}
+			case whole:
+			case !ok:
 				return bad("state for %s has no %s", name, b)
+			default:
+				k := s.opt.ElementsPer(b) // pc.a is a multiple of k
+				lo, hi := pc.a/k, (pc.a+pc.n+k-1)/k
+				shape := []int{hi - lo}
+				if k == 1 {
+					shape = v.Shape() // the parameter's own, for a whole one
+				}
+				shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: shape, Data: slices.Clone(t.Data[lo:hi])}
 			}
-			k := z.opt.ElementsPer(b) // sg.a is a multiple of k (see ZeRO)
-			lo, hi := sg.a/k, (sg.a+sg.n+k-1)/k
-			shape := []int{hi - lo}
-			if k == 1 {
-				shape = v.Shape() // the parameter's own, for a whole one
-			}
-			shard.Tensors[v.Name()+"."+b] = optim.StateTensor{Shape: shape, Data: slices.Clone(t.Data[lo:hi])}
 		}
 	}
-	if err := z.opt.Import(shard); err != nil {
-		return fmt.Errorf("dist: zero: import: %w", err)
+	if err := s.opt.Import(shard); err != nil {
+		return bad("%w", err)
 	}
 	return nil
 }
 
-// exportWhole is ExportFull for an optimizer whose state is per whole
-// parameter (Adafactor), each parameter owned by one rank. Its shapes are
-// the optimizer's own (a matrix's row and column statistics), which only
-// the owner knows: the ranks first agree on every state tensor's shape,
-// then all-gather each rank's tensors, concatenated.
-func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
-	fail := func(err error) (optim.State, error) {
-		return optim.State{}, fmt.Errorf("dist: zero: export: %w", err)
-	}
-	np, bufs := len(z.f.params), z.opt.Buffers()
+// exportWhole is exportFull for an optimizer whose state is per whole
+// parameter (Adafactor; only ZeRO's stages 1 and 2 take it), each
+// parameter owned by one rank. Its shapes are the optimizer's own (a
+// matrix's row and column statistics), which only the owner knows: the
+// ranks first agree on every state tensor's shape, then all-gather each
+// rank's tensors, concatenated.
+func (s *shardedState) exportWhole(shard optim.State) (optim.State, error) {
+	fail := func(err error) (optim.State, error) { return optim.State{}, s.errorf("export", "%w", err) }
+	np, bufs := len(s.params), s.opt.Buffers()
 	D := 1 // the most dimensions of a state tensor: a parameter's
-	for _, p := range z.f.params {
+	for _, p := range s.params {
 		D = max(D, p.Dim())
 	}
 	// Per parameter: has state, update count; then per parameter and
 	// buffer: has the buffer, its dimensions, its shape.
 	w := 2 + D
 	meta := make([]float32, 2*np+np*len(bufs)*w)
-	for j, v := range z.views {
-		i := z.viewOf[j].i
+	for j, v := range s.views {
+		i := s.pieces[j].i
 		steps, ok := shard.ParamSteps[v.Name()]
 		if !ok {
 			continue
@@ -205,7 +290,7 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 			}
 		}
 	}
-	meta, err := z.allReduceHost(meta, Max)
+	meta, err := allReduceHost(s.comm, s.dev, meta, Max)
 	if err != nil {
 		return fail(err)
 	}
@@ -221,9 +306,12 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 		return shape, true
 	}
 	// Rank q's tensors, in parameter and buffer order, concatenated.
-	owner := func(i int) int { return min(z.f.off[i]/max(z.shard, 1), z.comm.Size()-1) }
-	lens := make([]int, z.comm.Size())
-	for i := range z.f.params {
+	owner := func(i int) int {
+		pos, _ := s.at(i, 0)
+		return min(pos/max(s.local, 1), s.comm.Size()-1)
+	}
+	lens := make([]int, s.comm.Size())
+	for i := range s.params {
 		for bi := range bufs {
 			if shape, ok := shapeOf(i, bi); ok {
 				lens[owner(i)] += numel(shape)
@@ -232,8 +320,8 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 	}
 	L := slices.Max(lens)
 	local := make([]float32, 0, L)
-	for i, p := range z.f.params {
-		if owner(i) != z.comm.Rank() {
+	for i, p := range s.params {
+		if owner(i) != s.comm.Rank() {
 			continue
 		}
 		for bi, b := range bufs {
@@ -242,23 +330,16 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 			}
 		}
 	}
-	if len(local) != lens[z.comm.Rank()] {
-		return fail(fmt.Errorf("rank %d holds %d state values, its shapes say %d", z.comm.Rank(), len(local), lens[z.comm.Rank()]))
+	if len(local) != lens[s.comm.Rank()] {
+		return fail(fmt.Errorf("rank %d holds %d state values, its shapes say %d", s.comm.Rank(), len(local), lens[s.comm.Rank()]))
 	}
-	all, err := z.allGatherHost(append(local, make([]float32, L-len(local))...))
+	all, err := allGatherHost(s.comm, s.dev, s.chunk, append(local, make([]float32, L-len(local))...))
 	if err != nil {
 		return fail(err)
 	}
-	full := optim.State{Algorithm: shard.Algorithm, Step: shard.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
-	if len(shard.Groups) == 1 {
-		g := optim.GroupState{LR: shard.Groups[0].LR, WeightDecay: shard.Groups[0].WeightDecay}
-		for _, p := range z.f.params {
-			g.Params = append(g.Params, nameOf(p))
-		}
-		full.Groups = []optim.GroupState{g}
-	}
-	at := make([]int, z.comm.Size())
-	for i, p := range z.f.params {
+	full := like(shard, names(s.params))
+	at := make([]int, s.comm.Size())
+	for i, p := range s.params {
 		if meta[i] != 0 {
 			full.ParamSteps[nameOf(p)] = int(meta[np+i])
 		}
@@ -272,61 +353,6 @@ func (z *ZeRO) exportWhole(shard optim.State) (optim.State, error) {
 		}
 	}
 	return full.Compact(), nil
-}
-
-// importWhole is ImportFull for an optimizer whose state is per whole
-// parameter: each rank takes its parameters' tensors as they are (its
-// views bear the parameters' names and shapes), and the optimizer checks
-// their shapes.
-func (z *ZeRO) importWhole(full optim.State, byName map[string]int) error {
-	bufs := z.opt.Buffers()
-	for key := range full.Tensors {
-		k := strings.LastIndexByte(key, '.')
-		if k < 0 || !slices.Contains(bufs, key[k+1:]) {
-			return fmt.Errorf("dist: zero: import: state tensor %s is not <parameter>.<%s>", key, strings.Join(bufs, "|"))
-		}
-		if _, ok := byName[key[:k]]; !ok {
-			return fmt.Errorf("dist: zero: import: state for %s: no such parameter in this model", key[:k])
-		}
-	}
-	shard := optim.State{Algorithm: full.Algorithm, Step: full.Step, ParamSteps: map[string]int{}, Tensors: map[string]optim.StateTensor{}}
-	if len(full.Groups) == 1 {
-		g := optim.GroupState{LR: full.Groups[0].LR, WeightDecay: full.Groups[0].WeightDecay}
-		for _, v := range z.views {
-			g.Params = append(g.Params, v.Name())
-		}
-		shard.Groups = []optim.GroupState{g}
-	}
-	for _, v := range z.views {
-		name := v.Name() // a whole parameter's
-		steps, ok := full.ParamSteps[name]
-		if !ok {
-			continue
-		}
-		shard.ParamSteps[name] = steps
-		for _, b := range bufs {
-			if t, ok := full.Tensors[name+"."+b]; ok {
-				shard.Tensors[name+"."+b] = optim.StateTensor{Shape: slices.Clone(t.Shape), Data: slices.Clone(t.Data)}
-			}
-		}
-	}
-	if err := z.opt.Import(shard); err != nil {
-		return fmt.Errorf("dist: zero: import: %w", err)
-	}
-	return nil
-}
-
-// allReduceHost reduces a host vector over the ranks through a device
-// tensor (memory.Temporary).
-func (z *ZeRO) allReduceHost(v []float32, op Op) ([]float32, error) {
-	return allReduceHost(z.comm, z.dev, v, op)
-}
-
-// allGatherHost concatenates every rank's local (this rank's part of a
-// flat vector: z.shard elements, or fewer for a buffer kept per block)
-// into the vector of Size·len(local) elements, bucket by bucket.
-func (z *ZeRO) allGatherHost(local []float32) ([]float32, error) {
-	return allGatherHost(z.comm, z.dev, z.chunk, local)
 }
 
 // allGatherHost concatenates every rank's local (all of one length) in

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/device"
-	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/device/devicetest"
 	"github.com/memfit/memfit/memory"
 )
@@ -30,23 +29,22 @@ func newTestDevice(t *testing.T, opts ...Option) *Device {
 	return d
 }
 
-// TestConformance runs every kernel on the GPU and on the CPU device and
-// compares them (device/devicetest).
+// TestConformance runs every kernel on the GPU and compares it with the
+// float64 reference (device/devicetest).
 func TestConformance(t *testing.T) {
 	d := newTestDevice(t)
 	t.Logf("%s: %s", d.Name(), d.GPU())
-	devicetest.Run(t, cpu.New(), d)
+	devicetest.Run(t, d)
 	if err := d.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // TestComposedFallbacks runs the suite with the GPU's fused kernels hidden:
-// the compositions of its core kernels must agree with the CPU's fused
-// ones too.
+// the compositions of its core kernels must agree with the reference too.
 func TestComposedFallbacks(t *testing.T) {
 	d := newTestDevice(t)
-	devicetest.Run(t, cpu.New(), device.Without(d))
+	devicetest.Run(t, device.Without(d))
 	if err := d.Synchronize(); err != nil {
 		t.Fatal(err)
 	}

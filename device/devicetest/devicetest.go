@@ -14,7 +14,9 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
-// Tolerance is the relative tolerance of results of dtype d.
+// Tolerance is the relative tolerance of results of dtype d: a little more
+// than one unit in the last place, since a result computed in F32 and
+// rounded to d may round to the neighbour of the exact value's rounding.
 func Tolerance(d device.DType) float64 {
 	switch d {
 	case device.BF16:
@@ -27,28 +29,51 @@ func Tolerance(d device.DType) float64 {
 	return 1e-5
 }
 
-// pair is one tensor on both devices.
-type pair struct {
-	ref, dev device.View
+// unit is the unit roundoff of the accumulator results of dtype d are
+// summed in (F32, or F64 for F64).
+func unit(d device.DType) float64 {
+	if d == device.F64 {
+		return 0x1p-53
+	}
+	return 0x1p-24
 }
 
-// env allocates paired buffers and frees them at the end of a case.
+// operand is one tensor of a case, on every device of the run.
+type operand struct {
+	dt    device.DType
+	shape []int
+	// vals is what the tensor held when it was made, rounded to dt: the
+	// reference's input.
+	vals  []float64
+	views []device.View // one per device, in env.devs's order
+}
+
+// env allocates a case's tensors on each device and frees them at the
+// end of the case.
 type env struct {
-	t        *testing.T
-	ref, dev device.Device
-	rng      *rand.Rand
-	bufs     []pair
-	// values is false in RunAccounting: dev computes nothing, so only
-	// what the allocators saw is compared.
+	t *testing.T
+	// devs is the device under test (Run), or the reference and the
+	// device under test (RunAccounting).
+	devs []device.Device
+	rng  *rand.Rand
+	ops  []*operand
+	// requested is the bytes the case's tensors took on each device.
+	requested int64
+	// values is false in RunAccounting: the device computes nothing, so
+	// only what the allocators saw is compared.
 	values bool
 }
 
+// dev is the device under test.
+func (e *env) dev() device.Device { return e.devs[len(e.devs)-1] }
+
 func (e *env) free() {
-	for _, p := range e.bufs {
-		e.ref.Free(p.ref.Buf)
-		e.dev.Free(p.dev.Buf)
+	for _, p := range e.ops {
+		for i, d := range e.devs {
+			d.Free(p.views[i].Buf)
+		}
 	}
-	e.bufs = nil
+	e.ops = nil
 }
 
 func contiguous(shape []int) []int {
@@ -70,8 +95,8 @@ func count(shape []int) int {
 }
 
 // tensor allocates a contiguous tensor of dtype dt holding vals (rounded to
-// dt) on both devices. vals may be nil for an output (zero-filled).
-func (e *env) tensor(dt device.DType, shape []int, vals []float64) pair {
+// dt) on every device. vals may be nil for an output (zero-filled).
+func (e *env) tensor(dt device.DType, shape []int, vals []float64) *operand {
 	e.t.Helper()
 	n := count(shape)
 	if vals == nil {
@@ -81,24 +106,21 @@ func (e *env) tensor(dt device.DType, shape []int, vals []float64) pair {
 		e.t.Fatalf("devicetest: %d values for shape %v", len(vals), shape)
 	}
 	size := int64(max(n*dt.Size(), 1))
-	rb, err := e.ref.Alloc(size, memory.Temporary)
-	if err != nil {
-		e.t.Fatalf("devicetest: %s: %v", e.ref.Name(), err)
-	}
-	db, err := e.dev.Alloc(size, memory.Temporary)
-	if err != nil {
-		e.ref.Free(rb)
-		e.t.Fatalf("devicetest: %s: %v", e.dev.Name(), err)
-	}
 	raw := encode(dt, vals)
-	e.ref.Write(rb, 0, raw)
-	e.dev.Write(db, 0, raw)
-	st := contiguous(shape)
-	p := pair{
-		ref: device.View{Buf: rb, DType: dt, Shape: shape, Strides: st},
-		dev: device.View{Buf: db, DType: dt, Shape: shape, Strides: st},
+	p := &operand{dt: dt, shape: shape, vals: decode(dt, raw)}
+	for _, d := range e.devs {
+		b, err := d.Alloc(size, memory.Temporary)
+		if err != nil {
+			for i, db := range p.views {
+				e.devs[i].Free(db.Buf)
+			}
+			e.t.Fatalf("devicetest: %s: %v", d.Name(), err)
+		}
+		d.Write(b, 0, raw)
+		p.views = append(p.views, device.View{Buf: b, DType: dt, Shape: shape, Strides: contiguous(shape)})
 	}
-	e.bufs = append(e.bufs, p)
+	e.ops = append(e.ops, p)
+	e.requested += size
 	return p
 }
 
@@ -111,27 +133,44 @@ func (e *env) random(n int, lo, hi float64) []float64 {
 	return v
 }
 
-// read returns both devices' elements of a contiguous pair.
-func (e *env) read(p pair) (ref, got []float64) {
-	n := count(p.ref.Shape)
-	sz := p.ref.DType.Size()
-	rb := make([]byte, n*sz)
-	db := make([]byte, n*sz)
-	e.ref.Read(rb, p.ref.Buf, int64(p.ref.Offset*sz))
-	if !e.values {
-		return decode(p.ref.DType, rb), decode(p.ref.DType, rb)
+// each runs a kernel on every device; v gives an operand's view there.
+func (e *env) each(f func(d device.Device, v func(*operand) device.View)) {
+	for i, d := range e.devs {
+		f(d, func(p *operand) device.View { return p.views[i] })
 	}
-	e.dev.Read(db, p.dev.Buf, int64(p.dev.Offset*sz))
-	return decode(p.ref.DType, rb), decode(p.dev.DType, db)
 }
 
-// check compares a pair within tol (relative to max(|want|, rms(want))).
-func (e *env) check(name string, p pair, tol float64) {
+// read returns the elements of p on the device under test.
+func (e *env) read(p *operand) []float64 {
+	sz := p.dt.Size()
+	b := make([]byte, count(p.shape)*sz)
+	v := p.views[len(p.views)-1]
+	e.dev().Read(b, v.Buf, int64(v.Offset*sz))
+	return decode(p.dt, b)
+}
+
+// check compares p on the device under test with want, the reference's
+// exact values, rounded here to p's dtype: within tol relative to the
+// larger of the element and the RMS of want.
+func (e *env) check(name string, p *operand, want []float64, tol float64) {
+	e.t.Helper()
+	e.checkSum(name, p, want, nil, 0, tol)
+}
+
+// checkSum is check for results that are sums of many terms: mag[i] is
+// element i's Σ|terms| and n the most terms an element has, and element i
+// may also be n·u·mag[i] away (u the accumulator's unit roundoff), which
+// bounds the rounding of any order of summation.
+func (e *env) checkSum(name string, p *operand, want, mag []float64, n int, tol float64) {
 	e.t.Helper()
 	if !e.values {
 		return
 	}
-	want, got := e.read(p)
+	if len(want) != count(p.shape) {
+		e.t.Fatalf("devicetest: %s: the reference has %d values for shape %v", name, len(want), p.shape)
+	}
+	want = roundAll(p.dt, want)
+	got := e.read(p)
 	var rms float64
 	for _, w := range want {
 		if !math.IsInf(w, 0) && !math.IsNaN(w) {
@@ -146,15 +185,19 @@ func (e *env) check(name string, p pair, tol float64) {
 			if !(math.IsNaN(w) && math.IsNaN(g)) && w != g {
 				bad++
 				if bad <= 5 {
-					e.t.Errorf("%s[%d] = %v on %s, %v on %s", name, i, g, e.dev.Name(), w, e.ref.Name())
+					e.t.Errorf("%s[%d] = %v on %s, want %v", name, i, g, e.dev().Name(), w)
 				}
 			}
 			continue
 		}
-		if math.Abs(g-w) > tol*math.Max(math.Abs(w), rms)+1e-30 || math.IsNaN(g) {
+		bound := tol * math.Max(math.Abs(w), rms)
+		if mag != nil {
+			bound += float64(n) * unit(p.dt) * mag[i]
+		}
+		if math.Abs(g-w) > bound+1e-30 || math.IsNaN(g) {
 			bad++
 			if bad <= 5 {
-				e.t.Errorf("%s[%d] = %v on %s, want %v (from %s; tolerance %g)", name, i, g, e.dev.Name(), w, e.ref.Name(), tol)
+				e.t.Errorf("%s[%d] = %v on %s, want %v (tolerance %g)", name, i, g, e.dev().Name(), w, bound)
 			}
 		}
 	}
@@ -163,8 +206,8 @@ func (e *env) check(name string, p pair, tol float64) {
 	}
 }
 
-// exact compares a pair bit for bit (as values: NaN equals NaN).
-func (e *env) exact(name string, p pair) { e.t.Helper(); e.check(name, p, 0) }
+// exact compares p with want bit for bit (as values: NaN equals NaN).
+func (e *env) exact(name string, p *operand, want []float64) { e.t.Helper(); e.check(name, p, want, 0) }
 
 func encode(dt device.DType, vals []float64) []byte {
 	sz := dt.Size()
@@ -216,57 +259,66 @@ func decode(dt device.DType, b []byte) []float64 {
 	return v
 }
 
-// bf16 rounds to nearest even (inputs here are never NaN).
+// bf16 rounds to nearest even (an infinity stays one, a NaN stays a NaN).
 func bf16(f float32) uint16 {
 	b := math.Float32bits(f)
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
 }
 
-// floats are the dtypes every float kernel is checked in.
-var floats = []device.DType{device.F32, device.F16, device.BF16}
+// floatTypes are the dtypes every float kernel is checked in.
+var floatTypes = []device.DType{device.F32, device.F16, device.BF16}
 
-// Run checks dev against ref kernel by kernel, one subtest per kernel and
-// dtype. Capabilities run through device's package-level functions, so a
-// device without one (or one seen through device.Without) is checked on
-// the composed fallback.
-func Run(t *testing.T, ref, dev device.Device) { run(t, ref, dev, true) }
+// Run checks every kernel of dev against the reference (reference.go:
+// float64 on the host, through gonum), one subtest per kernel and dtype.
+// Capabilities run through device's package-level functions, so a device
+// without one (or one seen through device.Without) is checked on the
+// composed fallback. After each case's kernels dev must hold the case's
+// tensors and nothing more (every temporary freed), and after the case
+// what it held before.
+func Run(t *testing.T, dev device.Device) { run(t, []device.Device{dev}, true) }
 
 // RunAccounting runs every case on ref and on dev, a device that computes
 // nothing (the meta device), and compares what their allocators saw: the
 // same bytes allocated, under the same categories, and the same peak
 // within each case — which is what makes a plan traced on the meta device
 // exact, fallbacks' temporaries included.
-func RunAccounting(t *testing.T, ref, dev device.Device) { run(t, ref, dev, false) }
+func RunAccounting(t *testing.T, ref, dev device.Device) {
+	run(t, []device.Device{ref, dev}, false)
+}
 
-func run(t *testing.T, ref, dev device.Device, values bool) {
+func run(t *testing.T, devs []device.Device, values bool) {
 	for _, c := range cases {
 		for _, dt := range c.dtypes {
 			t.Run(c.name+"/"+dt.String(), func(t *testing.T) {
-				e := &env{t: t, ref: ref, dev: dev, rng: rand.New(rand.NewPCG(1, uint64(dt))), values: values}
-				ref.Memory().ResetPeak()
-				dev.Memory().ResetPeak()
-				r0, d0 := ref.Memory().Allocated(), dev.Memory().Allocated()
+				e := &env{t: t, devs: devs, rng: rand.New(rand.NewPCG(1, uint64(dt))), values: values}
+				start := make([]memory.Stats, len(devs))
+				for i, d := range devs {
+					d.Memory().ResetPeak()
+					start[i] = d.Memory().Stats()
+				}
 				defer func() {
 					e.free()
-					if r, d := ref.Memory().Allocated(), dev.Memory().Allocated(); r != r0 || d != d0 {
-						t.Errorf("allocated after the case: %s %d (was %d), %s %d (was %d)", ref.Name(), r, r0, dev.Name(), d, d0)
+					for i, d := range devs {
+						if a := d.Memory().Stats().Allocated.Current; a != start[i].Allocated.Current {
+							t.Errorf("allocated after the case: %d bytes on %s, %d before", a, d.Name(), start[i].Allocated.Current)
+						}
 					}
 				}()
 				c.run(e, dt)
-				// Both allocators saw the same requests: the same bytes are
-				// allocated, and under the same category.
-				rs, ds := ref.Memory().Stats(), dev.Memory().Stats()
-				if ra, da := rs.Allocated.Current-r0, ds.Allocated.Current-d0; ra != da {
-					t.Errorf("allocated by the case: %d bytes on %s, %d on %s", ra, ref.Name(), da, dev.Name())
-				}
-				if rc, dc := rs.Category(memory.Temporary).Current, ds.Category(memory.Temporary).Current; rc != dc {
-					t.Errorf("temporaries: %d bytes on %s, %d on %s", rc, ref.Name(), dc, dev.Name())
-				}
-				if !values {
-					if rp, dp := rs.Requested.Peak-r0, ds.Requested.Peak-d0; rp != dp {
-						t.Errorf("peak within the case: %d bytes on %s, %d on %s", rp, ref.Name(), dp, dev.Name())
+				var peaks []int64
+				for i, d := range devs {
+					st := d.Memory().Stats()
+					if held := st.Requested.Current - start[i].Requested.Current; held != e.requested {
+						t.Errorf("%s holds %d bytes after the case's kernels; its tensors are %d", d.Name(), held, e.requested)
 					}
+					if tmp := st.Category(memory.Temporary).Current - start[i].Category(memory.Temporary).Current; tmp != e.requested {
+						t.Errorf("%s holds %d bytes of temporaries after the case's kernels; its tensors are %d", d.Name(), tmp, e.requested)
+					}
+					peaks = append(peaks, st.Requested.Peak-start[i].Requested.Current)
+				}
+				if !values && peaks[0] != peaks[1] {
+					t.Errorf("peak within the case: %d bytes on %s, %d on %s", peaks[0], devs[0].Name(), peaks[1], devs[1].Name())
 				}
 			})
 		}
@@ -279,32 +331,36 @@ type kcase struct {
 	run    func(e *env, dt device.DType)
 }
 
-// both runs a kernel on the two devices.
-func both(e *env, f func(d device.Device, side func(pair) device.View)) {
-	f(e.ref, func(p pair) device.View { return p.ref })
-	f(e.dev, func(p pair) device.View { return p.dev })
-}
-
 var cases = []kcase{
-	{"Fill", append(floats, device.F64, device.I32, device.I64), func(e *env, dt device.DType) {
+	{"Fill", append(floatTypes, device.F64, device.I32, device.I64), func(e *env, dt device.DType) {
 		y := e.tensor(dt, []int{3, 5}, nil)
-		both(e, func(d device.Device, v func(pair) device.View) { d.Fill(v(y), 2.75) })
-		e.exact("fill", y)
+		e.each(func(d device.Device, v func(*operand) device.View) { d.Fill(v(y), 2.75) })
+		want := make([]float64, 15)
+		for i := range want {
+			want[i] = 2.75
+		}
+		e.exact("fill", y, want)
 	}},
-	{"Copy", floats, func(e *env, dt device.DType) {
+	{"Copy", floatTypes, func(e *env, dt device.DType) {
 		x := e.tensor(device.F32, []int{4, 6}, e.random(24, -3, 3))
 		y := e.tensor(dt, []int{6, 4}, nil)
 		back := e.tensor(device.F32, []int{6, 4}, nil)
-		both(e, func(d device.Device, v func(pair) device.View) {
+		e.each(func(d device.Device, v func(*operand) device.View) {
 			src := v(x)
 			src.Shape, src.Strides = []int{6, 4}, []int{1, 6} // transposed read
 			d.Copy(v(y), src)
 			d.Copy(v(back), v(y))
 		})
-		e.exact("copy", y)
-		e.exact("copy back", back)
+		xt := make([]float64, 24)
+		for i := range 6 {
+			for j := range 4 {
+				xt[i*4+j] = x.vals[j*6+i]
+			}
+		}
+		e.exact("copy", y, xt)
+		e.exact("copy back", back, roundAll(dt, xt))
 	}},
-	{"Unary", floats, func(e *env, dt device.DType) {
+	{"Unary", floatTypes, func(e *env, dt device.DType) {
 		for op := device.UnaryOp(0); op < device.NumUnaryOps; op++ {
 			lo := -2.0
 			if op == device.Log || op == device.Sqrt || op == device.PowScalar || op == device.Recip {
@@ -312,47 +368,61 @@ var cases = []kcase{
 			}
 			x := e.tensor(dt, []int{7, 9}, e.random(63, lo, 2))
 			y := e.tensor(dt, []int{7, 9}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) { d.Unary(op, v(y), v(x), 1.5) })
-			e.check(op.String(), y, Tolerance(dt))
+			e.each(func(d device.Device, v func(*operand) device.View) { d.Unary(op, v(y), v(x), 1.5) })
+			want := make([]float64, 63)
+			for i, xv := range x.vals {
+				want[i] = unaryRef(op, xv, 1.5)
+			}
+			e.check(op.String(), y, want, Tolerance(dt))
 		}
 	}},
-	{"UnaryBackward", floats, func(e *env, dt device.DType) {
+	{"UnaryBackward", floatTypes, func(e *env, dt device.DType) {
 		for op := device.UnaryOp(0); op < device.NumUnaryOps; op++ {
 			x := e.tensor(dt, []int{5, 8}, e.random(40, 0.25, 2))
 			y := e.tensor(dt, []int{5, 8}, nil)
 			dy := e.tensor(dt, []int{5, 8}, e.random(40, -1, 1))
 			dx := e.tensor(dt, []int{5, 8}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				d.Unary(op, v(y), v(x), 1.5)
 				d.UnaryBackward(op, v(dx), v(x), v(y), v(dy), 1.5)
 			})
-			e.check(op.String()+" backward", dx, 2*Tolerance(dt))
+			want := make([]float64, 40)
+			for i, xv := range x.vals {
+				yv := round(dt, unaryRef(op, xv, 1.5)) // y as stored
+				want[i] = unaryGradRef(op, xv, yv, dy.vals[i], 1.5)
+			}
+			e.check(op.String()+" backward", dx, want, 2*Tolerance(dt))
 		}
 	}},
-	{"Binary", floats, func(e *env, dt device.DType) {
+	{"Binary", floatTypes, func(e *env, dt device.DType) {
 		for op := device.BinaryOp(0); op < device.NumBinaryOps; op++ {
 			a := e.tensor(dt, []int{6, 10}, e.random(60, 0.5, 2))
 			b := e.tensor(dt, []int{10}, e.random(10, 0.5, 2))
 			y := e.tensor(dt, []int{6, 10}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				bb := v(b)
 				bb.Shape, bb.Strides = []int{6, 10}, []int{0, 1} // broadcast a row
 				d.Binary(op, v(y), v(a), bb)
 			})
-			e.check(op.String(), y, Tolerance(dt))
+			want := make([]float64, 60)
+			for i, av := range a.vals {
+				want[i] = binaryRef(op, av, b.vals[i%10])
+			}
+			e.check(op.String(), y, want, Tolerance(dt))
 		}
 	}},
-	{"Reduce", floats, func(e *env, dt device.DType) {
+	{"Reduce", floatTypes, func(e *env, dt device.DType) {
 		for _, op := range []device.ReduceOp{device.Sum, device.Max, device.Min} {
 			for _, out := range [][]int{{1, 300}, {4, 1}, {1, 1}, {300}} {
 				x := e.tensor(dt, []int{4, 300}, e.random(1200, -1, 1))
 				y := e.tensor(dt, out, nil)
-				both(e, func(d device.Device, v func(pair) device.View) { d.Reduce(op, v(y), v(x)) })
-				e.check(fmt.Sprintf("reduce %d into %v", op, out), y, Tolerance(dt))
+				e.each(func(d device.Device, v func(*operand) device.View) { d.Reduce(op, v(y), v(x)) })
+				want, mag, n := reduceRef(op, x.vals, x.shape, out)
+				e.checkSum(fmt.Sprintf("reduce %d into %v", op, out), y, want, mag, n, Tolerance(dt))
 			}
 		}
 	}},
-	{"Gemm", floats, func(e *env, dt device.DType) {
+	{"Gemm", floatTypes, func(e *env, dt device.DType) {
 		m, n, k, batch := 5, 7, 33, 3
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 			for _, cdt := range []device.DType{device.F32, dt} {
@@ -366,18 +436,23 @@ var cases = []kcase{
 				if tr[1] {
 					ldb = k
 				}
-				both(e, func(d device.Device, v func(pair) device.View) {
-					d.Gemm(device.Gemm{TransA: tr[0], TransB: tr[1], M: m, N: n, K: k, Batch: batch,
-						Alpha: 0.5, Beta: 0.25, A: v(a), B: v(b), C: v(c), LDA: lda, LDB: ldb, LDC: n,
-						StrideA: m * k, StrideB: 0, StrideC: m * n})
+				g := device.Gemm{TransA: tr[0], TransB: tr[1], M: m, N: n, K: k, Batch: batch,
+					Alpha: 0.5, Beta: 0.25, LDA: lda, LDB: ldb, LDC: n,
+					StrideA: m * k, StrideB: 0, StrideC: m * n}
+				e.each(func(d device.Device, v func(*operand) device.View) {
+					g.A, g.B, g.C = v(a), v(b), v(c)
+					d.Gemm(g)
 				})
-				e.check(fmt.Sprintf("gemm trans %v into %v", tr, cdt), c, math.Max(Tolerance(dt), Tolerance(cdt)))
+				want, mag := gemmRef(g, a.vals, b.vals, c.vals, nil)
+				e.checkSum(fmt.Sprintf("gemm trans %v into %v", tr, cdt), c, want, mag, k+1, Tolerance(cdt))
 			}
 		}
 	}},
-	{"GemmBias", floats, func(e *env, dt device.DType) {
+	{"GemmBias", floatTypes, func(e *env, dt device.DType) {
 		// A linear layer's x·Wᵀ + b: a bias in F32 (a master weight under
-		// autocast) or in the operands' dtype, into either C.
+		// autocast) or in the operands' dtype, into either C. A device
+		// may round a 16-bit C twice (device.BiasFirst): twice the
+		// tolerance.
 		m, n, k, batch := 19, 37, 21, 2
 		for _, bdt := range []device.DType{device.F32, dt} {
 			for _, cdt := range []device.DType{device.F32, dt} {
@@ -385,30 +460,35 @@ var cases = []kcase{
 				w := e.tensor(dt, []int{n * k}, e.random(n*k, -1, 1))
 				bias := e.tensor(bdt, []int{n}, e.random(n, -1, 1))
 				c := e.tensor(cdt, []int{batch, m, n}, e.random(batch*m*n, -1, 1)) // beta 0: never read
-				both(e, func(d device.Device, v func(pair) device.View) {
-					d.Gemm(device.Gemm{TransB: true, M: m, N: n, K: k, Batch: batch,
-						Alpha: 1, A: v(a), B: v(w), C: v(c), LDA: k, LDB: k, LDC: n,
-						StrideA: m * k, StrideC: m * n, Bias: v(bias)})
+				g := device.Gemm{TransB: true, M: m, N: n, K: k, Batch: batch,
+					Alpha: 1, LDA: k, LDB: k, LDC: n, StrideA: m * k, StrideC: m * n}
+				e.each(func(d device.Device, v func(*operand) device.View) {
+					g.A, g.B, g.C, g.Bias = v(a), v(w), v(c), v(bias)
+					d.Gemm(g)
 				})
-				e.check(fmt.Sprintf("gemm with a %v bias into %v", bdt, cdt), c, 2*math.Max(Tolerance(dt), Tolerance(cdt)))
+				want, mag := gemmRef(g, a.vals, w.vals, c.vals, bias.vals)
+				e.checkSum(fmt.Sprintf("gemm with a %v bias into %v", bdt, cdt), c, want, mag, k+1, 2*Tolerance(cdt))
 			}
 		}
 	}},
-	{"GemmGroups", floats, func(e *env, dt device.DType) {
+	{"GemmGroups", floatTypes, func(e *env, dt device.DType) {
 		// Heads inside [B, T, H, D]: B groups of H products each.
 		b, t, h, d := 2, 5, 3, 4
 		x := e.tensor(dt, []int{b * t * h * d}, e.random(b*t*h*d, -1, 1))
 		w := e.tensor(dt, []int{d * 6}, e.random(d*6, -1, 1))
 		c := e.tensor(device.F32, []int{b, h, t, 6}, nil)
-		both(e, func(dev device.Device, v func(pair) device.View) {
-			dev.Gemm(device.Gemm{M: t, N: 6, K: d, Batch: h, Outer: b, Alpha: 1,
-				A: v(x), B: v(w), C: v(c), LDA: h * d, LDB: 6, LDC: 6,
-				StrideA: d, StrideB: 0, StrideC: t * 6,
-				OuterStrideA: t * h * d, OuterStrideC: h * t * 6})
+		g := device.Gemm{M: t, N: 6, K: d, Batch: h, Outer: b, Alpha: 1,
+			LDA: h * d, LDB: 6, LDC: 6,
+			StrideA: d, StrideB: 0, StrideC: t * 6,
+			OuterStrideA: t * h * d, OuterStrideC: h * t * 6}
+		e.each(func(dev device.Device, v func(*operand) device.View) {
+			g.A, g.B, g.C = v(x), v(w), v(c)
+			dev.Gemm(g)
 		})
-		e.check("gemm groups", c, Tolerance(dt))
+		want, mag := gemmRef(g, x.vals, w.vals, c.vals, nil)
+		e.checkSum("gemm groups", c, want, mag, d, Tolerance(device.F32))
 	}},
-	{"GemmTriangles", floats, func(e *env, dt device.DType) {
+	{"GemmTriangles", floatTypes, func(e *env, dt device.DType) {
 		// Causal attention's products: scores (LowerC), probabilities
 		// times values (LowerA) and their transposes (UpperA).
 		t, dh, batch := 37, 9, 2
@@ -426,12 +506,15 @@ var cases = []kcase{
 			q := e.tensor(dt, []int{batch, t * dh}, e.random(batch*t*dh, -1, 1))
 			k := e.tensor(dt, []int{batch, t * dh}, e.random(batch*t*dh, -1, 1))
 			s := e.tensor(cdt, []int{batch, t, t}, e.random(batch*t*t, -1, 1))
-			both(e, func(d device.Device, v func(pair) device.View) {
-				d.Gemm(device.Gemm{TransB: true, M: t, N: t, K: dh, Batch: batch, Alpha: 0.5,
-					A: v(q), B: v(k), C: v(s), LDA: dh, LDB: dh, LDC: t,
-					StrideA: t * dh, StrideB: t * dh, StrideC: t * t, Triangle: device.LowerC})
+			g := device.Gemm{TransB: true, M: t, N: t, K: dh, Batch: batch, Alpha: 0.5,
+				LDA: dh, LDB: dh, LDC: t,
+				StrideA: t * dh, StrideB: t * dh, StrideC: t * t, Triangle: device.LowerC}
+			e.each(func(d device.Device, v func(*operand) device.View) {
+				g.A, g.B, g.C = v(q), v(k), v(s)
+				d.Gemm(g)
 			})
-			e.check(fmt.Sprintf("gemm LowerC into %v", cdt), s, math.Max(Tolerance(dt), Tolerance(cdt)))
+			want, mag := gemmRef(g, q.vals, k.vals, s.vals, nil)
+			e.checkSum(fmt.Sprintf("gemm LowerC into %v", cdt), s, want, mag, dh, Tolerance(cdt))
 			for _, upper := range []bool{false, true} {
 				p := e.tensor(dt, []int{batch, t * t}, tri(upper))
 				y := e.tensor(cdt, []int{batch, t, dh}, nil)
@@ -439,30 +522,34 @@ var cases = []kcase{
 				if upper {
 					mode = device.UpperA
 				}
-				both(e, func(d device.Device, v func(pair) device.View) {
-					d.Gemm(device.Gemm{M: t, N: dh, K: t, Batch: batch, Alpha: 1,
-						A: v(p), B: v(k), C: v(y), LDA: t, LDB: dh, LDC: dh,
-						StrideA: t * t, StrideB: t * dh, StrideC: t * dh, Triangle: mode})
+				gp := device.Gemm{M: t, N: dh, K: t, Batch: batch, Alpha: 1,
+					LDA: t, LDB: dh, LDC: dh,
+					StrideA: t * t, StrideB: t * dh, StrideC: t * dh, Triangle: mode}
+				e.each(func(d device.Device, v func(*operand) device.View) {
+					gp.A, gp.B, gp.C = v(p), v(k), v(y)
+					d.Gemm(gp)
 				})
-				e.check(fmt.Sprintf("gemm upper=%v into %v", upper, cdt), y, math.Max(Tolerance(dt), Tolerance(cdt)))
+				want, mag := gemmRef(gp, p.vals, k.vals, y.vals, nil)
+				e.checkSum(fmt.Sprintf("gemm upper=%v into %v", upper, cdt), y, want, mag, t, Tolerance(cdt))
 			}
 		}
 	}},
-	{"Softmax", floats, func(e *env, dt device.DType) {
+	{"Softmax", floatTypes, func(e *env, dt device.DType) {
 		for _, lg := range []bool{false, true} {
 			x := e.tensor(dt, []int{6, 300}, e.random(1800, -4, 4))
 			y := e.tensor(dt, []int{6, 300}, nil)
 			dy := e.tensor(dt, []int{6, 300}, e.random(1800, -1, 1))
 			dx := e.tensor(dt, []int{6, 300}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				device.Softmax(d, v(y), v(x), lg)
 				device.SoftmaxBackward(d, v(dx), v(y), v(dy), lg)
 			})
-			e.check(fmt.Sprintf("softmax log=%v", lg), y, Tolerance(dt))
-			e.check(fmt.Sprintf("softmax backward log=%v", lg), dx, 2*Tolerance(dt))
+			want := softmaxRef(x.vals, 300, lg)
+			e.check(fmt.Sprintf("softmax log=%v", lg), y, want, Tolerance(dt))
+			e.check(fmt.Sprintf("softmax backward log=%v", lg), dx, softmaxGradRef(roundAll(dt, want), dy.vals, 300, lg), 2*Tolerance(dt))
 		}
 	}},
-	{"LayerNorm", floats, func(e *env, dt device.DType) {
+	{"LayerNorm", floatTypes, func(e *env, dt device.DType) {
 		rows, n := 5, 96
 		x := e.tensor(dt, []int{rows, n}, e.random(rows*n, -2, 3))
 		gamma := e.tensor(dt, []int{n}, e.random(n, 0.5, 1.5))
@@ -474,46 +561,50 @@ var cases = []kcase{
 		dx := e.tensor(dt, []int{rows, n}, nil)
 		dgamma := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 		dbeta := e.tensor(dt, []int{n}, e.random(n, -1, 1))
-		both(e, func(d device.Device, v func(pair) device.View) {
+		e.each(func(d device.Device, v func(*operand) device.View) {
 			device.LayerNorm(d, v(y), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
 			device.LayerNormBackward(d, v(dx), v(dgamma), v(dbeta), v(dy), v(x), v(mean), v(rstd), v(gamma))
 		})
+		wy, wmean, wrstd := layerNormRef(x.vals, gamma.vals, beta.vals, n, 1e-5)
+		// Backward reads mean and rstd as stored (F32).
+		wdx, wdg, wdb, dgMag, dbMag := layerNormGradRef(dy.vals, x.vals, roundAll(device.F32, wmean), roundAll(device.F32, wrstd), gamma.vals, dgamma.vals, dbeta.vals, n)
 		tol := Tolerance(dt)
-		e.check("y", y, tol)
-		e.check("mean", mean, tol)
-		e.check("rstd", rstd, tol)
-		e.check("dx", dx, 4*tol)
-		e.check("dgamma", dgamma, 4*tol)
-		e.check("dbeta", dbeta, 4*tol)
+		e.check("y", y, wy, tol)
+		e.check("mean", mean, wmean, Tolerance(device.F32))
+		e.check("rstd", rstd, wrstd, Tolerance(device.F32))
+		e.check("dx", dx, wdx, 4*tol)
+		e.checkSum("dgamma", dgamma, wdg, dgMag, rows+1, 2*tol)
+		e.checkSum("dbeta", dbeta, wdb, dbMag, rows+1, tol)
 	}},
-	{"Embedding", floats, func(e *env, dt device.DType) {
+	{"Embedding", floatTypes, func(e *env, dt device.DType) {
 		vocab, dim := 11, 24
 		for _, it := range []device.DType{device.I32, device.I64} {
 			table := e.tensor(dt, []int{vocab, dim}, e.random(vocab*dim, -1, 1))
 			idx := e.tensor(it, []int{9}, []float64{3, 0, 10, 3, 3, 7, 1, 0, 5})
 			out := e.tensor(dt, []int{9, dim}, nil)
 			grad := e.tensor(dt, []int{vocab, dim}, e.random(vocab*dim, -1, 1))
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				d.Gather(v(out), v(table), v(idx))
 				d.ScatterAdd(v(grad), v(idx), v(out))
 			})
-			e.exact("gather", out)
-			e.check("scatter-add", grad, Tolerance(dt))
+			rows := gatherRef(table.vals, idx.vals, dim)
+			e.exact("gather", out, rows)
+			e.check("scatter-add", grad, scatterAddRef(dt, grad.vals, idx.vals, rows, dim), Tolerance(dt))
 		}
-		// An index past the table panics with the same IndexError.
+		// An index past the table panics with an IndexError naming it.
 		table := e.tensor(dt, []int{vocab, dim}, nil)
 		idx := e.tensor(device.I32, []int{4}, []float64{1, 2, 11, 12})
 		out := e.tensor(dt, []int{4, dim}, nil)
 		if !e.values {
 			return
 		}
-		want := catchIndex(func() { e.ref.Gather(out.ref, table.ref, idx.ref) })
-		got := catchIndex(func() { e.dev.Gather(out.dev, table.dev, idx.dev) })
-		if want == nil || got == nil || *want != *got {
-			e.t.Errorf("gather of index 11 of 11 rows: %s panics with %v, %s with %v", e.dev.Name(), got, e.ref.Name(), want)
+		want := device.IndexError{Op: "embedding", Index: 11, Limit: vocab, At: 2}
+		got := catchIndex(func() { e.dev().Gather(out.views[0], table.views[0], idx.views[0]) })
+		if got == nil || *got != want {
+			e.t.Errorf("gather of index 11 of 11 rows: %s panics with %v, want %v", e.dev().Name(), got, &want)
 		}
 	}},
-	{"Conv", floats, func(e *env, dt device.DType) {
+	{"Conv", floatTypes, func(e *env, dt device.DType) {
 		g := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 3, KW: 2, StrideH: 2, StrideW: 1, PadH: 1, PadW: 1}
 		xn := g.N * g.C * g.H * g.W
 		x := e.tensor(dt, []int{xn}, e.random(xn, -1, 1))
@@ -527,12 +618,14 @@ var cases = []kcase{
 			cn := g.N * g.C * g.KH * g.KW * g.OH * g.OW
 			col := e.tensor(dt, []int{cn}, nil)
 			dx := e.tensor(dt, []int{xn}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				d.Im2Col(v(col), v(x), g)
 				d.Col2Im(v(dx), v(col), g)
 			})
-			e.exact(fmt.Sprintf("im2col dilation %v", dil), col)
-			e.check(fmt.Sprintf("col2im dilation %v", dil), dx, Tolerance(dt))
+			wcol := im2colRef(x.vals, g)
+			e.exact(fmt.Sprintf("im2col dilation %v", dil), col, wcol)
+			want, mag, n := col2imRef(wcol, g)
+			e.checkSum(fmt.Sprintf("col2im dilation %v", dil), dx, want, mag, n, Tolerance(dt))
 		}
 		for _, op := range []device.PoolOp{device.MaxPool, device.AvgPool} {
 			pg := device.ConvGeom{N: 2, C: 3, H: 7, W: 6, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
@@ -542,18 +635,19 @@ var cases = []kcase{
 			am := e.tensor(device.I32, []int{on}, nil)
 			dy := e.tensor(dt, []int{on}, e.random(on, -1, 1))
 			pdx := e.tensor(dt, []int{xn}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				d.Pool(op, v(y), v(am), v(x), pg)
 				d.PoolBackward(op, v(pdx), v(am), v(dy), pg)
 			})
-			e.check(fmt.Sprintf("pool %d", op), y, Tolerance(dt))
+			wy, wam := poolRef(op, x.vals, pg)
+			e.check(fmt.Sprintf("pool %d", op), y, wy, Tolerance(dt))
 			if op == device.MaxPool {
-				e.exact("argmax", am)
+				e.exact("argmax", am, wam)
 			}
-			e.check(fmt.Sprintf("pool %d backward", op), pdx, Tolerance(dt))
+			e.check(fmt.Sprintf("pool %d backward", op), pdx, poolGradRef(op, wam, dy.vals, pg), Tolerance(dt))
 		}
 	}},
-	{"CrossEntropy", floats, func(e *env, dt device.DType) {
+	{"CrossEntropy", floatTypes, func(e *env, dt device.DType) {
 		rows, c := 6, 37
 		for _, s := range []float64{0, 0.1} {
 			logits := e.tensor(dt, []int{rows, c}, e.random(rows*c, -3, 3))
@@ -561,46 +655,49 @@ var cases = []kcase{
 			loss := e.tensor(dt, []int{rows}, nil)
 			dloss := e.tensor(dt, []int{rows}, e.random(rows, 0.5, 1.5))
 			dlogits := e.tensor(dt, []int{rows, c}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) {
+			e.each(func(d device.Device, v func(*operand) device.View) {
 				device.CrossEntropy(d, v(loss), v(logits), v(tg), -100, s)
 				device.CrossEntropyBackward(d, v(dlogits), v(logits), v(tg), v(dloss), -100, s)
 			})
-			e.check(fmt.Sprintf("loss smoothing %v", s), loss, Tolerance(dt))
-			e.check(fmt.Sprintf("dlogits smoothing %v", s), dlogits, 2*Tolerance(dt))
+			e.check(fmt.Sprintf("loss smoothing %v", s), loss, crossEntropyRef(logits.vals, tg.vals, c, -100, s), Tolerance(dt))
+			e.check(fmt.Sprintf("dlogits smoothing %v", s), dlogits, crossEntropyGradRef(logits.vals, tg.vals, dloss.vals, c, -100, s), 2*Tolerance(dt))
 		}
 		if !e.values {
 			return
 		}
-		// A target past the classes panics with the same IndexError.
+		// A target past the classes panics with an IndexError naming it.
 		logits := e.tensor(dt, []int{rows, c}, nil)
 		tg := e.tensor(device.I64, []int{rows}, []float64{0, 1, 2, 37, 4, 5})
 		loss := e.tensor(dt, []int{rows}, nil)
-		want := catchIndex(func() { device.CrossEntropy(e.ref, loss.ref, logits.ref, tg.ref, -100, 0) })
-		got := catchIndex(func() { device.CrossEntropy(e.dev, loss.dev, logits.dev, tg.dev, -100, 0) })
-		if want == nil || got == nil || *want != *got {
-			e.t.Errorf("cross entropy of target 37 of 37 classes: %s panics with %v, %s with %v", e.dev.Name(), got, e.ref.Name(), want)
+		want := device.IndexError{Op: "cross entropy target", Index: 37, Limit: c, At: 3}
+		got := catchIndex(func() { device.CrossEntropy(e.dev(), loss.views[0], logits.views[0], tg.views[0], -100, 0) })
+		if got == nil || *got != want {
+			e.t.Errorf("cross entropy of target 37 of 37 classes: %s panics with %v, want %v", e.dev().Name(), got, &want)
 		}
 	}},
-	{"Dropout", append(floats, device.F64), func(e *env, dt device.DType) {
+	{"Dropout", append(floatTypes, device.F64), func(e *env, dt device.DType) {
 		x := e.tensor(dt, []int{33, 65}, e.random(33*65, 0.5, 2))
 		y := e.tensor(dt, []int{33, 65}, nil)
-		both(e, func(d device.Device, v func(pair) device.View) { d.Dropout(v(y), v(x), 0.3, 12345) })
-		want, got := e.read(y)
-		for i := range want {
-			if (want[i] == 0) != (got[i] == 0) {
-				e.t.Fatalf("dropout mask differs at %d: %v on %s, %v on %s", i, got[i], e.dev.Name(), want[i], e.ref.Name())
+		e.each(func(d device.Device, v func(*operand) device.View) { d.Dropout(v(y), v(x), 0.3, 12345) })
+		want := dropoutRef(x.vals, 0.3, 12345)
+		if e.values {
+			got := e.read(y)
+			for i := range want {
+				if (want[i] == 0) != (got[i] == 0) {
+					e.t.Fatalf("dropout mask differs at %d: %v on %s, want %v", i, got[i], e.dev().Name(), want[i])
+				}
 			}
 		}
-		e.check("dropout", y, Tolerance(dt))
+		e.check("dropout", y, want, Tolerance(dt))
 	}},
-	{"Random", append(floats, device.F64), func(e *env, dt device.DType) {
+	{"Random", append(floatTypes, device.F64), func(e *env, dt device.DType) {
 		for _, dist := range []device.Distribution{device.Uniform, device.Normal} {
 			y := e.tensor(dt, []int{17, 31}, nil)
-			both(e, func(d device.Device, v func(pair) device.View) { d.Random(v(y), dist, -1, 2, 99) })
-			e.check(fmt.Sprintf("random %d", dist), y, Tolerance(dt))
+			e.each(func(d device.Device, v func(*operand) device.View) { d.Random(v(y), dist, -1, 2, 99) })
+			e.check(fmt.Sprintf("random %d", dist), y, randomRef(17*31, dist, -1, 2, 99), Tolerance(dt))
 		}
 	}},
-	{"Masks", floats, func(e *env, dt device.DType) {
+	{"Masks", floatTypes, func(e *env, dt device.DType) {
 		x := e.tensor(dt, []int{2, 5, 5}, e.random(50, -1, 1))
 		mv := e.random(25, 0, 2)
 		for i := range mv {
@@ -609,16 +706,27 @@ var cases = []kcase{
 		mask := e.tensor(dt, []int{5, 5}, mv)
 		y := e.tensor(dt, []int{2, 5, 5}, nil)
 		z := e.tensor(dt, []int{2, 5, 5}, nil)
-		both(e, func(d device.Device, v func(pair) device.View) {
+		e.each(func(d device.Device, v func(*operand) device.View) {
 			m := v(mask)
 			m.Shape, m.Strides = []int{2, 5, 5}, []int{0, 5, 1}
 			d.MaskedFill(v(y), v(x), m, -7)
 			device.CausalFill(d, v(z), v(x), -9)
 		})
-		e.exact("masked fill", y)
-		e.exact("causal fill", z)
+		masked, causal := make([]float64, 50), make([]float64, 50)
+		for i, xv := range x.vals {
+			r, c := (i/5)%5, i%5
+			masked[i], causal[i] = xv, xv
+			if mask.vals[i%25] != 0 {
+				masked[i] = -7
+			}
+			if c > r {
+				causal[i] = -9
+			}
+		}
+		e.exact("masked fill", y, masked)
+		e.exact("causal fill", z, causal)
 	}},
-	{"AllFinite", floats, func(e *env, dt device.DType) {
+	{"AllFinite", floatTypes, func(e *env, dt device.DType) {
 		ok := e.tensor(dt, []int{100}, e.random(100, -1, 1))
 		vals := e.random(100, -1, 1)
 		vals[77] = math.Inf(1)
@@ -626,25 +734,27 @@ var cases = []kcase{
 		vals[77] = math.NaN()
 		nan := e.tensor(dt, []int{100}, vals)
 		for _, c := range []struct {
-			p    pair
+			p    *operand
 			want bool
 		}{{ok, true}, {bad, false}, {nan, false}} {
 			if !e.values {
 				break
 			}
-			if r, g := e.ref.AllFinite(c.p.ref), e.dev.AllFinite(c.p.dev); r != c.want || g != c.want {
-				e.t.Errorf("AllFinite = %v on %s, %v on %s, want %v", g, e.dev.Name(), r, e.ref.Name(), c.want)
+			if got := e.dev().AllFinite(c.p.views[0]); got != c.want {
+				e.t.Errorf("AllFinite = %v on %s, want %v", got, e.dev().Name(), c.want)
 			}
 		}
 	}},
-	{"Attention", append(floats, device.F64), func(e *env, dt device.DType) {
-		kr, kd := device.AttentionOf(e.ref), device.AttentionOf(e.dev)
-		if kr == nil || kd == nil {
-			e.t.Skipf("fused attention: %s has it: %v, %s: %v (the tensor package composes it otherwise)", e.ref.Name(), kr != nil, e.dev.Name(), kd != nil)
+	{"Attention", append(floatTypes, device.F64), func(e *env, dt device.DType) {
+		for _, d := range e.devs {
+			if device.AttentionOf(d) == nil {
+				e.t.Skipf("fused attention: %s lacks it (the tensor package composes it otherwise)", d.Name())
+			}
 		}
 		// Heads viewed inside a fused projection [B, T, 3, H, D], as the
 		// models pass them: q, k and v are strided [B, H, T, D] views.
 		const b, h, t, d = 2, 3, 70, 8
+		sh := attentionShape{b, h, t, d}
 		acc := device.F32
 		if dt == device.F64 {
 			acc = device.F64
@@ -656,6 +766,20 @@ var cases = []kcase{
 			v.Strides = []int{t * 3 * h * d, d, 3 * h * d, 1}
 			return v
 		}
+		// The reference's q, k and v: contiguous [B, H, T, D].
+		heads := func(i int) []float64 {
+			out := make([]float64, 0, b*h*t*d)
+			for bi := range b {
+				for hi := range h {
+					for ti := range t {
+						o := ((bi*t+ti)*3+i)*h*d + hi*d
+						out = append(out, qkv.vals[o:o+d]...)
+					}
+				}
+			}
+			return out
+		}
+		q, k, v := heads(0), heads(1), heads(2)
 		out := e.tensor(dt, []int{b, h, t, d}, nil)
 		lse := e.tensor(acc, []int{b, h, t}, nil)
 		dout := e.tensor(dt, []int{b, h, t, d}, e.random(b*h*t*d, -1, 1))
@@ -664,51 +788,69 @@ var cases = []kcase{
 		dv := e.tensor(dt, []int{b, h, t, d}, nil)
 		for _, p := range []float64{0, 0.25} {
 			a := device.Attention{Scale: 0.35, Dropout: p, Seed: 5}
-			both(e, func(d device.Device, v func(pair) device.View) {
-				k := device.AttentionOf(d)
-				q, kk, vv := view(v(qkv), 0), view(v(qkv), 1), view(v(qkv), 2)
-				k.CausalAttention(v(out), v(lse), q, kk, vv, a)
-				k.CausalAttentionBackward(v(dq), v(dk), v(dv), v(dout), v(out), v(lse), q, kk, vv, a)
+			e.each(func(dev device.Device, s func(*operand) device.View) {
+				ker := device.AttentionOf(dev)
+				qv, kv, vv := view(s(qkv), 0), view(s(qkv), 1), view(s(qkv), 2)
+				ker.CausalAttention(s(out), s(lse), qv, kv, vv, a)
+				ker.CausalAttentionBackward(s(dq), s(dk), s(dv), s(dout), s(out), s(lse), qv, kv, vv, a)
 			})
+			if !e.values {
+				continue
+			}
+			wout, wlse, wdq, wdk, wdv := attentionRef(dt, sh, q, k, v, dout.vals, a, nil)
 			tol := Tolerance(dt)
-			e.check(fmt.Sprintf("attention dropout %v", p), out, tol)
-			e.check(fmt.Sprintf("log-sum-exp dropout %v", p), lse, Tolerance(acc))
-			e.check(fmt.Sprintf("dq dropout %v", p), dq, 2*tol)
-			e.check(fmt.Sprintf("dk dropout %v", p), dk, 2*tol)
-			e.check(fmt.Sprintf("dv dropout %v", p), dv, 2*tol)
+			e.check(fmt.Sprintf("attention dropout %v", p), out, wout, tol)
+			e.check(fmt.Sprintf("log-sum-exp dropout %v", p), lse, wlse, Tolerance(acc))
+			e.check(fmt.Sprintf("dq dropout %v", p), dq, wdq, 2*tol)
+			e.check(fmt.Sprintf("dk dropout %v", p), dk, wdk, 2*tol)
+			e.check(fmt.Sprintf("dv dropout %v", p), dv, wdv, 2*tol)
 		}
 	}},
 	{"Adam8bit", []device.DType{device.F32}, func(e *env, dt device.DType) {
 		// Three blocks, the last partial; codes and scales from a first
 		// step, so the second dequantises non-trivial state. The fused
-		// kernel and the fallback compute Adam8bitBlock's F32 arithmetic:
-		// parameters, codes and scales agree exactly.
+		// kernel and the fallback (through device.Without) compute
+		// Adam8bitBlock's F32 arithmetic: parameters, codes and scales
+		// are its bits exactly.
 		n := 2*device.Quant8Block + 300
 		nb := device.Quant8Blocks(n)
 		for _, dec := range []bool{false, true} {
-			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
-			m := e.tensor(device.U8, []int{n}, nil)
-			v := e.tensor(device.U8, []int{n}, nil)
-			ms := e.tensor(device.F32, []int{nb}, nil)
-			vs := e.tensor(device.F32, []int{nb}, nil)
+			type state struct{ p, m, v, ms, vs *operand }
+			mk := func(p0 []float64) state {
+				return state{e.tensor(device.F32, []int{n}, p0), e.tensor(device.U8, []int{n}, nil), e.tensor(device.U8, []int{n}, nil),
+					e.tensor(device.F32, []int{nb}, nil), e.tensor(device.F32, []int{nb}, nil)}
+			}
+			fused := mk(e.random(n, -1, 1))
+			composed := mk(fused.p.vals)
+			p, m, v, ms, vs := fused.p.vals, fused.m.vals, fused.v.vals, fused.ms.vals, fused.vs.vals
 			for step := 1; step <= 2; step++ {
 				g := e.tensor(dt, []int{n}, e.random(n, -1e-2, 1e-2))
 				h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
 					BiasCorrection1: 1 - math.Pow(0.9, float64(step)), BiasCorrection2: 1 - math.Pow(0.999, float64(step)), GradScale: 0.5}
-				both(e, func(d device.Device, s func(pair) device.View) {
-					device.Adam8bitStep(d, s(p), s(g), s(m), s(v), s(ms), s(vs), h)
+				e.each(func(d device.Device, o func(*operand) device.View) {
+					for _, run := range []struct {
+						d device.Device
+						s state
+					}{{d, fused}, {device.Without(d, device.CapAdam8bitStep), composed}} {
+						s := run.s
+						device.Adam8bitStep(run.d, o(s.p), o(g), o(s.m), o(s.v), o(s.ms), o(s.vs), h)
+					}
 				})
+				p, m, v, ms, vs = adam8bitRef(p, g.vals, m, v, ms, vs, h)
 			}
-			e.exact("adam8bit param", p)
-			e.exact("adam8bit m codes", m)
-			e.exact("adam8bit v codes", v)
-			e.exact("adam8bit m scales", ms)
-			e.exact("adam8bit v scales", vs)
+			for _, s := range []state{fused, composed} {
+				e.exact("adam8bit param", s.p, p)
+				e.exact("adam8bit m codes", s.m, m)
+				e.exact("adam8bit v codes", s.v, v)
+				e.exact("adam8bit m scales", s.ms, ms)
+				e.exact("adam8bit v scales", s.vs, vs)
+			}
 		}
 	}},
 	{"StochasticRound", []device.DType{device.F32}, func(e *env, dt device.DType) {
 		// Values of every magnitude, an infinity and a NaN, at an offset:
-		// the fused kernel and the host fallback give the same bits.
+		// the fused kernel and the host fallback (through device.Without)
+		// give StochasticBF16's bits.
 		n := 5000
 		vals := e.random(n, -3, 3)
 		for i := range vals {
@@ -716,13 +858,17 @@ var cases = []kcase{
 		}
 		vals[7], vals[8] = math.Inf(-1), math.NaN()
 		src := e.tensor(device.F32, []int{n}, vals)
-		dst := e.tensor(device.BF16, []int{n}, nil)
-		both(e, func(d device.Device, s func(pair) device.View) {
-			device.StochasticRoundBF16(d, s(dst), s(src), 0x5eed, 12345)
+		fused := e.tensor(device.BF16, []int{n}, nil)
+		composed := e.tensor(device.BF16, []int{n}, nil)
+		e.each(func(d device.Device, s func(*operand) device.View) {
+			device.StochasticRoundBF16(d, s(fused), s(src), 0x5eed, 12345)
+			device.StochasticRoundBF16(device.Without(d, device.CapStochasticRound), s(composed), s(src), 0x5eed, 12345)
 		})
-		e.exact("stochastic bf16", dst)
+		want := stochasticRoundRef(src.vals, 0x5eed, 12345)
+		e.exact("stochastic bf16", fused, want)
+		e.exact("stochastic bf16 composed", composed, want)
 	}},
-	{"Optimizers", floats, func(e *env, dt device.DType) {
+	{"Optimizers", floatTypes, func(e *env, dt device.DType) {
 		n := 300
 		for _, dec := range []bool{false, true} {
 			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
@@ -731,19 +877,21 @@ var cases = []kcase{
 			v := e.tensor(device.F32, []int{n}, e.random(n, 0, 0.01))
 			h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
 				BiasCorrection1: 1 - 0.9*0.9, BiasCorrection2: 1 - 0.999*0.999, GradScale: 0.5}
-			both(e, func(d device.Device, s func(pair) device.View) { device.AdamStep(d, s(p), s(g), s(m), s(v), h) })
-			e.check("adam param", p, 1e-5)
-			e.check("adam m", m, 1e-5)
-			e.check("adam v", v, 1e-5)
+			e.each(func(d device.Device, s func(*operand) device.View) { device.AdamStep(d, s(p), s(g), s(m), s(v), h) })
+			wp, wm, wv := adamRef(p.vals, g.vals, m.vals, v.vals, h)
+			e.check("adam param", p, wp, 1e-5)
+			e.check("adam m", m, wm, 1e-5)
+			e.check("adam v", v, wv, 1e-5)
 		}
 		for _, first := range []bool{true, false} {
 			p := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
 			g := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 			buf := e.tensor(device.F32, []int{n}, e.random(n, -1, 1))
 			h := device.SGDHyper{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 0.01, Nesterov: !first, FirstStep: first, GradScale: 2}
-			both(e, func(d device.Device, s func(pair) device.View) { device.SGDStep(d, s(p), s(g), s(buf), h) })
-			e.check("sgd param", p, 1e-5)
-			e.check("sgd momentum", buf, 1e-5)
+			e.each(func(d device.Device, s func(*operand) device.View) { device.SGDStep(d, s(p), s(g), s(buf), h) })
+			wp, wb := sgdRef(p.vals, g.vals, buf.vals, h)
+			e.check("sgd param", p, wp, 1e-5)
+			e.check("sgd momentum", buf, wb, 1e-5)
 		}
 	}},
 }

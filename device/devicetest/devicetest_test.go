@@ -9,18 +9,19 @@ import (
 	"github.com/memfit/memfit/device/meta"
 )
 
-// TestCPUAgainstItself runs the suite with the CPU device on both sides:
-// it checks the suite itself (every case runs, reads back and compares, and
-// the accounting checks hold), since no other device is always present.
-func TestCPUAgainstItself(t *testing.T) {
-	devicetest.Run(t, cpu.New(), cpu.New(cpu.Threads(1)))
+// TestCPU runs the suite on the CPU device, with its threads and on one
+// thread (another partition of every kernel's work), against the float64
+// reference.
+func TestCPU(t *testing.T) {
+	t.Run("threads", func(t *testing.T) { devicetest.Run(t, cpu.New()) })
+	t.Run("one thread", func(t *testing.T) { devicetest.Run(t, cpu.New(cpu.Threads(1))) })
 }
 
 // TestComposedFallbacks checks every capability's composition of core
-// kernels against the CPU's fused kernel: a device that lacks a fused
-// kernel computes the same values.
+// kernels against the reference: a device that lacks a fused kernel
+// computes the same values.
 func TestComposedFallbacks(t *testing.T) {
-	devicetest.Run(t, cpu.New(), device.Without(cpu.New(cpu.Threads(1))))
+	devicetest.Run(t, device.Without(cpu.New()))
 }
 
 // TestMeta checks that the meta device accounts every case as the CPU
