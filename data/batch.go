@@ -14,6 +14,12 @@ import (
 // shape] and Targets the labels with TargetShape [n]. For Window examples,
 // Tokens holds the inputs with InputShape [n, T] and Targets the next
 // tokens with TargetShape [n, T]. Exactly one of Inputs and Tokens is set.
+//
+// For Sequence examples (fine-tuning data), Tokens and Targets are as for
+// Windows with T the longest example's length: shorter rows are padded
+// with PadToken and IgnoreIndex targets (Padding counts those positions),
+// and Positions holds each token's position within its example when the
+// examples are packed.
 type Batch struct {
 	Epoch int // epoch the batch belongs to
 	Index int // position of the batch within its epoch
@@ -26,6 +32,16 @@ type Batch struct {
 	Targets     []int32
 	TargetShape []int
 
+	// Positions, of InputShape, is each token's position within its
+	// example for packed Sequences: 0 where an example starts, so a model
+	// restarts its positions there and keeps attention inside the
+	// example. Nil means 0, 1, ..., T-1 in every row.
+	Positions []int32
+	// Padding is the number of padded positions in Tokens.
+	Padding int
+
+	seq bool // the batch holds Sequences
+
 	// spare holds a recycled batch's arrays until put fills them again.
 	spare batchArrays
 }
@@ -35,6 +51,7 @@ type batchArrays struct {
 	inputs            []float32
 	tokens, targets   []int32
 	inShape, tgtShape []int
+	positions         []int32
 }
 
 // recycled keeps a few batches' arrays for the loader's next batches, so
@@ -57,7 +74,7 @@ func (b *Batch) Recycle() {
 	}
 	*b = Batch{spare: batchArrays{
 		indices: b.Indices, inputs: b.Inputs, tokens: b.Tokens, targets: b.Targets,
-		inShape: b.InputShape, tgtShape: b.TargetShape,
+		inShape: b.InputShape, tgtShape: b.TargetShape, positions: b.Positions,
 	}}
 	recycled.mu.Lock()
 	defer recycled.mu.Unlock()
@@ -99,10 +116,10 @@ func reuse[E any](buf []E, n int) []E {
 // Len returns the number of examples in the batch.
 func (b *Batch) Len() int { return len(b.Indices) }
 
-// Bytes returns the size of the batch's inputs and targets in bytes (what
-// ToDevice allocates).
+// Bytes returns the size of the batch's inputs, targets and positions in
+// bytes (what ToDevice allocates, with the positions when they are set).
 func (b *Batch) Bytes() int64 {
-	return 4 * int64(len(b.Inputs)+len(b.Tokens)+len(b.Targets))
+	return 4 * int64(len(b.Inputs)+len(b.Tokens)+len(b.Targets)+len(b.Positions))
 }
 
 func numel(shape []int) int {
@@ -145,11 +162,13 @@ func (b *Batch) put(j, n int, ex Example) error {
 			b.Targets = reuse(b.spare.targets, n*t)
 			b.InputShape = append(b.spare.inShape[:0], n, t)
 			b.TargetShape = append(b.spare.tgtShape[:0], n, t)
-		} else if b.Tokens == nil || b.InputShape[1] != t {
+		} else if b.Tokens == nil || b.seq || b.InputShape[1] != t {
 			return fmt.Errorf("window of %d tokens in a batch of %s", t, b.kind())
 		}
 		copy(b.Tokens[j*t:], e.Input)
 		copy(b.Targets[j*t:], e.Target)
+	case Sequence:
+		return b.putSequence(j, n, e)
 	case nil:
 		return fmt.Errorf("dataset returned no example")
 	default:
@@ -159,6 +178,9 @@ func (b *Batch) put(j, n int, ex Example) error {
 }
 
 func (b *Batch) kind() string {
+	if b.seq {
+		return fmt.Sprintf("sequences of up to %d tokens", b.InputShape[1])
+	}
 	if b.Tokens != nil {
 		return fmt.Sprintf("windows of %d tokens", b.InputShape[1])
 	}

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/memfit/memfit/internal/atomicfile"
 )
 
 // CacheEnv names the environment variable that overrides the directory
@@ -144,31 +146,18 @@ func cacheSound(target string) bool {
 	return err == nil && n == size && crc.Sum32() == sum
 }
 
-// writeAtomic writes target through a temporary file in its directory
-// that is synced, made readable by all and renamed over it.
+// writeAtomic writes target through atomicfile (a synced temporary file
+// renamed over it). write gets the temporary *os.File, so a shard writer
+// may fill its header with WriteAt; write's errors come back as they are,
+// the file steps' with "cache:" before them.
 func writeAtomic(target string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
-	if err != nil {
+	var werr error
+	err := atomicfile.Write(target, func(w io.Writer) error {
+		werr = write(w)
+		return werr
+	})
+	if err != nil && err != werr {
 		return fmt.Errorf("cache: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		return err
-	}
-	for _, step := range []func() error{func() error { return tmp.Chmod(0o644) }, tmp.Sync, tmp.Close} {
-		if err := step(); err != nil {
-			return fmt.Errorf("cache: %w", err)
-		}
-	}
-	if err := os.Rename(tmp.Name(), target); err != nil {
-		return fmt.Errorf("cache: %w", err)
-	}
-	ok = true
-	return nil
+	return err
 }

@@ -22,6 +22,12 @@
 //     magic 20240801 and version 7 for uint32 tokens, then the token count)
 //     followed by the tokens; many shards by glob.
 //   - A byte corpus (OpenCorpus, Fortunes): every byte is a token.
+//   - Fine-tuning records in JSON Lines or parquet (OpenRecords, OpenSFT):
+//     text, prompt/completion, chat messages rendered by the model's
+//     chat template (ChatTemplate), or Alpaca; tokenized once into a
+//     cache file, with IgnoreIndex labels where nothing is trained, as
+//     Sequences of their own length, packed into windows or padded per
+//     batch.
 //   - An image folder (OpenImageFolder): one subfolder per class, PNG and
 //     JPEG decoded on demand, resized (bilinear) and normalised.
 //   - Synthetic tasks computed from a seed, the defaults of the train
