@@ -5,7 +5,7 @@
 // tensor, never a second copy of the model. With Options.Defer it holds
 // not even the parameters: they are checked against the checkpoint at
 // once and read from the mapped files only when a sharding places them
-// (dist's ZeRO-3, one block at a time), the files staying mapped until
+// (parallel's ZeRO-3, one block at a time), the files staying mapped until
 // then.
 //
 // The GPT-2 family maps onto models.GPT (LoadGPT2, SaveGPT2): names with or
@@ -22,7 +22,19 @@
 // model_type or architectures, else the tensor names); Load and Save pick
 // the family's functions.
 //
-// Every malformed file (a bad header, a missing tensor, a shape that
-// contradicts config.json, an unknown architecture) is an error naming
-// the file and the tensor.
+// Files are read through package safetensors, which checks every header
+// and index before anything is allocated and opens only regular files (a
+// FIFO never blocks a load); a directory's model.safetensors wins over an
+// index, as in transformers. config.json's values are bounded (MaxLayers
+// and the others), so GPT2Config.Params and LlamaConfig.Params size a
+// model from the config alone; and the model a config describes is bound
+// to the checkpoint's tensors on the meta device before it is built, so a
+// config that does not describe its checkpoint never allocates the model
+// it claims. Save replaces a directory's model as a whole, removing an
+// older sharded checkpoint once the new model.safetensors is in place.
+//
+// Every malformed file (a bad header, a missing tensor, a tensor memfit
+// would drop, a shape that contradicts config.json, a value out of
+// bounds, an unknown architecture) is an error naming the file and the
+// tensor or key.
 package hf

@@ -1,24 +1,20 @@
 package hf
 
 import (
-	"bufio"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"math"
-	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/meta"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -68,13 +64,17 @@ var layerRE = regexp.MustCompile(`^(?:transformer\.)?h\.(\d+)\.`)
 
 // ReadGPT2Config reads config.json of a checkpoint, or, without one, infers
 // the shape from the tensors (heads: width/64, GPT-2's head size) and says
-// so in the returned note.
+// so in the returned note. Either way every value is bounded (MaxLayers
+// and the other bounds), an error naming the file and the key otherwise,
+// so that Params is exact and small enough to check before a model is
+// built.
 func ReadGPT2Config(c *Checkpoint) (GPT2Config, string, error) {
 	var cfg GPT2Config
-	path := filepath.Join(c.Dir, "config.json")
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
+	b, path, err := readConfig(c.Dir)
+	if err != nil {
+		return cfg, "", err
+	}
+	if b != nil {
 		if err := json.Unmarshal(b, &cfg); err != nil {
 			return cfg, "", fmt.Errorf("hf: %s: %v", path, err)
 		}
@@ -87,27 +87,43 @@ func ReadGPT2Config(c *Checkpoint) (GPT2Config, string, error) {
 		if cfg.Eps != 0 && cfg.Eps != 1e-5 {
 			return cfg, "", fmt.Errorf("hf: %s: layer_norm_epsilon %v: memfit's LayerNorm uses 1e-5", path, cfg.Eps)
 		}
-		return cfg, "", nil
-	case !errors.Is(err, os.ErrNotExist):
-		return cfg, "", fmt.Errorf("hf: %v", err)
+		return cfg, "", cfg.check(path)
 	}
 	wte, ok := lookup(c, "wte.weight")
 	wpe, ok2 := lookup(c, "wpe.weight")
 	if !ok || !ok2 || len(wte.Shape) != 2 || len(wpe.Shape) != 2 {
 		return cfg, "", fmt.Errorf("hf: %s: no config.json, and no wte/wpe tensors to infer the shape from", c.Dir)
 	}
-	layers := 0
-	for _, n := range c.Names() {
-		if m := layerRE.FindStringSubmatch(n); m != nil {
-			i, _ := strconv.Atoi(m[1])
-			layers = max(layers, i+1)
-		}
+	layers, err := countLayers(c, layerRE)
+	if err != nil {
+		return cfg, "", err
 	}
 	cfg = GPT2Config{ModelType: "gpt2", Layers: layers, Dim: wte.Shape[1], Heads: max(wte.Shape[1]/64, 1),
 		Positions: wpe.Shape[0], Vocab: wte.Shape[0], Eps: 1e-5}
+	if err := cfg.check(c.Dir + " (no config.json; inferred from the tensors)"); err != nil {
+		return cfg, "", err
+	}
 	note := fmt.Sprintf("hf: %s has no config.json; inferred from the tensors: %d layers, width %d, %d heads (width/64), context %d, vocabulary %d",
 		c.Dir, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.Vocab)
 	return cfg, note, nil
+}
+
+// countLayers infers a layer count from the tensor names re matches (its
+// first group the layer's index): one more than the largest index. An
+// index past MaxLayers is an error naming the tensor.
+func countLayers(c *Checkpoint, re *regexp.Regexp) (int, error) {
+	layers := 0
+	for _, n := range c.Names() {
+		if m := re.FindStringSubmatch(n); m != nil {
+			i, err := strconv.Atoi(m[1])
+			if err != nil || i >= MaxLayers {
+				t, _ := c.Tensor(n)
+				return 0, fmt.Errorf("hf: %s: tensor %s: layer %s is past the bound of %d layers", t.File, n, m[1], MaxLayers)
+			}
+			layers = max(layers, i+1)
+		}
+	}
+	return layers, nil
 }
 
 // lookup finds a GPT-2 tensor with or without the "transformer." prefix.
@@ -145,7 +161,12 @@ type Options struct {
 // GPT2Options is the name Options had when GPT-2 was the only import.
 type GPT2Options = Options
 
-// LoadGPT2With is LoadGPT2 with options.
+// LoadGPT2With is LoadGPT2 with options. The checkpoint is checked
+// against the model its config describes before that model is built (see
+// probe): a missing tensor, a shape or dtype config.json contradicts, or
+// a tensor memfit would drop (a layer past n_layer, say) is an error
+// naming the tensor, and nothing the size of the model is allocated for
+// a checkpoint that cannot fill it.
 func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, string, error) {
 	c, err := Open(path)
 	if err != nil {
@@ -157,63 +178,145 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 	if err != nil {
 		return nil, "", err
 	}
-	if cfg.Layers < 1 || cfg.Heads < 1 || cfg.Dim < 1 || cfg.Positions < 1 || cfg.Vocab < 1 || cfg.Dim%cfg.Heads != 0 {
-		return nil, "", fmt.Errorf("hf: %s: config %+v does not describe a GPT-2", c.Dir, cfg)
+	mc := models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab}
+	bind := func(g *models.GPT) ([]binding, error) { return bindGPT2(c, g.Parameters(), cfg.Layers) }
+	if err := probe(c, func(dev device.Device) (*models.GPT, error) { return models.NewGPT(dev, mc) }, bind); err != nil {
+		return nil, "", err
 	}
-	g, err := models.NewGPT(dev, models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab,
-		Dropout: o.Dropout, Seed: o.Seed, HeadChunkRows: o.HeadChunkRows, DType: o.DType, Defer: o.Defer})
+	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
+	g, err := models.NewGPT(dev, mc)
 	if err != nil {
 		return nil, "", err
 	}
-	fail := func(err error) (*models.GPT, string, error) {
-		nn.Release(g)
+	if err := fillAll(g, bind, files); err != nil {
 		return nil, "", err
-	}
-	used := map[string]bool{}
-	for _, p := range g.Parameters() {
-		hn, conv := gpt2Name(p.Name())
-		t, ok := lookup(c, hn)
-		if !ok {
-			return fail(fmt.Errorf("hf: %s: no tensor %s (or transformer.%s) for %s", c.Dir, hn, hn, p.Name()))
-		}
-		used[t.File+"\x00"+hn] = true
-		if err := fill(p, t, hn, conv, files); err != nil {
-			return fail(err)
-		}
-	}
-	// The head is tied: a stored lm_head must be the token embedding.
-	if head, ok := c.Tensor("lm_head.weight"); ok {
-		wte, _ := lookup(c, "wte.weight")
-		if head.DType != wte.DType || string(head.Data) != string(wte.Data) {
-			return fail(fmt.Errorf("hf: %s: lm_head.weight differs from wte.weight: memfit's GPT-2 ties its head to the token embedding", head.File))
-		}
 	}
 	return g, note, nil
 }
 
-// fill sets p from t, the checkpoint's tensor hn, stored transposed
-// (in × out) when conv, widening 16-bit values exactly. A deferred p
-// (Options.Defer) is checked now and read when it is flattened, files
-// staying open until then.
-func fill(p *tensor.Tensor, t Tensor, hn string, conv bool, files *openFiles) error {
-	want := p.Shape()
-	if conv {
-		want = []int{want[1], want[0]}
+// bindGPT2 pairs GPT-2 parameters with their tensors (with or without the
+// "transformer." prefix) and checks what the checkpoint holds besides: a
+// stored lm_head.weight must be the token embedding (the head is tied),
+// the causal masks attn.bias and attn.masked_bias are buffers memfit
+// computes, and anything else is an error, not a tensor silently dropped.
+func bindGPT2(c *Checkpoint, params []*tensor.Tensor, layers int) ([]binding, error) {
+	bs, used, err := bindParams(c, params, func(name string) (string, bool, bool) {
+		hn, conv := gpt2Name(name)
+		if _, ok := c.Tensor("transformer." + hn); ok {
+			return "transformer." + hn, conv, true
+		}
+		_, ok := c.Tensor(hn)
+		return hn, conv, ok
+	}, func(name string) string {
+		hn, _ := gpt2Name(name)
+		return fmt.Sprintf("%s (or transformer.%s)", hn, hn)
+	})
+	if err != nil {
+		return nil, err
 	}
-	if !equal(t.Shape, want) {
-		return fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, want)
+	if head, ok := c.Tensor("lm_head.weight"); ok {
+		wte, _ := lookup(c, "wte.weight")
+		if head.DType != wte.DType || string(head.Data) != string(wte.Data) {
+			return nil, fmt.Errorf("hf: %s: lm_head.weight differs from wte.weight: memfit's GPT-2 ties its head to the token embedding", head.File)
+		}
+		used["lm_head.weight"] = true
 	}
-	switch t.DType {
-	case "F32", "BF16", "F16":
-	default:
-		return fmt.Errorf("hf: %s: tensor %s: dtype %s (memfit reads F32, F16 and BF16)", t.File, hn, t.DType)
+	for _, n := range c.Names() {
+		if used[n] || strings.HasSuffix(n, ".attn.bias") || strings.HasSuffix(n, ".attn.masked_bias") {
+			continue
+		}
+		t, _ := c.Tensor(n)
+		why := ""
+		if m := layerRE.FindStringSubmatch(n); m != nil {
+			why = fmt.Sprintf(" (of layer %s; n_layer is %d)", m[1], layers)
+		}
+		return nil, fmt.Errorf("hf: %s: tensor %s is not part of a GPT-2 as config.json describes it%s", t.File, n, why)
 	}
+	return bs, nil
+}
+
+// binding is a parameter and the checkpoint tensor it is read from.
+type binding struct {
+	p    *tensor.Tensor
+	t    Tensor
+	name string // the tensor's name in the checkpoint
+	conv bool   // stored transposed (in × out)
+}
+
+// bindParams pairs each parameter with the tensor find names for it
+// (conv: stored transposed; ok: present), checking its shape and dtype;
+// want says what was looked for when it is absent. It returns the
+// bindings and the set of tensor names used.
+func bindParams(c *Checkpoint, params []*tensor.Tensor, find func(param string) (name string, conv, ok bool), want func(param string) string) ([]binding, map[string]bool, error) {
+	used := map[string]bool{}
+	bs := make([]binding, 0, len(params))
+	for _, p := range params {
+		hn, conv, ok := find(p.Name())
+		if !ok {
+			return nil, nil, fmt.Errorf("hf: %s: no tensor %s for %s", c.Dir, want(p.Name()), p.Name())
+		}
+		t, _ := c.Tensor(hn)
+		shape := p.Shape()
+		if conv {
+			shape = []int{shape[1], shape[0]}
+		}
+		if !slices.Equal(t.Shape, shape) {
+			return nil, nil, fmt.Errorf("hf: %s: tensor %s has shape %v; config.json says %v", t.File, hn, t.Shape, shape)
+		}
+		switch t.DType {
+		case safetensors.F32, safetensors.BF16, safetensors.F16:
+		default:
+			return nil, nil, fmt.Errorf("hf: %s: tensor %s: dtype %s (memfit reads F32, F16 and BF16)", t.File, hn, t.DType)
+		}
+		used[hn] = true
+		bs = append(bs, binding{p: p, t: t, name: hn, conv: conv})
+	}
+	return bs, used, nil
+}
+
+// probe builds the model a config describes on the meta device, which
+// holds no memory, and binds its parameters to the checkpoint: whatever
+// is wrong is found before the model is built for real. Each parameter
+// is then read from a tensor of its own shape, so the model is no larger
+// than the checkpoint's tensors (twice, for 16-bit ones widened to F32),
+// whatever config.json claims; building the probe costs no more than the
+// bounds allow (MaxLayers).
+func probe[M nn.Module](c *Checkpoint, build func(device.Device) (M, error), bind func(M) ([]binding, error)) error {
+	m, err := build(meta.New(0))
+	if err != nil {
+		return fmt.Errorf("hf: %s: %w", filepath.Join(c.Dir, configFile), err)
+	}
+	defer nn.Release(m)
+	_, err = bind(m)
+	return err
+}
+
+// fillAll binds m's parameters (bind) and fills each from its tensor,
+// releasing m if anything fails.
+func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles) error {
+	bs, err := bind(m)
+	for i := 0; err == nil && i < len(bs); i++ {
+		err = fill(bs[i], files)
+	}
+	if err != nil {
+		nn.Release(m)
+	}
+	return err
+}
+
+// fill sets b.p from its tensor, stored transposed (in × out) when
+// b.conv, widening 16-bit values exactly. A deferred parameter
+// (Options.Defer) is read when it is flattened, files staying open until
+// then.
+func fill(b binding, files *openFiles) error {
+	p, t, hn := b.p, b.t, b.name
+	want := t.Shape
 	read := func() ([]float32, error) {
 		vals, err := t.Float32s()
 		if err != nil {
 			return nil, fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
 		}
-		if conv {
+		if b.conv {
 			vals = transpose(vals, want[0], want[1])
 		}
 		return vals, nil
@@ -264,18 +367,6 @@ func (f *openFiles) done() {
 	}
 }
 
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // transpose turns a rows×cols row-major matrix into cols×rows.
 func transpose(v []float32, rows, cols int) []float32 {
 	out := make([]float32, len(v))
@@ -305,116 +396,4 @@ func SaveGPT2(g *models.GPT, dir string) error {
 		params = append(params, savedTensor{name: "transformer." + hn, conv: conv, p: p})
 	}
 	return writeModel(dir, cfg, params)
-}
-
-// savedTensor is a parameter as a bare model holds it (nn.Export: LoRA
-// adapters merged) under its Hugging Face name; conv: stored transposed
-// (GPT-2's Conv1D).
-type savedTensor struct {
-	name string
-	conv bool
-	p    nn.Exported
-}
-
-// writeModel writes config.json (cfg) and model.safetensors (params in
-// F32, sorted by name) into dir, each through a temporary file and a
-// rename. One tensor at a time is converted: the export holds no second
-// copy of the model.
-func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
-	cj, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	type entry struct {
-		DType   string   `json:"dtype"`
-		Shape   []int    `json:"shape"`
-		Offsets [2]int64 `json:"data_offsets"`
-	}
-	header := map[string]any{"__metadata__": map[string]string{"format": "pt", "producer": "memfit"}}
-	sort.Slice(params, func(i, j int) bool { return params[i].name < params[j].name })
-	var off int64
-	for _, p := range params {
-		shape := append([]int(nil), p.p.Shape...)
-		n := int64(4)
-		for _, d := range shape {
-			n *= int64(d)
-		}
-		if p.conv {
-			shape[0], shape[1] = shape[1], shape[0]
-		}
-		header[p.name] = &entry{DType: "F32", Shape: shape, Offsets: [2]int64{off, off + n}}
-		off += n
-	}
-	hj, err := json.Marshal(header)
-	if err != nil {
-		return err
-	}
-	for len(hj)%8 != 0 {
-		hj = append(hj, ' ')
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	err = writeAtomic(filepath.Join(dir, "model.safetensors"), func(w io.Writer) error {
-		if _, err := w.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))); err != nil {
-			return err
-		}
-		if _, err := w.Write(hj); err != nil {
-			return err
-		}
-		for _, p := range params {
-			vals, err := p.p.Float32s()
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.p.Name, err)
-			}
-			if p.conv {
-				sh := p.p.Shape
-				vals = transpose(vals, sh[0], sh[1])
-			}
-			b := make([]byte, 4*len(vals))
-			for i, v := range vals {
-				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-			}
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(dir, "config.json"), func(w io.Writer) error {
-		_, err := w.Write(append(cj, '\n'))
-		return err
-	})
-}
-
-// writeAtomic writes through fill into a temporary file, syncs it and
-// renames it to path, so that path holds the old contents or the new,
-// never a part.
-func writeAtomic(path string, fill func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = fill(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }

@@ -1,7 +1,6 @@
 package hf_test
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -203,25 +202,7 @@ func TestLoadGPT2Errors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hlen := binary.LittleEndian.Uint64(src)
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(src[8:8+hlen], &header); err != nil {
-		t.Fatal(err)
-	}
-	rewrite := func(edit func(h map[string]json.RawMessage)) []byte {
-		h := map[string]json.RawMessage{}
-		for k, v := range header {
-			h[k] = v
-		}
-		edit(h)
-		hj, _ := json.Marshal(h)
-		for len(hj)%8 != 0 {
-			hj = append(hj, ' ')
-		}
-		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-		out = append(out, hj...)
-		return append(out, src[8+hlen:]...)
-	}
+	const model = "testdata/gpt2-f32/model.safetensors"
 	for _, c := range []struct {
 		name   string
 		model  []byte
@@ -229,11 +210,11 @@ func TestLoadGPT2Errors(t *testing.T) {
 		want   []string
 	}{
 		{"truncated header", src[:20], string(cfg), []string{"model.safetensors", "header"}},
-		{"missing tensor", rewrite(func(h map[string]json.RawMessage) { delete(h, "transformer.h.1.mlp.c_fc.weight") }), string(cfg), []string{"h.1.mlp.c_fc.weight", "blocks.1.mlp.fc.weight"}},
+		{"missing tensor", edit(t, model, []string{"transformer.h.1.mlp.c_fc.weight"}), string(cfg), []string{"h.1.mlp.c_fc.weight", "blocks.1.mlp.fc.weight"}},
 		{"shape against config", src, strings.Replace(string(cfg), `"n_embd": 16`, `"n_embd": 32`, 1), []string{"model.safetensors", "wte.weight", "shape"}},
 		{"unknown architecture", src, strings.Replace(string(cfg), `"gpt2"`, `"llama"`, 1), []string{"config.json", "llama"}},
-		{"byte range past the data", rewrite(func(h map[string]json.RawMessage) {
-			h["transformer.wte.weight"] = json.RawMessage(`{"dtype":"F32","shape":[50,16],"data_offsets":[999999,1002199]}`)
+		{"byte range past the data", damage(t, model, map[string]string{
+			"transformer.wte.weight": `{"dtype":"F32","shape":[50,16],"data_offsets":[999999,1002199]}`,
 		}), string(cfg), []string{"model.safetensors", "transformer.wte.weight"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

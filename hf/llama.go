@@ -2,9 +2,7 @@ package hf
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,6 +12,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/tensor"
 )
 
 // LlamaConfig is the part of a Llama config.json memfit reads.
@@ -69,10 +68,11 @@ func (s *RopeScaling) kind() string {
 // architectures); without it, the tensor names do. Anything else is an
 // error naming the file.
 func Architecture(c *Checkpoint) (string, error) {
-	path := filepath.Join(c.Dir, "config.json")
-	b, err := os.ReadFile(path)
+	b, path, err := readConfig(c.Dir)
 	switch {
-	case err == nil:
+	case err != nil:
+		return "", err
+	case b != nil:
 		var cfg struct {
 			ModelType     string   `json:"model_type"`
 			Architectures []string `json:"architectures"`
@@ -87,8 +87,6 @@ func Architecture(c *Checkpoint) (string, error) {
 			return "llama", nil
 		}
 		return "", fmt.Errorf("hf: %s: model_type %q, architectures %q: memfit imports gpt2 (GPT2LMHeadModel) and llama (LlamaForCausalLM)", path, cfg.ModelType, cfg.Architectures)
-	case !errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("hf: %v", err)
 	}
 	if _, ok := c.Tensor("model.embed_tokens.weight"); ok {
 		return "llama", nil
@@ -113,10 +111,11 @@ var llamaLayerRE = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
 // rope_theta 10000, ε 1e-5, a tied head when lm_head.weight is absent.
 func ReadLlamaConfig(c *Checkpoint) (LlamaConfig, string, error) {
 	var cfg LlamaConfig
-	path := filepath.Join(c.Dir, "config.json")
-	b, err := os.ReadFile(path)
+	b, path, err := readConfig(c.Dir)
 	switch {
-	case err == nil:
+	case err != nil:
+		return cfg, "", err
+	case b != nil:
 		if err := json.Unmarshal(b, &cfg); err != nil {
 			return cfg, "", fmt.Errorf("hf: %s: %v", path, err)
 		}
@@ -155,9 +154,7 @@ func ReadLlamaConfig(c *Checkpoint) (LlamaConfig, string, error) {
 		if cfg.Positions == 0 {
 			cfg.Positions = 2048
 		}
-		return cfg, "", nil
-	case !errors.Is(err, os.ErrNotExist):
-		return cfg, "", fmt.Errorf("hf: %v", err)
+		return cfg, "", cfg.check(path)
 	}
 	emb, ok := c.Tensor("model.embed_tokens.weight")
 	k, ok2 := c.Tensor("model.layers.0.self_attn.k_proj.weight")
@@ -165,12 +162,9 @@ func ReadLlamaConfig(c *Checkpoint) (LlamaConfig, string, error) {
 	if !ok || !ok2 || !ok3 || len(emb.Shape) != 2 || len(k.Shape) != 2 || len(up.Shape) != 2 {
 		return cfg, "", fmt.Errorf("hf: %s: no config.json, and no embed_tokens, layer 0 k_proj and up_proj tensors to infer the shape from", c.Dir)
 	}
-	layers := 0
-	for _, n := range c.Names() {
-		if m := llamaLayerRE.FindStringSubmatch(n); m != nil {
-			i, _ := strconv.Atoi(m[1])
-			layers = max(layers, i+1)
-		}
+	layers, err := countLayers(c, llamaLayerRE)
+	if err != nil {
+		return cfg, "", err
 	}
 	dim, kvRows := emb.Shape[1], k.Shape[0]
 	hd := 64
@@ -180,6 +174,9 @@ func ReadLlamaConfig(c *Checkpoint) (LlamaConfig, string, error) {
 	_, hasHead := c.Tensor("lm_head.weight")
 	cfg = LlamaConfig{ModelType: "llama", Dim: dim, Hidden: up.Shape[0], Layers: layers, Heads: dim / hd, KVHeads: kvRows / hd,
 		Eps: 1e-5, RopeTheta: 10000, Tied: !hasHead, Vocab: emb.Shape[0], Positions: 2048}
+	if err := cfg.check(c.Dir + " (no config.json; inferred from the tensors)"); err != nil {
+		return cfg, "", err
+	}
 	note := fmt.Sprintf("hf: %s has no config.json; inferred from the tensors: %d layers, width %d, %d heads and %d key/value heads (heads of %d), MLP width %d, vocabulary %d, %s head; assumed context 2048, rope_theta 10000, rms_norm_eps 1e-5",
 		c.Dir, cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, hd, cfg.Hidden, cfg.Vocab, map[bool]string{true: "tied", false: "untied"}[cfg.Tied])
 	return cfg, note, nil
@@ -234,44 +231,48 @@ func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, st
 		return nil, "", err
 	}
 	mc := cfg.Model()
-	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
-	if mc.Layers < 1 || mc.Heads < 1 || mc.Dim < 1 || mc.Hidden < 1 || mc.Context < 1 || mc.Vocab < 1 {
-		return nil, "", fmt.Errorf("hf: %s: config %+v does not describe a Llama", c.Dir, cfg)
-	}
-	l, err := models.NewLlama(dev, mc)
-	if err != nil {
-		return nil, "", fmt.Errorf("hf: %s: %w", filepath.Join(c.Dir, "config.json"), err)
-	}
-	fail := func(err error) (*models.Llama, string, error) {
-		nn.Release(l)
+	bind := func(l *models.Llama) ([]binding, error) { return bindLlama(c, l.Parameters(), mc.TiedHead) }
+	if err := probe(c, func(dev device.Device) (*models.Llama, error) { return models.NewLlama(dev, mc) }, bind); err != nil {
 		return nil, "", err
 	}
-	used := map[string]bool{}
-	for _, p := range l.Parameters() {
-		hn := llamaName(p.Name())
-		t, ok := c.Tensor(hn)
-		if !ok {
-			return fail(fmt.Errorf("hf: %s: no tensor %s for %s", c.Dir, hn, p.Name()))
-		}
-		used[hn] = true
-		if err := fill(p, t, hn, false, files); err != nil {
-			return fail(err)
-		}
+	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
+	l, err := models.NewLlama(dev, mc)
+	if err != nil {
+		return nil, "", fmt.Errorf("hf: %s: %w", filepath.Join(c.Dir, configFile), err)
 	}
-	if head, ok := c.Tensor("lm_head.weight"); ok && mc.TiedHead {
+	if err := fillAll(l, bind, files); err != nil {
+		return nil, "", err
+	}
+	return l, note, nil
+}
+
+// bindLlama pairs Llama parameters with their tensors and checks what
+// the checkpoint holds besides: a tied model's stored lm_head.weight must
+// be the embedding, old checkpoints' rotary_emb.inv_freq buffers are
+// skipped, and anything else is an error naming it.
+func bindLlama(c *Checkpoint, params []*tensor.Tensor, tied bool) ([]binding, error) {
+	bs, used, err := bindParams(c, params, func(name string) (string, bool, bool) {
+		hn := llamaName(name)
+		_, ok := c.Tensor(hn)
+		return hn, false, ok
+	}, llamaName)
+	if err != nil {
+		return nil, err
+	}
+	if head, ok := c.Tensor("lm_head.weight"); ok && tied {
 		emb, _ := c.Tensor("model.embed_tokens.weight")
 		if head.DType != emb.DType || string(head.Data) != string(emb.Data) {
-			return fail(fmt.Errorf("hf: %s: lm_head.weight differs from model.embed_tokens.weight, yet tie_word_embeddings is true", head.File))
+			return nil, fmt.Errorf("hf: %s: lm_head.weight differs from model.embed_tokens.weight, yet tie_word_embeddings is true", head.File)
 		}
 		used["lm_head.weight"] = true
 	}
 	for _, n := range c.Names() {
 		if !used[n] && !strings.HasSuffix(n, ".rotary_emb.inv_freq") {
 			t, _ := c.Tensor(n)
-			return fail(fmt.Errorf("hf: %s: tensor %s is not part of a Llama as config.json describes it", t.File, n))
+			return nil, fmt.Errorf("hf: %s: tensor %s is not part of a Llama as config.json describes it", t.File, n)
 		}
 	}
-	return l, note, nil
+	return bs, nil
 }
 
 // SaveLlama writes l in Llama's layout and names into dir: config.json

@@ -1,8 +1,6 @@
 package hf_test
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -244,25 +243,7 @@ func TestLoadLlamaErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hlen := binary.LittleEndian.Uint64(src)
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(src[8:8+hlen], &header); err != nil {
-		t.Fatal(err)
-	}
-	rewrite := func(edit func(h map[string]json.RawMessage)) []byte {
-		h := map[string]json.RawMessage{}
-		for k, v := range header {
-			h[k] = v
-		}
-		edit(h)
-		hj, _ := json.Marshal(h)
-		for len(hj)%8 != 0 {
-			hj = append(hj, ' ')
-		}
-		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-		out = append(out, hj...)
-		return append(out, src[8+hlen:]...)
-	}
+	const model = "testdata/llama-f32/model.safetensors"
 	config := func(old, new string) string {
 		if !strings.Contains(string(cfg), old) {
 			t.Fatalf("config.json has no %s", old)
@@ -276,9 +257,9 @@ func TestLoadLlamaErrors(t *testing.T) {
 		want   []string
 	}{
 		{"truncated header", src[:20], string(cfg), []string{"model.safetensors", "header"}},
-		{"missing tensor", rewrite(func(h map[string]json.RawMessage) { delete(h, "model.layers.1.self_attn.k_proj.weight") }), string(cfg),
+		{"missing tensor", edit(t, model, []string{"model.layers.1.self_attn.k_proj.weight"}), string(cfg),
 			[]string{"model.layers.1.self_attn.k_proj.weight", "blocks.1.attn.k.weight"}},
-		{"missing head", rewrite(func(h map[string]json.RawMessage) { delete(h, "lm_head.weight") }), string(cfg), []string{"lm_head.weight"}},
+		{"missing head", edit(t, model, []string{"lm_head.weight"}), string(cfg), []string{"lm_head.weight"}},
 		{"shape against config", src, config(`"intermediate_size": 40`, `"intermediate_size": 48`), []string{"model.safetensors", "model.layers.0.mlp.gate_proj.weight", "shape"}},
 		{"key/value heads against config", src, config(`"num_key_value_heads": 2`, `"num_key_value_heads": 4`), []string{"model.safetensors", "model.layers.0.self_attn.k_proj.weight", "shape"}},
 		{"key/value heads not dividing heads", src, config(`"num_key_value_heads": 2`, `"num_key_value_heads": 3`), []string{"config.json", "KVHeads"}},
@@ -287,11 +268,10 @@ func TestLoadLlamaErrors(t *testing.T) {
 		{"attention biases", src, config(`"attention_bias": false`, `"attention_bias": true`), []string{"config.json", "attention_bias"}},
 		{"activation", src, config(`"hidden_act": "silu"`, `"hidden_act": "gelu"`), []string{"config.json", "hidden_act"}},
 		{"tied head that differs", src, config(`"tie_word_embeddings": false`, `"tie_word_embeddings": true`), []string{"model.safetensors", "lm_head.weight", "model.embed_tokens.weight"}},
-		{"tensor memfit would drop", rewrite(func(h map[string]json.RawMessage) {
-			h["model.layers.0.self_attn.q_proj.bias"] = h["model.norm.weight"]
-		}), string(cfg), []string{"model.safetensors", "model.layers.0.self_attn.q_proj.bias"}},
-		{"byte range past the data", rewrite(func(h map[string]json.RawMessage) {
-			h["model.norm.weight"] = json.RawMessage(`{"dtype":"F32","shape":[16],"data_offsets":[999999,1000063]}`)
+		{"tensor memfit would drop", edit(t, model, nil, safetensors.Source{Name: "model.layers.0.self_attn.q_proj.bias", DType: safetensors.F32, Shape: []int{16}, Data: make([]byte, 64)}),
+			string(cfg), []string{"model.safetensors", "model.layers.0.self_attn.q_proj.bias"}},
+		{"byte range past the data", damage(t, model, map[string]string{
+			"model.norm.weight": `{"dtype":"F32","shape":[16],"data_offsets":[999999,1000063]}`,
 		}), string(cfg), []string{"model.safetensors", "model.norm.weight"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -312,7 +292,7 @@ func TestLoadLlamaErrors(t *testing.T) {
 	}
 	// Neither config.json nor a known embedding.
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "model.safetensors"), rewrite(func(h map[string]json.RawMessage) { delete(h, "model.embed_tokens.weight") }), 0o644)
+	os.WriteFile(filepath.Join(dir, "model.safetensors"), edit(t, model, []string{"model.embed_tokens.weight"}), 0o644)
 	if _, _, err := hf.Load(cpu.New(), dir, hf.Options{}); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Errorf("a checkpoint of no known architecture: %v, want an error naming %s", err, dir)
 	}

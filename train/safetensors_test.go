@@ -2,12 +2,13 @@ package train
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/memfit/memfit/safetensors"
 )
 
 func TestSafetensorsRoundTrip(t *testing.T) {
@@ -72,37 +73,35 @@ func TestSafetensorsCorrupt(t *testing.T) {
 // tensors on both sides of it.
 func TestSafetensorsTiling(t *testing.T) {
 	dir := t.TempDir()
-	entry := func(start, n int64) stEntry {
-		return stEntry{DType: "F32", Shape: []int{int(n)}, Offsets: [2]int64{4 * start, 4 * (start + n)}}
+	entry := func(start, n int64) safetensors.Entry {
+		return safetensors.Entry{DType: safetensors.F32, Shape: []int{int(n)}, Offsets: [2]int64{4 * start, 4 * (start + n)}}
 	}
 	cases := []struct {
 		name    string
-		tensors map[string]stEntry
+		tensors map[string]safetensors.Entry
 		data    int64 // bytes
 		want    []string
 	}{
-		{"tiled", map[string]stEntry{"a": entry(0, 2), "b": entry(2, 3), "empty": entry(5, 0)}, 20, nil},
-		{"overlap", map[string]stEntry{"a": entry(0, 2), "b": entry(1, 3)}, 16, []string{"a [0 8] and b [4 16] overlap"}},
-		{"same range", map[string]stEntry{"a": entry(0, 2), "b": entry(0, 2)}, 8, []string{"a [0 8] and b [0 8] overlap"}},
-		{"hole", map[string]stEntry{"a": entry(0, 2), "b": entry(3, 1)}, 16, []string{"a [0 8] and b [12 16] leave data bytes [8 12]"}},
-		{"hole at the start", map[string]stEntry{"a": entry(1, 1)}, 8, []string{"a [4 8] is the first", "[0 4]"}},
-		{"bytes after the last", map[string]stEntry{"a": entry(0, 1)}, 8, []string{"a [0 4] is the last", "holds 8 bytes"}},
+		{"tiled", map[string]safetensors.Entry{"a": entry(0, 2), "b": entry(2, 3), "empty": entry(5, 0)}, 20, nil},
+		{"overlap", map[string]safetensors.Entry{"a": entry(0, 2), "b": entry(1, 3)}, 16, []string{"a [0 8] and b [4 16] overlap"}},
+		{"same range", map[string]safetensors.Entry{"a": entry(0, 2), "b": entry(0, 2)}, 8, []string{"a [0 8] and b [0 8] overlap"}},
+		{"hole", map[string]safetensors.Entry{"a": entry(0, 2), "b": entry(3, 1)}, 16, []string{"a [0 8] and b [12 16] leave data bytes [8 12]"}},
+		{"hole at the start", map[string]safetensors.Entry{"a": entry(1, 1)}, 8, []string{"a [4 8] is the first", "[0 4]"}},
+		{"bytes after the last", map[string]safetensors.Entry{"a": entry(0, 1)}, 8, []string{"a [0 4] is the last", "holds 8 bytes"}},
 		{"data without tensors", nil, 8, []string{"8 data bytes but no tensors"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			header := map[string]any{}
-			for n, e := range c.tensors {
-				header[n] = e
+			b, err := safetensors.EncodeHeader(c.tensors, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			hj, _ := json.Marshal(header)
-			b := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-			b = append(append(b, hj...), make([]byte, c.data)...)
+			b = append(b, make([]byte, c.data)...)
 			p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
 			if err := os.WriteFile(p, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, _, err := ReadSafetensors(p)
+			_, _, err = ReadSafetensors(p)
 			if c.want == nil {
 				if err != nil {
 					t.Fatal(err)

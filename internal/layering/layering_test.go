@@ -14,6 +14,7 @@ const module = "github.com/memfit/memfit"
 // rank (or its own sub-packages, or the same rank where listed in peers).
 var rank = map[string]int{
 	"memory":            0,
+	"safetensors":       0,
 	"device":            1,
 	"device/cpu/gemm":   1,
 	"device/cpu":        2,

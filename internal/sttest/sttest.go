@@ -1,15 +1,17 @@
 // Package sttest edits safetensors files at the byte level for tests that
 // damage checkpoints on purpose: flip a bit in a tensor, move a tensor's
-// byte range, splice metadata or tensor bytes from another file. It uses
-// only the standard library, so the reader it tests is not also the tool
-// that makes its inputs.
+// byte range, splice metadata or tensor bytes from another file. It
+// splits and frames files with package safetensors' low-level functions
+// (Split, Frame), which check nothing of the header, and keeps the header
+// as raw JSON, so it reads and writes files the checked reader refuses.
 package sttest
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/memfit/memfit/safetensors"
 )
 
 // File is a safetensors file split into its JSON header and data section.
@@ -18,12 +20,8 @@ type File struct {
 	Data   []byte
 }
 
-// Entry is one tensor's header entry.
-type Entry struct {
-	DType   string   `json:"dtype"`
-	Shape   []int    `json:"shape"`
-	Offsets [2]int64 `json:"data_offsets"`
-}
+// Entry is one tensor's header entry; any values may be set, valid or not.
+type Entry = safetensors.Entry
 
 // Read splits the safetensors file at path.
 func Read(t testing.TB, path string) *File {
@@ -32,12 +30,12 @@ func Read(t testing.TB, path string) *File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) < 8 {
-		t.Fatalf("%s: %d bytes, no header", path, len(b))
+	hj, data, err := safetensors.Split(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	n := binary.LittleEndian.Uint64(b)
-	f := &File{Data: b[8+n:]}
-	if err := json.Unmarshal(b[8:8+n], &f.Header); err != nil {
+	f := &File{Data: data}
+	if err := json.Unmarshal(hj, &f.Header); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return f
@@ -50,12 +48,7 @@ func (f *File) Write(t testing.TB, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for len(hj)%8 != 0 {
-		hj = append(hj, ' ')
-	}
-	b := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-	b = append(append(b, hj...), f.Data...)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := os.WriteFile(path, append(safetensors.Frame(hj), f.Data...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,10 +3,10 @@ package report
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/memfit/memfit/internal/atomicfile"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -61,46 +61,8 @@ func WriteFile(path string, a *memory.Allocator) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, func(w io.Writer) error { return Write(w, format, a) })
-}
-
-// writeAtomic writes path through a synced temporary file and a rename.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return fmt.Errorf("memory report: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("memory report %s: %w", path, err)
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable. Not every system can sync a
-	// directory, and the report is whole either way, so errors are ignored.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
+	if err := atomicfile.Write(path, func(w io.Writer) error { return Write(w, format, a) }); err != nil {
+		return fmt.Errorf("memory report %s: %w", path, err)
 	}
 	return nil
 }

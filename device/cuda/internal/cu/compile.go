@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/memfit/memfit/internal/atomicfile"
 )
 
 var (
@@ -99,7 +101,10 @@ func CompileKernels(src, name string) (image, log string, err error) {
 	if err != nil {
 		return "", string(combined), fmt.Errorf("g++ %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, so); err != nil {
+	// Another test binary may be compiling the same module: each builds
+	// in its own directory and the rename makes one whole image the
+	// cache's, never a part of one.
+	if err := atomicfile.Rename(tmp, so); err != nil {
 		return "", "", err
 	}
 	return imagePrefix + so, string(combined), nil
