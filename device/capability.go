@@ -1,6 +1,9 @@
 package device
 
-import "strings"
+import (
+	"reflect"
+	"strings"
+)
 
 // Capabilities are the optional, fused kernels a device may have beyond
 // Kernels. Each is a small interface found by type assertion, as gonum's
@@ -12,10 +15,11 @@ import "strings"
 // the same values (within float tolerance) and its memory is accounted as
 // honestly as anything else.
 //
-// Adding a capability: an interface here, its composed fallback and the
-// package-level function that chooses between them, the kernel in each
-// device that has it, and a case in device/devicetest (which checks the
-// kernel and the fallback against the reference).
+// Adding a capability: an interface here (its name in Capabilities and
+// capabilityTypes), its composed fallback and the package-level function
+// that chooses between them, the kernel in each device that has it, and
+// a case in device/devicetest (which checks the kernel and the fallback
+// against its float64 reference).
 
 // SoftmaxKernels normalise the last dimension of contiguous rows.
 type SoftmaxKernels interface {
@@ -90,7 +94,7 @@ const (
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep, CapStochasticRound}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep, CapStochasticRound, CapQuantGemm, CapDequantize}
 
 // AttentionOf returns d's fused attention kernels, or nil when d lacks
 // them (or hides them): the tensor package then composes attention from
@@ -100,32 +104,26 @@ func AttentionOf(d Device) AttentionKernels {
 	return k
 }
 
+// capabilityTypes maps each capability name to its interface.
+var capabilityTypes = map[string]reflect.Type{
+	CapSoftmax:         reflect.TypeFor[SoftmaxKernels](),
+	CapLayerNorm:       reflect.TypeFor[LayerNormKernels](),
+	CapCrossEntropy:    reflect.TypeFor[CrossEntropyKernels](),
+	CapCausalFill:      reflect.TypeFor[CausalFiller](),
+	CapAdamStep:        reflect.TypeFor[AdamStepper](),
+	CapSGDStep:         reflect.TypeFor[SGDStepper](),
+	CapAdam8bitStep:    reflect.TypeFor[Adam8bitStepper](),
+	CapStochasticRound: reflect.TypeFor[StochasticRounder](),
+	CapAttention:       reflect.TypeFor[AttentionKernels](),
+	CapQuantGemm:       reflect.TypeFor[QuantGemmer](),
+	CapDequantize:      reflect.TypeFor[Dequantizer](),
+}
+
 // Has reports whether d has the fused kernels of capability name (and
 // does not hide them: see Without).
 func Has(d Device, name string) bool {
-	c := capable(d, name)
-	var ok bool
-	switch name {
-	case CapSoftmax:
-		_, ok = c.(SoftmaxKernels)
-	case CapLayerNorm:
-		_, ok = c.(LayerNormKernels)
-	case CapCrossEntropy:
-		_, ok = c.(CrossEntropyKernels)
-	case CapCausalFill:
-		_, ok = c.(CausalFiller)
-	case CapAdamStep:
-		_, ok = c.(AdamStepper)
-	case CapSGDStep:
-		_, ok = c.(SGDStepper)
-	case CapAdam8bitStep:
-		_, ok = c.(Adam8bitStepper)
-	case CapStochasticRound:
-		_, ok = c.(StochasticRounder)
-	case CapAttention:
-		_, ok = c.(AttentionKernels)
-	}
-	return ok
+	c, t := capable(d, name), capabilityTypes[name]
+	return c != nil && t != nil && reflect.TypeOf(c).Implements(t)
 }
 
 // Without returns d with the named capabilities hidden (all of them when
@@ -133,6 +131,10 @@ func Has(d Device, name string) bool {
 // fallbacks on it. It is how the conformance suite checks each fallback
 // against the fused kernel, and how a fused kernel suspected of a bug is
 // taken out of a run.
+//
+// Only those capabilities are hidden: the result's Unwrap returns d, and
+// As finds d's other interfaces (HostMemory) and d itself (the concrete
+// device) through it, as errors.As finds an error inside another.
 func Without(d Device, names ...string) Device {
 	if len(names) == 0 {
 		names = Capabilities
@@ -170,7 +172,59 @@ func (w *without) Name() string {
 	return w.Device.Name() + " without " + strings.Join(names, ",")
 }
 
-// capable returns d's implementation of capability name, or nil.
+// Unwrap returns the device whose capabilities w hides.
+func (w *without) Unwrap() Device { return w.Device }
+
+// hides reports whether an interface of type t would reveal a capability
+// w hides: t is an interface with all of that capability's methods.
+func (w *without) hides(t reflect.Type) bool {
+	if t.Kind() != reflect.Interface {
+		return false
+	}
+	for n := range w.hidden {
+		if c := capabilityTypes[n]; c != nil && t.Implements(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// As finds the first device in d's chain — d, then what its Unwrap
+// returns, and so on — that is a T, as errors.As finds an error in a
+// chain of wrapped ones. Use it instead of a type assertion wherever d
+// may be a wrapper such as Without's: for an optional interface
+// (HostMemory) or the concrete device (parallel's NCCL engine needs the
+// *cuda.Device itself). A device that wraps another should implement
+// Unwrap() Device.
+//
+// Hidden capabilities stay hidden: As does not look through a Without
+// for an interface that includes a capability the Without hides (the
+// package-level functions, Softmax or AttentionOf, are how a caller
+// reaches a capability). A concrete type is found: it is the device
+// itself, which its owner asked for by name.
+func As[T any](d Device) (T, bool) {
+	t := reflect.TypeFor[T]()
+	for d != nil {
+		if v, ok := d.(T); ok {
+			return v, true
+		}
+		if w, ok := d.(*without); ok && w.hides(t) {
+			break
+		}
+		u, ok := d.(interface{ Unwrap() Device })
+		if !ok {
+			break
+		}
+		d = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// capable returns d's implementation of capability name, or nil. It
+// looks through Without's wrapper only, and only for a capability the
+// wrapper does not hide (never through another Unwrap, and never with
+// As: a hidden capability must not be found through Unwrap).
 func capable(d Device, name string) Device {
 	if w, ok := d.(*without); ok {
 		if w.hidden[name] {

@@ -24,6 +24,13 @@ const (
 	// Copy between U8 views and the quantized optimizer steps need not
 	// accept it; host copies (Read, Write) always do.
 	U8
+	// NF4 and Int8 are frozen weights stored in blocks of 64 with a scale
+	// per block (quant4.go, quantint8.go): not a whole number of bytes per
+	// element, so Size is 0 and Bytes gives a tensor's exact size. Only the
+	// quantized products (QuantGemm), Dequantize and Quantize read or
+	// write them; host copies move their bytes.
+	NF4
+	Int8
 )
 
 // Size is the number of bytes of one element.
@@ -63,18 +70,40 @@ func (d DType) String() string {
 		return "i64"
 	case U8:
 		return "u8"
+	case NF4:
+		return "nf4"
+	case Int8:
+		return "int8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
-// ParseDType maps "f32", "bf16", ... back to a DType.
+// IsQuantized reports whether d is a block-quantized weight format (NF4,
+// Int8), whose elements only the quantized kernels read.
+func (d DType) IsQuantized() bool { return d == NF4 || d == Int8 }
+
+// Bytes is the exact size in bytes of n elements of d: n·Size() for the
+// element types, the codes and block scales of the quantized formats
+// (NF4Bytes, Int8Bytes). Allocations and the meta device's accounting
+// use it, so plans stay exact for every format.
+func Bytes(d DType, n int) int64 {
+	switch d {
+	case NF4:
+		return NF4Bytes(n)
+	case Int8:
+		return Int8Bytes(n)
+	}
+	return int64(n) * int64(d.Size())
+}
+
+// ParseDType maps "f32", "bf16", "nf4", ... back to a DType.
 func ParseDType(s string) (DType, error) {
-	for d := F32; d <= I64; d++ {
+	for _, d := range []DType{F32, F64, F16, BF16, I32, I64, NF4, Int8} {
 		if d.String() == s {
 			return d, nil
 		}
 	}
-	return Invalid, fmt.Errorf("device: unknown dtype %q (want f32, f64, f16, bf16, i32 or i64)", s)
+	return Invalid, fmt.Errorf("device: unknown dtype %q (want f32, f64, f16, bf16, i32, i64, nf4 or int8)", s)
 }
 
 // Buffer is a piece of device memory obtained from a device's caching

@@ -6,7 +6,7 @@ import (
 	"math"
 
 	"github.com/memfit/memfit/device"
-	_ "github.com/memfit/memfit/device/cpu" // registers "cpu"
+	"github.com/memfit/memfit/device/cpu" // also registers "cpu"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -51,4 +51,21 @@ func ExampleWithout() {
 	// Output:
 	// true: 0.2689 0.7311 | 0.5000 0.5000
 	// false: 0.2689 0.7311 | 0.5000 0.5000
+}
+
+// As finds what a wrapper such as Without's holds: the concrete device,
+// or an interface of it (device.HostMemory). A hidden capability stays
+// hidden from it.
+func ExampleAs() {
+	dev := cpu.New()
+	hidden := device.Without(dev, device.CapSoftmax)
+	_, asserted := hidden.(*cpu.Device)
+	found, ok := device.As[*cpu.Device](hidden)
+	fmt.Println(asserted, ok, found == dev)
+	_, ok = device.As[device.SoftmaxKernels](hidden)
+	_, adam := device.As[device.AdamStepper](hidden)
+	fmt.Println(ok, adam)
+	// Output:
+	// false true true
+	// false true
 }

@@ -63,7 +63,11 @@ func NewLinear(b *Builder, path string, c LinearConfig) (*Linear, error) {
 }
 
 // Forward maps x [..., In] to [..., Out]. The result is a new tensor that
-// no op saved, so a Fused layer may overwrite it.
+// no op saved, so a Fused layer may overwrite it. A quantized weight
+// (QuantizeFrozen) is dequantized inside the product, in x's dtype (the
+// autocast dtype under autocast), and backward gives x its gradient only;
+// with an adapter, x is cast once for the base product and the adapter's,
+// and only the adapter's product saves it.
 func (l *Linear) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	defer r.Enter(moduleOf(l.Weight))()
 	a := l.Adapter
@@ -100,4 +104,38 @@ func params(ts ...*tensor.Tensor) []*tensor.Tensor {
 		}
 	}
 	return out
+}
+
+// QuantizeFrozen stores the weight of every Linear layer of m that does
+// not train (a LoRA base, a frozen layer) in dtype, tensor.NF4 or
+// tensor.Int8, one layer at a time (the peak is the model so far plus one
+// layer's weight in both forms), and returns how many it converted.
+// keep, when set, spares the layers whose path it accepts (a language
+// model's head, which tensor.LinearCrossEntropy reads unquantized).
+// Biases, norms and embeddings are not Linear weights and keep their
+// dtype. An adapter stays as it is: its A and B train, in their dtype.
+func QuantizeFrozen(m Module, dtype tensor.DType, keep func(path string) bool) (int, error) {
+	if !dtype.IsQuantized() {
+		return 0, fmt.Errorf("nn: QuantizeFrozen: %v is not a quantized dtype", dtype)
+	}
+	n := 0
+	err := Walk(m, func(x Module) error {
+		l, ok := x.(*Linear)
+		if !ok || l.Weight.RequiresGrad() || l.Weight.DType() == dtype {
+			return nil
+		}
+		path := moduleOf(l.Weight)
+		if keep != nil && keep(path) {
+			return nil
+		}
+		if l.Adapter != nil && l.Adapter.merged {
+			return fmt.Errorf("nn: quantizing %q: its adapter is merged into the weight; unmerge it first", path)
+		}
+		if err := l.Weight.ConvertTo(dtype); err != nil {
+			return fmt.Errorf("nn: quantizing %q: %w", path, err)
+		}
+		n++
+		return nil
+	})
+	return n, err
 }

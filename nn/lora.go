@@ -173,6 +173,9 @@ func (l *Linear) MergeLoRA() error {
 	if a == nil || a.merged {
 		return nil
 	}
+	if l.Weight.DType().IsQuantized() {
+		return fmt.Errorf("nn: merging the adapter of %q: the weight is %v, which holds no update (MergedWeight and Export dequantize it)", moduleOf(l.Weight), l.Weight.DType())
+	}
 	w, err := l.MergedWeight()
 	if err == nil {
 		err = l.Weight.SetFloat32s(w)

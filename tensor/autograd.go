@@ -104,6 +104,9 @@ func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
 	if t.node != nil {
 		panic(errorf("SetRequiresGrad", "%s is the result of an op; only leaves can be marked (Detach it first)", t.describe()))
 	}
+	if on && t.dtype.IsQuantized() {
+		panic(errorf("SetRequiresGrad", "%s is a quantized frozen weight: it has no gradient (ConvertTo a float dtype to train it)", t.describe()))
+	}
 	t.requiresGrad = on
 	return t
 }

@@ -249,6 +249,15 @@ func (s *Scope) MulScalar(x *Tensor, c float64) *Tensor { return s.unary(device.
 // is cast back to x's dtype.
 func (s *Scope) Cast(x *Tensor, dtype DType) *Tensor {
 	dev := sameDevice("cast", x)
+	if x.dtype.IsQuantized() || dtype.IsQuantized() {
+		// A quantized weight casts to a float dtype: its dequantized
+		// values (it has no gradient to pass back). Quantizing is
+		// ConvertTo's.
+		if !x.dtype.IsQuantized() || !dtype.IsFloat() {
+			panic(errorf("cast", "%s to %v: a quantized tensor casts to a float dtype, and quantizing is ConvertTo's", x.describe(), dtype))
+		}
+		return s.own(x.dequantized(dtype, s.cat))
+	}
 	out := mustAlloc(dev, dtype, x.shape, s.cat)
 	dev.Copy(out.view(), x.view())
 	s.record(out, "cast", []*Tensor{x}, nil, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {

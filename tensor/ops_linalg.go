@@ -116,6 +116,12 @@ func gemmWith(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, bias 
 		LDA: lda, LDB: ldb, LDC: ldc,
 		Triangle: tri,
 	}
+	if b.dtype.IsQuantized() && tb {
+		// A quantized B is described as stored: op(B) is its transpose.
+		r := b.Dim()
+		g.B.Shape = []int{b.shape[r-1], b.shape[r-2]}
+		g.B.Strides = []int{b.shape[r-2], 1}
+	}
 	if bias != nil {
 		if !bias.IsContiguous() {
 			bias = bias.packed(bias.dtype, scratch.cat)
@@ -124,7 +130,7 @@ func gemmWith(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, bias 
 		g.Bias = bias.view()
 	}
 	if len(size) == 0 {
-		dev.Gemm(g)
+		runGemm(dev, g)
 		return
 	}
 	// The innermost run is the batch, the next the groups; any further
@@ -133,7 +139,7 @@ func gemmWith(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, bias 
 	g.Batch = size[last]
 	g.StrideA, g.StrideB, g.StrideC = str[last][0], str[last][1], str[last][2]
 	if last == 0 {
-		dev.Gemm(g)
+		runGemm(dev, g)
 		return
 	}
 	g.Outer = size[last-1]
@@ -150,8 +156,18 @@ func gemmWith(out, a, b *Tensor, alpha, beta float64, tri device.Triangle, bias 
 			}
 		}
 		g.A.Offset, g.B.Offset, g.C.Offset = off[0], off[1], off[2]
-		dev.Gemm(g)
+		runGemm(dev, g)
 	}
+}
+
+// runGemm runs g on dev: the quantized product when B is a quantized
+// weight.
+func runGemm(dev device.Device, g device.Gemm) {
+	if g.B.DType.IsQuantized() {
+		device.QuantGemm(dev, g)
+		return
+	}
+	dev.Gemm(g)
 }
 
 // autocastPair casts matmul operands to the scope's autocast dtype (weights
@@ -214,7 +230,8 @@ func (t *Tensor) share2() *Tensor {
 // a is a row vector and a 1-D b a column vector, whose dimension is
 // dropped from the result (two 1-D operands give their dot product, a
 // scalar). Under autocast both operands are cast to the low-precision
-// dtype and products accumulate in F32.
+// dtype and products accumulate in F32. b may be a quantized frozen matrix
+// (quant.go), read in a's dtype; a quantized a is refused.
 func (s *Scope) MatMul(a, b *Tensor) *Tensor { return s.matMul(a, b, 1) }
 
 // ScaledMatMul is alpha·MatMul(a, b) as one product: the scale rides on
@@ -224,6 +241,9 @@ func (s *Scope) ScaledMatMul(a, b *Tensor, alpha float64) *Tensor { return s.mat
 
 func (s *Scope) matMul(a, b *Tensor, alpha float64) *Tensor {
 	sameDevice("matmul", a, b)
+	if a.dtype.IsQuantized() || b.dtype.IsQuantized() && b.Dim() != 2 {
+		panic(errorf("matmul", "%s × %s: a quantized weight is MatMul's second operand, a matrix", a.describe(), b.describe()))
+	}
 	if a.Dim() < 1 || b.Dim() < 1 {
 		panic(errorf("matmul", "operands need 1 or more dimensions: %s, %s", a.describe(), b.describe()))
 	}
@@ -280,6 +300,9 @@ func (s *Scope) matMul(a, b *Tensor, alpha float64) *Tensor {
 		s.release(o2)
 		return out
 	}
+	if b.dtype.IsQuantized() {
+		return s.quantMatMul(a, b, alpha)
+	}
 	ca, cb, done := s.autocastPair(a, b)
 	defer done()
 	batch := ab
@@ -331,6 +354,9 @@ func transposeView(t *Tensor) *Tensor {
 // Linear returns x·wᵀ + b for x [..., in], w [out, in] and b [out] (b may be
 // nil): the product adds the bias itself (device.Gemm's Bias), so the
 // layer makes one activation, not two, and no pass copies b into it.
+// w may be a quantized frozen weight (NF4, Int8; quant.go): the product
+// then computes in x's dtype (after autocast), dequantizing w as it reads
+// it, and backward gives x and b their gradients.
 func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	sameDevice("linear", x, w, b)
 	if w.Dim() != 2 || x.Dim() < 1 || x.shape[x.Dim()-1] != w.shape[1] {
@@ -338,6 +364,12 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	}
 	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
 		panic(errorf("linear", "bias %s does not fit weight %s", b.describe(), w.describe()))
+	}
+	if x.dtype.IsQuantized() || b != nil && b.dtype.IsQuantized() {
+		panic(errorf("linear", "input %s or its bias is quantized: only the weight may be", x.describe()))
+	}
+	if w.dtype.IsQuantized() {
+		return s.quantLinear(x, w, b)
 	}
 	in, outDim := w.shape[1], w.shape[0]
 	x2 := s.Reshape(x, -1, in)

@@ -26,6 +26,9 @@ const (
 	I32  = device.I32
 	I64  = device.I64
 	U8   = device.U8
+	// NF4 and Int8 hold frozen weights quantized in blocks (quant.go).
+	NF4  = device.NF4
+	Int8 = device.Int8
 )
 
 // storage is reference-counted device memory. Every Tensor handle holds one
@@ -108,8 +111,9 @@ func (t *Tensor) Dim() int { return len(t.shape) }
 // Len is the number of elements.
 func (t *Tensor) Len() int { return numel(t.shape) }
 
-// Bytes is the size of the tensor's elements in bytes.
-func (t *Tensor) Bytes() int64 { return int64(t.Len() * t.dtype.Size()) }
+// Bytes is the size of the tensor's elements in bytes (a quantized
+// tensor's codes and scales: device.Bytes).
+func (t *Tensor) Bytes() int64 { return device.Bytes(t.dtype, t.Len()) }
 
 // Device is the device holding the tensor.
 func (t *Tensor) Device() device.Device { return t.st.dev }
@@ -163,6 +167,9 @@ func (t *Tensor) mustLive(op string) {
 	}
 	if t.released {
 		panic(errorf(op, "use of released tensor %s", t.describe()))
+	}
+	if t.dtype.IsQuantized() && !quantizedOps[op] {
+		panic(errorf(op, "%s is a quantized frozen weight: only MatMul (as its second operand), Linear (as the weight), Cast and ConvertTo to a float dtype, Float32s/Float64s and whole-storage copies take it", t.describe()))
 	}
 }
 
@@ -250,15 +257,16 @@ func alloc(dev device.Device, dtype DType, shape []int, cat memory.Category) (*T
 			return nil, errorf("alloc", "negative dimension in shape %v", shape)
 		}
 	}
-	if dtype.Size() == 0 {
+	if dtype.Size() == 0 && !dtype.IsQuantized() {
 		return nil, errorf("alloc", "invalid dtype %v", dtype)
 	}
 	shape = append([]int(nil), shape...)
-	buf, err := dev.Alloc(int64(numel(shape)*dtype.Size()), cat)
+	size := device.Bytes(dtype, numel(shape))
+	buf, err := dev.Alloc(size, cat)
 	if err != nil {
 		return nil, err
 	}
-	st := &storage{dev: dev, buf: buf, size: int64(numel(shape) * dtype.Size())}
+	st := &storage{dev: dev, buf: buf, size: size}
 	st.refs.Store(1)
 	t := &Tensor{st: st, shape: shape, strides: contiguousStrides(shape), dtype: dtype}
 	track(t)
@@ -315,12 +323,13 @@ func New(dev device.Device, dtype DType, shape []int, cat memory.Category) (*Ten
 	if err != nil {
 		return nil, err
 	}
-	if dtype == U8 {
+	if dtype == U8 || dtype.IsQuantized() {
 		// Codes are bytes, not numbers: zeroed by host copies, which every
-		// device has, rather than by a fill kernel.
-		n := t.Len()
-		for off := 0; off < n; off += len(zeroBytes) {
-			dev.Write(t.st.buf, int64(off), zeroBytes[:min(len(zeroBytes), n-off)])
+		// device has, rather than by a fill kernel (a quantized tensor of
+		// zero bytes holds zeros: its scales are 0).
+		n := t.Bytes()
+		for off := int64(0); off < n; off += int64(len(zeroBytes)) {
+			dev.Write(t.st.buf, off, zeroBytes[:min(int64(len(zeroBytes)), n-off)])
 		}
 		return t, nil
 	}
@@ -468,10 +477,16 @@ func (t *Tensor) packed(dtype DType, cat memory.Category) *Tensor {
 	return out
 }
 
-// Float64s copies the tensor to the host as float64s (any dtype).
+// Float64s copies the tensor to the host as float64s (any dtype; a
+// quantized tensor's dequantized values, each its F32 definition).
 func (t *Tensor) Float64s() []float64 {
 	t.mustLive("Float64s")
-	c := t.packed(F64, memory.Temporary)
+	var c *Tensor
+	if t.dtype.IsQuantized() {
+		c = t.dequantized(F64, memory.Temporary)
+	} else {
+		c = t.packed(F64, memory.Temporary)
+	}
 	defer c.Release()
 	b := make([]byte, 8*c.Len())
 	c.st.dev.Read(b, c.st.buf, int64(c.offset*8))
@@ -482,7 +497,8 @@ func (t *Tensor) Float64s() []float64 {
 	return out
 }
 
-// Float32s copies the tensor to the host as float32s (any dtype).
+// Float32s copies the tensor to the host as float32s (any dtype; a
+// quantized tensor's dequantized values exactly).
 func (t *Tensor) Float32s() []float32 {
 	v := t.Float64s()
 	out := make([]float32, len(v))
@@ -585,8 +601,12 @@ func (t *Tensor) SetFloat64s(data []float64) error {
 // copied into new storage of dtype (rounded as Copy rounds, under the same
 // allocator category) and the old storage is freed. It is how a weight
 // that no longer trains drops its F32 copy (a frozen parameter held in the
-// autocast dtype). A tensor made by an op, one with a gradient, or one
-// whose storage other handles share (views) is refused.
+// autocast dtype), and how a frozen weight is quantized (NF4, Int8:
+// device.Quantize, refused for a tensor that requires grad, since a
+// quantized weight never trains) or dequantized again (to a float
+// dtype). The peak is the old storage plus the new. A tensor made by an
+// op, one with a gradient, or one whose storage other handles share
+// (views) is refused, as is a non-finite element of one being quantized.
 func (t *Tensor) ConvertTo(dtype DType) error {
 	t.mustLive("ConvertTo")
 	switch {
@@ -598,16 +618,44 @@ func (t *Tensor) ConvertTo(dtype DType) error {
 		return errorf("ConvertTo", "%s has a gradient", t.describe())
 	case t.st.refs.Load() != 1:
 		return errorf("ConvertTo", "%s shares its storage with %d other handles", t.describe(), t.st.refs.Load()-1)
+	case dtype.IsQuantized() && t.requiresGrad:
+		return errorf("ConvertTo", "%s requires grad: only a frozen weight is quantized (to %v)", t.describe(), dtype)
+	case dtype.IsQuantized() && !t.dtype.IsFloat(), t.dtype.IsQuantized() && !dtype.IsFloat():
+		return errorf("ConvertTo", "%s cannot convert to %v: quantizing takes a float tensor, and a quantized one converts to a float dtype", t.describe(), dtype)
+	case dtype.IsQuantized() && !t.IsContiguous():
+		return errorf("ConvertTo", "%s is not contiguous", t.describe())
+	}
+	if t.dtype.IsQuantized() {
+		n := t.dequantized(dtype, t.Category())
+		t.adopt(n)
+		return nil
+	}
+	if dtype.IsQuantized() {
+		n, err := alloc(t.st.dev, dtype, t.shape, t.Category())
+		if err != nil {
+			return err
+		}
+		if err := device.Quantize(t.st.dev, n.view(), t.view()); err != nil {
+			n.Release()
+			return errorf("ConvertTo", "quantizing %s to %v: %v", t.describe(), dtype, err)
+		}
+		t.adopt(n)
+		return nil
 	}
 	n, err := New(t.st.dev, dtype, t.shape, t.Category())
 	if err != nil {
 		return err
 	}
 	t.st.dev.Copy(n.view(), t.view())
-	// n takes the old storage and frees it.
+	t.adopt(n) // n takes the old storage and frees it
+	return nil
+}
+
+// adopt gives t the storage, dtype and layout of n, a new handle nobody
+// else holds, and frees t's old storage through n.
+func (t *Tensor) adopt(n *Tensor) {
 	t.st, n.st = n.st, t.st
-	t.strides, t.offset, t.dtype = n.strides, n.offset, dtype
+	t.strides, t.offset, t.dtype = n.strides, n.offset, n.dtype
 	n.strides, n.offset, n.dtype = nil, 0, DType(0)
 	n.Release()
-	return nil
 }

@@ -14,4 +14,8 @@ func init() {
 		}
 		return d, nil
 	})
+	// Products with a quantized weight dequantize it a tile at a time into
+	// a temporary (k_dequant) for cuBLAS: the composed QuantGemm, whose
+	// tiles a plan for this device must count.
+	device.Lacking("cuda", device.CapQuantGemm)
 }

@@ -72,15 +72,26 @@ func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                
 func (d *Device) Adam8bitStep(_, _, _, _, _, _ device.View, _ device.AdamHyper)     {}
 func (d *Device) StochasticRoundBF16(_, _ device.View, _ uint64, _ int64)           {}
 
-// CausalAttention takes and returns the workspace the CPU kernel takes,
-// so that plans account it.
-func (d *Device) CausalAttention(_, _, q, _, _ device.View, _ device.Attention) {
-	d.workspace(device.AttentionWorkspace(q.Shape, q.DType, false))
+// The quantized kernels compute nothing either: the CPU's product and
+// dequantization take no device memory, and quantizing takes none on any
+// device (plans for a device without the fused product hide it, so that
+// the composed product's tile temporaries are accounted).
+
+func (d *Device) QuantGemm(device.Gemm)                       {}
+func (d *Device) Dequantize(_, _ device.View, _, _, _, _ int) {}
+func (d *Device) Quantize(_, _ device.View) error             { return nil }
+
+// CausalAttention takes and returns the workspace the CPU kernel takes
+// (example boundaries' included: a.Workspace), so that plans account it.
+func (d *Device) CausalAttention(_, _, q, _, _ device.View, a device.Attention) {
+	a.CheckStarts(q.Shape)
+	d.workspace(a.Workspace(q.Shape, q.DType, false))
 }
 
 // CausalAttentionBackward accounts like CausalAttention.
-func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, _ device.Attention) {
-	d.workspace(device.AttentionWorkspace(q.Shape, q.DType, true))
+func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, a device.Attention) {
+	a.CheckStarts(q.Shape)
+	d.workspace(a.Workspace(q.Shape, q.DType, true))
 }
 
 // workspace allocates and frees n bytes of temporaries, as a kernel that

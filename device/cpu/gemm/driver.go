@@ -13,8 +13,12 @@ type mat[S any] struct {
 	trans bool
 }
 
-// rowsFrom returns op(X) without its first i rows.
+// rowsFrom returns op(X) without its first i rows (an empty X, a
+// quantized B's stand-in, stays empty).
 func (x mat[S]) rowsFrom(i int) mat[S] {
+	if x.data == nil {
+		return x
+	}
 	if x.trans {
 		x.data = x.data[i:]
 	} else {
@@ -25,6 +29,9 @@ func (x mat[S]) rowsFrom(i int) mat[S] {
 
 // colsFrom returns op(X) without its first j columns.
 func (x mat[S]) colsFrom(j int) mat[S] {
+	if x.data == nil {
+		return x
+	}
 	if x.trans {
 		x.data = x.data[j*x.ld:]
 	} else {
@@ -71,10 +78,12 @@ type engine[S, D any, C float32 | float64] struct {
 	kernTo16 func(kq int, a, b []D, c []uint16, ldc int, alpha, beta C)
 }
 
-// workspace holds one goroutine's packing buffers.
+// workspace holds one goroutine's packing buffers, and the staging a
+// quantized B is decoded into (quant.go).
 type workspace[D any, C float32 | float64] struct {
-	a, b []D
-	tile []C
+	a, b  []D
+	tile  []C
+	stage []byte
 }
 
 func grow[T any](s []T, n int) []T {
@@ -88,7 +97,8 @@ func grow[T any](s []T, n int) []T {
 // sync.Pool it is not emptied by the garbage collector, which would turn
 // megabytes of packing buffers into garbage (and new buffers) after every
 // collection. A workspace grows to its engine's block sizes at most
-// (a: mc×kc, b: nc×kc elements of D; ARCHITECTURE.md gives the figures).
+// (a: mc×kc, b: nc×kc elements of D, stage: nr×kc source values;
+// ARCHITECTURE.md gives the figures).
 type wsPool[D any, C float32 | float64] struct {
 	mu   sync.Mutex
 	free []*workspace[D, C]
@@ -155,7 +165,11 @@ func (e *engine[S, D, C]) serial(ws *workspace[D, C], m, n, k int, alpha C, a, b
 			kcp := roundUp(kc, kg)
 			kq := kcp / kg
 			ws.b = grow(ws.b, roundUp(nc, nr)*kcp)
-			e.pack(ws.b, bt, jc, nc, pc, kc, nr, kg)
+			if tri.qb.q != nil {
+				e.packQuant(ws, tri.qb, tri.col0+jc, nc, pc, kc, kcp)
+			} else {
+				e.pack(ws.b, bt, jc, nc, pc, kc, nr, kg)
+			}
 			bet := beta
 			if pc > 0 {
 				bet = 1
@@ -255,11 +269,13 @@ func (e *engine[S, D, C]) blocks(k int) (mc, kc int) {
 
 // region is what a goroutine's part of a product needs to know of the
 // whole: the position of its rows and columns within C, the product's
-// Triangle, and its Bias (indexed by C's column, col0 + j).
+// Triangle, its Bias (indexed by C's column, col0 + j), and a quantized
+// B (read from its column col0 + j).
 type region struct {
 	kind       Triangle
 	row0, col0 int
 	bias       []float32
+	qb         quantB
 }
 
 // biasRows sets the rows×cols tile t (leading dimension ldt) to the bias

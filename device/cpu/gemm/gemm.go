@@ -226,10 +226,19 @@ func runTo16[D any](parts int, tri region, e *engine[uint16, D, float32], pool *
 		return
 	}
 	// Strips of whole micro-tiles: w columns (all of them unless a row of
-	// tiles is wider than the bound) by h rows.
+	// tiles is wider than the bound) by h rows. Strips of rows pack all of
+	// B again for each strip, strips of columns all of A: the same number
+	// of strips either way, so the cheaper operand to pack again decides.
+	// A quantized B costs about three times A's packing per element (it
+	// is decoded first), so unless A is over three times B's height it is
+	// cut in strips of columns over all rows, each decoding its own
+	// columns of B once.
 	w := n
 	if e.mr*n > accElems {
 		w = max(e.nr, accElems/e.mr/e.nr*e.nr)
+	}
+	if tri.qb.q != nil && m < 3*n {
+		w = min(n, max(e.nr, accElems/max(m, e.mr)/e.nr*e.nr))
 	}
 	h := max(e.mr, min(m, accElems/w)/e.mr*e.mr)
 	acc := getAcc()
