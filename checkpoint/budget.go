@@ -42,7 +42,7 @@ func (p Policy) budgetSegments(r *nn.Run, blocks []nn.Module, x *tensor.Tensor) 
 		}
 		before := act()
 		probe := r.With()
-		y := blocks[0].Forward(&nn.Run{Scope: probe, Train: r.Train, Seed: r.Seed, InPlace: r.InPlace}, x)
+		y := blocks[0].Forward(r.In(probe), x)
 		st.c = act() - before
 		y.Release()
 		probe.Close()

@@ -19,7 +19,7 @@ type Func func(r *nn.Run, x *tensor.Tensor) *tensor.Tensor
 // (when it needs one) and to params, the parameters fn uses; listing them is
 // what makes backward happen when x itself needs no gradient (a first block
 // fed by data), and frozen ones are simply skipped. The recompute uses the
-// same autocast dtype, seed and training flag, so dropout masks and
+// same autocast dtype, seed, training flag and segments, so dropout masks and
 // low-precision rounding repeat exactly and gradients are bitwise equal to
 // an uncheckpointed run.
 //
@@ -29,7 +29,7 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 		return fn(r, x)
 	}
 	inner := r.With(tensor.NoGrad())
-	out := fn(&nn.Run{Scope: inner, Train: r.Train, Seed: r.Seed, InPlace: r.InPlace}, x)
+	out := fn(r.In(inner), x)
 	inner.Keep(out)
 	inner.Close()
 	// A handle of its own, without history, is what Function records on.
@@ -40,7 +40,7 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 
 	needX := x.RequiresGrad()
 	inputs := append([]*tensor.Tensor{x}, params...)
-	train, seed, inPlace, autocast := r.Train, r.Seed, r.InPlace, r.AutocastDType()
+	pass, autocast := *r, r.AutocastDType() // the Run as it is now, segments included
 	return r.Function("checkpoint", res, inputs, []*tensor.Tensor{x}, func(_ *tensor.Scope, g *tensor.Tensor, saved []*tensor.Tensor) []*tensor.Tensor {
 		var opts []tensor.ScopeOption
 		if autocast != device.Invalid {
@@ -52,7 +52,7 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 		if needX {
 			xd.SetRequiresGrad(true).SetGradCategory(memory.Temporary)
 		}
-		y := fn(&nn.Run{Scope: s, Train: train, Seed: seed, InPlace: inPlace}, xd)
+		y := fn(pass.In(s), xd)
 		y.Backward(tensor.WithGrad(g))
 		grads := make([]*tensor.Tensor, len(inputs))
 		if needX {

@@ -1,5 +1,7 @@
 package device
 
+import "fmt"
+
 // AttentionKernels compute causal multi-head attention without the
 // [B, H, T, T] scores or probabilities: each block of query rows meets the
 // keys up to its diagonal, its softmax is normalised in place, and only
@@ -19,8 +21,10 @@ type AttentionKernels interface {
 	// ((b·H+h)·T+i)·T+j of Dropout's stream for a.Seed — the mask the
 	// composed path draws on its contiguous [B, H, T, T] probabilities —
 	// so a checkpointed recompute and the composed path drop the same
-	// ones. The kernel takes AttentionWorkspace bytes of temporaries from
-	// the device's allocator for the call.
+	// ones. With a.Starts the softmax of row i runs over keys
+	// Starts[b·T+i]…i only (the others' probabilities are 0). The kernel
+	// takes a.Workspace bytes of temporaries from the device's allocator
+	// for the call.
 	CausalAttention(out, lse, q, k, v View, a Attention)
 	// CausalAttentionBackward writes dq, dk and dv (views like q, k and
 	// v) from dout and what the forward kept.
@@ -32,6 +36,50 @@ type Attention struct {
 	Scale   float64 // of the scores, usually 1/√D
 	Dropout float64 // probability of dropping a probability; 0: none
 	Seed    uint64  // dropout stream
+	// Starts, when not nil, keeps each query inside its example when a
+	// row packs several end to end: query i of batch b attends the keys
+	// j with Starts[b·T+i] <= j <= i, the row where its example begins
+	// (B·T values, each in [0, i]). The kernels skip the keys before a
+	// block's earliest start. nil: every key up to i.
+	Starts []int32
+}
+
+// Workspace is the temporary bytes one fused attention call with a's
+// parameters takes for q of shape [B, H, T, D] and dtype dt:
+// AttentionWorkspace, after StartsBytes for a copy of a.Starts at the
+// front (where a device whose memory the host cannot address reads them;
+// the CPU reads them in place and takes the bytes all the same, so that
+// every device takes what the meta device accounts).
+func (a Attention) Workspace(shape []int, dt DType, backward bool) int64 {
+	return a.StartsBytes(shape) + AttentionWorkspace(shape, dt, backward)
+}
+
+// StartsBytes is the front of a.Workspace that holds the starts: one
+// int32 per row of the batch (B·T), rounded up to 8 bytes so that the
+// accumulators after it stay aligned; 0 without starts.
+func (a Attention) StartsBytes(shape []int) int64 {
+	if a.Starts == nil {
+		return 0
+	}
+	return (int64(shape[0])*int64(shape[2])*4 + 7) &^ 7
+}
+
+// CheckStarts panics unless a.Starts is nil or holds B·T starts for q of
+// shape [B, H, T, D], each in [0, i] for its row i: the kernels' guard
+// against an inconsistent call (the tensor package builds valid ones).
+func (a Attention) CheckStarts(shape []int) {
+	if a.Starts == nil {
+		return
+	}
+	b, t := shape[0], shape[2]
+	if len(a.Starts) != b*t {
+		panic(fmt.Sprintf("device: attention starts: %d values for [B %d, T %d]", len(a.Starts), b, t))
+	}
+	for r, s := range a.Starts {
+		if i := r % t; s < 0 || int(s) > i {
+			panic(fmt.Sprintf("device: attention starts: row %d of batch %d starts at %d, outside [0, %d]", i, r/t, s, i))
+		}
+	}
 }
 
 // CapAttention names AttentionKernels for Has and Without.

@@ -28,6 +28,10 @@
 //     the logits whole (the trainer's default for token tasks; see
 //     tensor.LinearCrossEntropy). Llama.Forward and Llama.TokenLoss take
 //     and return the same.
+//   - GPT and Llama are Packed: ForwardPacked and TokenLossPacked take
+//     per-token positions too ([]int32, B·T, restarting at 0 where an
+//     example begins; nil is Forward and TokenLoss) for rows that pack
+//     several examples end to end, each attending its own example only.
 //
 // Forward follows the tensor ops' error policy: an input of the wrong shape
 // (for GPT, also a sequence longer than Context) panics with *tensor.Error,

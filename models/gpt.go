@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
 )
@@ -173,7 +174,7 @@ func (g *GPT) hidden(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
 		panic(shapeError("gpt", "%d tokens per sequence exceed the context of %d (GPTConfig.Context)", t, c.Context))
 	}
 	tok := g.Tokens.Forward(r, tokens) // [B, T, D], a new tensor nobody saved
-	pos := r.Narrow(g.Positions.Weight, 0, 0, t)
+	pos := g.positions(r, tokens)
 	sum := nn.Residual(r, tok, pos)
 	tok.Release()
 	pos.Release()
@@ -184,6 +185,31 @@ func (g *GPT) hidden(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
 	n := g.FinalNorm.Forward(r, out)
 	out.Release()
 	return n
+}
+
+// positions returns the position embeddings of tokens [B, T]: the table's
+// first T rows ([T, D], broadcast over the rows of the batch), or with
+// r.Segments (a packed batch) the rows of each token's own position
+// ([B, T, D], looked up from the positions uploaded as [B, T] I32, which
+// the lookup keeps for its backward).
+func (g *GPT) positions(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
+	seg := r.Segments
+	if seg == nil {
+		return r.Narrow(g.Positions.Weight, 0, 0, tokens.Shape()[1])
+	}
+	if p := seg.MaxPosition(); p >= g.Config.Context {
+		panic(shapeError("gpt", "position %d is past the context of %d (GPTConfig.Context)", p, g.Config.Context))
+	}
+	b, t := seg.Shape()
+	if b != tokens.Shape()[0] || t != tokens.Shape()[1] {
+		panic(shapeError("gpt", "segments of %d rows of %d tokens for tokens %v", b, t, tokens))
+	}
+	idx, err := tensor.FromInt32(tokens.Device(), seg.Positions(), []int{b, t}, memory.Data)
+	if err != nil {
+		panic(err)
+	}
+	defer idx.Release()
+	return g.Positions.Forward(r, idx)
 }
 
 // Parameters lists embed.tokens.weight, embed.positions.weight, the blocks'

@@ -69,8 +69,10 @@ func NewCausalSelfAttention(b *Builder, path string, c AttentionConfig) (*Causal
 // no [B, H, T, T] scores or probabilities exist, forward or backward, and
 // backward writes qkv's gradient whole; elsewhere it composes CausalScores (only the causal
 // triangle computed) with Softmax and CausalMatMul (skipping the
-// probabilities' zeros). Every intermediate is released as soon as its
-// consumer has run; the output is a new tensor that no op saved.
+// probabilities' zeros). With r.Segments (a packed batch) each query
+// attends its own example only (tensor's SegmentedSelfAttention). Every
+// intermediate is released as soon as its consumer has run; the output is
+// a new tensor that no op saved.
 func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	d := a.Proj.Weight.Shape()[0]
 	if x.Dim() != 3 || x.Shape()[2] != d {
@@ -91,7 +93,7 @@ func (a *CausalSelfAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	if train {
 		p = a.Dropout
 	}
-	y := r.CausalSelfAttention(qkv, h, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt)) // [B, H, T, Dh]
+	y := r.SegmentedSelfAttention(qkv, h, r.Segments, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt)) // [B, H, T, Dh]
 	qkv.Release()
 	yt := r.Permute(y, 0, 2, 1, 3)
 	y.Release()

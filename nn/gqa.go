@@ -99,11 +99,32 @@ func (a *GroupedQueryAttention) HeadDim() int { return a.Rotary.HeadDim }
 // pos..pos+T-1, queries and keys rotated. A KV cache stores k and v as
 // they are (KVHeads of them: the saving of grouped-query attention).
 func (a *GroupedQueryAttention) Project(r *Run, x *tensor.Tensor, pos int) (q, k, v *tensor.Tensor) {
+	return a.project(r, x, pos, nil)
+}
+
+// ProjectPositions is Project for tokens at the given positions (B·T of
+// them, row by row: a packed batch's, tensor.Segments.Positions) instead
+// of pos..pos+T-1 in every row. Queries and keys share one cos and one
+// sin table of [B, 1, T, HeadDim].
+func (a *GroupedQueryAttention) ProjectPositions(r *Run, x *tensor.Tensor, positions []int32) (q, k, v *tensor.Tensor) {
+	return a.project(r, x, 0, positions)
+}
+
+// project is Project at positions when they are given, else at
+// pos..pos+T-1.
+func (a *GroupedQueryAttention) project(r *Run, x *tensor.Tensor, pos int, positions []int32) (q, k, v *tensor.Tensor) {
 	d := a.Q.Weight.Shape()[1]
 	if x.Dim() != 3 || x.Shape()[2] != d {
 		panic(&tensor.Error{Op: "gqa", Msg: fmt.Sprintf("input %v must be [batch, time, %d]", x, d)})
 	}
 	bsz, t, dh := x.Shape()[0], x.Shape()[1], a.HeadDim()
+	var cos, sin *tensor.Tensor // ProjectPositions' tables, made for q and kept for k
+	defer func() {
+		if cos != nil {
+			cos.Release()
+			sin.Release()
+		}
+	}()
 	heads := func(l *Linear, n int, rope bool) *tensor.Tensor {
 		y := l.Forward(r, x)
 		y4 := r.Reshape(y, bsz, t, n, dh)
@@ -113,7 +134,15 @@ func (a *GroupedQueryAttention) Project(r *Run, x *tensor.Tensor, pos int) (q, k
 		if !rope {
 			return p
 		}
-		out := a.Rotary.Apply(r, p, pos)
+		var out *tensor.Tensor
+		if positions == nil {
+			out = a.Rotary.Apply(r, p, pos)
+		} else {
+			if cos == nil {
+				cos, sin = a.Rotary.positionTables(p, positions)
+			}
+			out = a.Rotary.rotate(r, p, cos, sin)
+		}
 		p.Release()
 		return out
 	}
@@ -160,10 +189,18 @@ func (a *GroupedQueryAttention) Output(r *Run, y *tensor.Tensor) *tensor.Tensor 
 //	y = softmax(causal(q·repeat(k)ᵀ/√Dh))·repeat(v), heads joined
 //	out = y·Woᵀ
 //
-// through tensor's CausalAttention (fused where the device has it).
+// through tensor's CausalAttention (fused where the device has it). With
+// r.Segments (a packed batch) queries and keys are rotated at the
+// segments' positions and each query attends its own example only
+// (tensor's SegmentedAttention).
 func (a *GroupedQueryAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	defer r.Enter(parentOf(moduleOf(a.Q.Weight)))()
-	q, k, v := a.Project(r, x, 0)
+	var q, k, v *tensor.Tensor
+	if r.Segments != nil {
+		q, k, v = a.ProjectPositions(r, x, r.Segments.Positions())
+	} else {
+		q, k, v = a.Project(r, x, 0)
+	}
 	kr, vr := a.RepeatKV(r, k), a.RepeatKV(r, v)
 	k.Release()
 	v.Release()
@@ -171,7 +208,7 @@ func (a *GroupedQueryAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor
 	if r.Train && a.Dropout > 0 {
 		p = a.Dropout
 	}
-	y := r.CausalAttention(q, kr, vr, 1/math.Sqrt(float64(a.HeadDim())), p, r.SeedFor(a.attnSalt))
+	y := r.SegmentedAttention(q, kr, vr, r.Segments, 1/math.Sqrt(float64(a.HeadDim())), p, r.SeedFor(a.attnSalt))
 	q.Release()
 	kr.Release()
 	vr.Release()

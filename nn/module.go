@@ -29,11 +29,28 @@ type Module interface {
 // Dropout masks are derived from Seed and the layer's own salt, never from
 // a counter advanced by each call, so recomputing a block (activation
 // checkpointing) draws exactly the masks of the first pass.
+//
+// A Run that makes another for a piece of the same pass (a checkpointed
+// block, its recompute) copies it whole and changes the Scope (In), so
+// that what the pass carries, Segments included, reaches every layer.
 type Run struct {
 	*tensor.Scope
 	Train   bool
 	Seed    uint64
 	InPlace bool // layers use in-place ops where that is safe
+	// Segments, when set, says the rows of the pass's [B, T] batch pack
+	// several examples end to end: attention stays inside each example
+	// and rotary embeddings take its positions (models set it from the
+	// positions their ForwardPacked and TokenLossPacked are given).
+	Segments *tensor.Segments
+}
+
+// In returns a copy of r that runs in scope s: the same pass (training
+// flag, seed, in-place ops, segments) recorded elsewhere.
+func (r *Run) In(s *tensor.Scope) *Run {
+	c := *r
+	c.Scope = s
+	return &c
 }
 
 // NewRun returns a training run recording gradients, with in-place ops on.

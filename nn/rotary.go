@@ -105,11 +105,24 @@ func (p *Rotary) InvFreq() []float32 { return append([]float32(nil), p.invFreq..
 // frequency, as Hugging Face forms it; cos and sin are then exact to
 // float64.
 func (p *Rotary) Tables(pos, t int) (cos, sin []float64) {
+	return p.tables(t, func(i int) int { return pos + i })
+}
+
+// TablesAt returns cos and sin [len(positions), HeadDim] for the given
+// positions, row by row, as Tables computes them: a position gives the
+// same row whichever way it is asked for.
+func (p *Rotary) TablesAt(positions []int32) (cos, sin []float64) {
+	return p.tables(len(positions), func(i int) int { return int(positions[i]) })
+}
+
+// tables returns cos and sin for t rows, row i at position at(i).
+func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
 	d, half := p.HeadDim, p.HeadDim/2
 	cos, sin = make([]float64, t*d), make([]float64, t*d)
 	for i := range t {
+		pos := float32(at(i))
 		for j, f := range p.invFreq {
-			a := float64(float32(pos+i) * f)
+			a := float64(pos * f)
 			c, s := math.Cos(a), math.Sin(a)
 			cos[i*d+j], cos[i*d+half+j] = c, c
 			sin[i*d+j], sin[i*d+half+j] = s, s
@@ -128,21 +141,64 @@ func (p *Rotary) Apply(r *Run, x *tensor.Tensor, pos int) *tensor.Tensor {
 	if n < 2 || x.Shape()[n-1] != p.HeadDim || pos < 0 {
 		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [..., time, %d] (at position %d)", x, p.HeadDim, pos)})
 	}
-	t, half := x.Shape()[n-2], p.HeadDim/2
+	t := x.Shape()[n-2]
 	cv, sv := p.Tables(pos, t)
-	table := func(v []float64) *tensor.Tensor {
-		c, err := tensor.New(x.Device(), x.DType(), []int{t, p.HeadDim}, memory.Activation)
-		if err == nil {
-			err = c.SetFloat64s(v)
-		}
-		if err != nil {
-			panic(err)
-		}
-		return c
-	}
-	cos, sin := table(cv), table(sv)
+	shape := []int{t, p.HeadDim}
+	cos, sin := table(x, shape, cv), table(x, shape, sv)
 	defer cos.Release()
 	defer sin.Release()
+	return p.rotate(r, x, cos, sin)
+}
+
+// ApplyPositions rotates x [B, ..., T, HeadDim] whose tokens are at the
+// given positions (B·T of them, row by row: a packed batch's, which
+// restart at 0 where each example begins; tensor.Segments.Positions).
+// cos and sin are [B, 1, …, T, HeadDim], broadcast over the dimensions
+// between (the heads). Values and gradient are Apply's for each row's own
+// positions.
+func (p *Rotary) ApplyPositions(r *Run, x *tensor.Tensor, positions []int32) *tensor.Tensor {
+	cos, sin := p.positionTables(x, positions)
+	defer cos.Release()
+	defer sin.Release()
+	return p.rotate(r, x, cos, sin)
+}
+
+// positionTables returns ApplyPositions' cos and sin for x, which
+// queries and keys of different head counts share.
+func (p *Rotary) positionTables(x *tensor.Tensor, positions []int32) (cos, sin *tensor.Tensor) {
+	n := x.Dim()
+	if n < 3 || x.Shape()[n-1] != p.HeadDim || len(positions) != x.Shape()[0]*x.Shape()[n-2] {
+		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [batch, ..., time, %d] with a position for each of its batch·time tokens (%d given)", x, p.HeadDim, len(positions))})
+	}
+	for i, q := range positions {
+		if q < 0 {
+			panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("position %d of %v is %d, want >= 0", i, x, q)})
+		}
+	}
+	shape := make([]int, n)
+	for i := range shape {
+		shape[i] = 1
+	}
+	shape[0], shape[n-2], shape[n-1] = x.Shape()[0], x.Shape()[n-2], p.HeadDim
+	cv, sv := p.TablesAt(positions)
+	return table(x, shape, cv), table(x, shape, sv)
+}
+
+// table makes a cos or sin table of shape on x's device in x's dtype.
+func table(x *tensor.Tensor, shape []int, v []float64) *tensor.Tensor {
+	c, err := tensor.New(x.Device(), x.DType(), shape, memory.Activation)
+	if err == nil {
+		err = c.SetFloat64s(v)
+	}
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// rotate is x·cos + rotate_half(x)·sin.
+func (p *Rotary) rotate(r *Run, x, cos, sin *tensor.Tensor) *tensor.Tensor {
+	n, half := x.Dim(), p.HeadDim/2
 	x1 := r.Narrow(x, n-1, 0, half)
 	x2 := r.Narrow(x, n-1, half, half)
 	n2 := r.Neg(x2)

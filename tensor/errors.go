@@ -24,8 +24,9 @@ func errorf(op, format string, args ...any) *Error {
 
 // Catch runs fn and returns, as an error, any panic raised by a tensor op
 // for a reason a user can cause: *Error (shapes, lifetimes, autograd
-// misuse), *memory.OOMError (device full) and *device.IndexError (an index
-// outside its table). Other panics are bugs and propagate. Training steps
+// misuse), *memory.OOMError (device full), *memory.InterruptError (the
+// computation was interrupted) and *device.IndexError (an index outside
+// its table). Other panics are bugs and propagate. Training steps
 // run inside Catch, which is what makes out-of-memory recoverable.
 func Catch(fn func() error) (err error) {
 	defer func() {
@@ -37,6 +38,8 @@ func Catch(fn func() error) (err error) {
 		case *Error:
 			err = e
 		case *memory.OOMError:
+			err = e
+		case *memory.InterruptError:
 			err = e
 		case *device.IndexError:
 			err = e

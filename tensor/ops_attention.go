@@ -23,6 +23,19 @@ import (
 // The result is laid out as v, so heads viewed inside [B, T, H, D] join
 // back into [B, T, H·D] without a copy.
 func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed uint64) *Tensor {
+	return s.SegmentedAttention(q, k, v, nil, scale, dropout, seed)
+}
+
+// SegmentedAttention is CausalAttention of rows that pack several
+// examples end to end (seg, of q's B and T): query i attends the keys of
+// its own example only, from the row where that example begins up to i,
+// so that each example's result is what CausalAttention of it alone
+// gives. The fused kernels skip the keys before a block of queries'
+// earliest start (device.Attention.Starts); the composed path fills the
+// scores before each query's start with −Inf, as CausalScores fills those
+// after it. Dropout draws the masks CausalAttention draws. A nil seg is
+// CausalAttention.
+func (s *Scope) SegmentedAttention(q, k, v *Tensor, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
 	dev := sameDevice("causal_attention", q, k, v)
 	if q.Dim() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
 		panic(errorf("causal_attention", "q %s, k %s and v %s must all be [B, H, T, D]", q.describe(), k.describe(), v.describe()))
@@ -33,9 +46,12 @@ func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed ui
 	if dropout < 0 || dropout >= 1 {
 		panic(errorf("causal_attention", "dropout %v must be in [0, 1)", dropout))
 	}
+	if seg != nil {
+		seg.check("causal_attention", q.shape[0], q.shape[2])
+	}
 	kern := device.AttentionOf(dev)
 	if kern == nil {
-		return s.composedAttention(q, k, v, scale, dropout, seed)
+		return s.composedAttention(q, k, v, seg, scale, dropout, seed)
 	}
 	target := promote(promote(q.dtype, k.dtype), v.dtype)
 	if s.autocast != device.Invalid && target != F64 {
@@ -54,7 +70,7 @@ func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed ui
 	defer pq.Release()
 	defer pk.Release()
 	defer pv.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed}
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil()}
 	out := mustAllocLike(dev, target, pv, s.cat)
 	lse := mustAlloc(dev, accumDType(target), append([]int(nil), q.shape[:3]...), s.cat)
 	kern.CausalAttention(out.view(), lse.view(), pq.view(), pk.view(), pv.view(), a)
@@ -86,6 +102,14 @@ func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed ui
 // buffer, a copy and two additions: 2% of the GPT reference's f32 step).
 // Without the kernels it is exactly that composition.
 func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float64, seed uint64) *Tensor {
+	return s.SegmentedSelfAttention(qkv, heads, nil, scale, dropout, seed)
+}
+
+// SegmentedSelfAttention is CausalSelfAttention of rows that pack several
+// examples end to end (seg, of qkv's B and T), each query attending its
+// own example only, as SegmentedAttention. A nil seg is
+// CausalSelfAttention.
+func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
 	const op = "causal_self_attention"
 	dev := sameDevice(op, qkv)
 	if qkv.Dim() != 3 || heads <= 0 || qkv.shape[2]%(3*heads) != 0 {
@@ -98,9 +122,12 @@ func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float
 		panic(errorf(op, "dropout %v must be in [0, 1)", dropout))
 	}
 	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
+	if seg != nil {
+		seg.check(op, b, t)
+	}
 	kern := device.AttentionOf(dev)
 	if kern == nil || !qkv.IsContiguous() {
-		return s.splitAttention(qkv, heads, scale, dropout, seed)
+		return s.splitAttention(qkv, heads, seg, scale, dropout, seed)
 	}
 	target := qkv.dtype
 	if s.autocast != device.Invalid && target != F64 {
@@ -126,7 +153,7 @@ func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float
 	defer q.Release()
 	defer k.Release()
 	defer v.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed}
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil()}
 	out := mustAllocLike(dev, target, v, s.cat)
 	lse := mustAlloc(dev, accumDType(target), []int{b, heads, t}, s.cat)
 	kern.CausalAttention(out.view(), lse.view(), q.view(), k.view(), v.view(), a)
@@ -149,9 +176,9 @@ func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float
 	return s.own(out)
 }
 
-// splitAttention is CausalSelfAttention through views of the heads and
-// CausalAttention.
-func (s *Scope) splitAttention(qkv *Tensor, heads int, scale, dropout float64, seed uint64) *Tensor {
+// splitAttention is SegmentedSelfAttention through views of the heads and
+// SegmentedAttention.
+func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
 	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
 	r5 := s.Reshape(qkv, b, t, 3, heads, d/heads)
 	defer s.release(r5)
@@ -163,18 +190,28 @@ func (s *Scope) splitAttention(qkv *Tensor, heads int, scale, dropout float64, s
 		qkvs[i] = s.Permute(n4, 0, 2, 1, 3)
 		s.release(n4)
 	}
-	y := s.CausalAttention(qkvs[0], qkvs[1], qkvs[2], scale, dropout, seed)
+	y := s.SegmentedAttention(qkvs[0], qkvs[1], qkvs[2], seg, scale, dropout, seed)
 	for _, x := range qkvs {
 		s.release(x)
 	}
 	return y
 }
 
-// composedAttention is CausalAttention from the ops a device without the
-// fused kernels has; its dropout draws the fused kernels' masks (Dropout
-// numbers the contiguous probabilities as they do).
-func (s *Scope) composedAttention(q, k, v *Tensor, scale, dropout float64, seed uint64) *Tensor {
+// composedAttention is SegmentedAttention from the ops a device without
+// the fused kernels has; its dropout draws the fused kernels' masks
+// (Dropout numbers the contiguous probabilities as they do). With seg,
+// MaskedFill puts −Inf before each query's start, from a [B, 1, T, T]
+// mask made on the host; the backward of the fill passes no gradient
+// there, as CausalScores' passes none above the diagonal.
+func (s *Scope) composedAttention(q, k, v *Tensor, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
 	masked := s.CausalScores(q, k, scale, math.Inf(-1))
+	if seg != nil {
+		m := seg.mask(s, masked)
+		filled := s.MaskedFill(masked, m, math.Inf(-1))
+		m.Release()
+		s.release(masked)
+		masked = filled
+	}
 	probs := s.Softmax(masked)
 	s.release(masked)
 	if dropout > 0 {

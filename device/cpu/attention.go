@@ -18,6 +18,12 @@ import (
 // row in place, are multiplied by v; nothing of size T×T exists. Backward
 // recomputes each block's probabilities from the saved log-sum-exps.
 //
+// With example boundaries (device.Attention.Starts) a block meets only the
+// keys from the earliest start among its rows: the products below take
+// their operands from that key, k0, so a block of a packed row whose
+// examples all begin at or after its first row costs its diagonal square
+// alone; the rows that begin later mask the keys before their own start.
+//
 // The products read q, k, v and dout where they lie (heads viewed in a
 // fused projection, at its row stride), in their own dtype, as the
 // composed path's products do; scores and probabilities are f32 (f64 for
@@ -255,6 +261,35 @@ func (d *Device) workspace(bytes int64) device.Buffer {
 	return buf
 }
 
+// segStarts returns a's starts, read in place, and the slots' share of
+// the call's workspace ws: what follows the bytes a.Workspace counts for
+// the starts' device copy, which the CPU does not need.
+func segStarts(ws []byte, a device.Attention, shape []int) ([]int32, []byte) {
+	return a.Starts, ws[a.StartsBytes(shape):]
+}
+
+// keyStart is the first key the block of m rows from row i0 of batch row
+// b meets: the earliest start among its rows (0 without starts). Starts
+// are at most their row, so it is at most i0.
+func keyStart(starts []int32, b, t, i0, m int) int {
+	if starts == nil {
+		return 0
+	}
+	k0 := i0
+	for _, s := range starts[b*t+i0 : b*t+i0+m] {
+		k0 = min(k0, int(s))
+	}
+	return k0
+}
+
+// rowStart is the first key row i of batch row b attends.
+func rowStart(starts []int32, b, t, i int) int {
+	if starts == nil {
+		return 0
+	}
+	return int(starts[b*t+i])
+}
+
 // split cuts n elements of T off the front of b.
 func split[T float](b []byte, n int) ([]T, []byte) {
 	var z T
@@ -264,7 +299,8 @@ func split[T float](b []byte, n int) ([]T, []byte) {
 
 // CausalAttention writes out and lse (see device.AttentionKernels).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	ws := d.workspace(device.AttentionWorkspace(q.Shape, q.DType, false))
+	a.CheckStarts(q.Shape)
+	ws := d.workspace(a.Workspace(q.Shape, q.DType, false))
 	defer d.Free(ws)
 	if q.DType == device.F64 {
 		attentionForward[float64](d, ws.Host, out, lse, q, k, v, a)
@@ -278,6 +314,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
 	keep := T(1 / (1 - a.Dropout))
+	starts, ws := segStarts(ws, a, q.Shape)
 	d.forHeads(g, ws, func(slot []byte, b, h int) {
 		sc, rest := split[T](slot, br*t) // the block's scores, then probabilities
 		ow, rest := split[T](rest, br*dim)
@@ -286,11 +323,15 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m // keys of the block: those up to its last row
-			scores(sc, t, i0, m, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, 0))
+			// from k0: column c of the block's rows is key k0+c, and
+			// the products see the past keys as i0-k0 of them.
+			k0 := keyStart(starts, b, t, i0, m)
+			scores(sc, t, i0-k0, m, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, k0))
 			for r := range m {
 				i := i0 + r
-				row := sc[r*t : r*t+n]
-				live := row[:i+1]
+				lo := rowStart(starts, b, t, i)
+				row := sc[r*t : r*t+n-k0]
+				live := row[lo-k0 : i+1-k0]
 				mx := rowMaxT(live)
 				expShifted(live, mx)
 				sum := sumT(live)
@@ -298,7 +339,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 				// As the softmax kernel normalises: the same bits in f32.
 				scaleT(live, T(1/sum))
 				if a.Dropout > 0 {
-					base := uint64((bh*t + i) * t)
+					base := uint64((bh*t+i)*t + lo)
 					for j := range live {
 						if uniform01(a.Seed, base+uint64(j)) < a.Dropout {
 							live[j] = 0
@@ -307,19 +348,20 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 						}
 					}
 				}
-				clear(row[i+1:])
+				clear(row[:lo-k0])
+				clear(row[i+1-k0:])
 			}
 			if round {
 				for r := range m {
-					roundRow(p, r, sc[r*t:r*t+n])
+					roundRow(p, r, sc[r*t:r*t+n-k0])
 				}
 			}
 			if direct[T](out) {
 				c, ldc := headC[T](out, b, h, i0)
-				alongKeys(c, ldc, i0, m, dim, 1, p, headRows(v, b, h, 0), 0)
+				alongKeys(c, ldc, i0-k0, m, dim, 1, p, headRows(v, b, h, k0), 0)
 				continue
 			}
-			alongKeys(ow, dim, i0, m, dim, 1, p, headRows(v, b, h, 0), 0)
+			alongKeys(ow, dim, i0-k0, m, dim, 1, p, headRows(v, b, h, k0), 0)
 			storeRows(out, ow, b, h, i0, m, dim)
 		}
 	})
@@ -328,7 +370,8 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 // CausalAttentionBackward writes dq, dk and dv (see
 // device.AttentionKernels).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	ws := d.workspace(device.AttentionWorkspace(q.Shape, q.DType, true))
+	a.CheckStarts(q.Shape)
+	ws := d.workspace(a.Workspace(q.Shape, q.DType, true))
 	defer d.Free(ws)
 	if q.DType == device.F64 {
 		attentionBackward[float64](d, ws.Host, dq, dk, dv, dout, out, lse, q, k, v, a)
@@ -342,6 +385,7 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
 	keep := T(1 / (1 - a.Dropout))
+	starts, ws := segStarts(ws, a, q.Shape)
 	d.forHeads(g, ws, func(slot []byte, b, h int) {
 		sc, rest := split[T](slot, br*t)   // probabilities, then dropped ones
 		dpw, rest := split[T](rest, br*t)  // the probabilities' gradient, then the scores'
@@ -372,6 +416,7 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 		for i0 := 0; i0 < t; i0 += br {
 			m := min(br, t-i0)
 			n := i0 + m
+			k0 := keyStart(starts, b, t, i0, m) // as in forward
 			// Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout. load
 			// widens 16-bit rows into the scratch rows and reads f32 ones
 			// in place.
@@ -381,29 +426,31 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				gv := load(dout, dor.off+r*dor.ld, dim, 1, dow[:dim])
 				delta[r] = T(dotT(gv, ov))
 			}
-			scores(sc, t, i0, m, dim, a.Scale, qr, headRows(k, b, h, 0))
-			scores(dpw, t, i0, m, dim, 1, dor, headRows(v, b, h, 0))
+			scores(sc, t, i0-k0, m, dim, a.Scale, qr, headRows(k, b, h, k0))
+			scores(dpw, t, i0-k0, m, dim, 1, dor, headRows(v, b, h, k0))
 			for r := range m {
 				i := i0 + r
-				p := sc[r*t : r*t+n]
-				dp := dpw[r*t : r*t+n]
-				expShifted(p[:i+1], float64(lses[bh*t+i]))
+				lo := rowStart(starts, b, t, i)
+				prow := sc[r*t : r*t+n-k0]
+				dprow := dpw[r*t : r*t+n-k0]
+				p, dp := prow[lo-k0:i+1-k0], dprow[lo-k0:i+1-k0] // keys lo…i
+				expShifted(p, float64(lses[bh*t+i]))
 				dl := delta[r]
 				if a.Dropout == 0 {
 					// dSᵢⱼ = Pᵢⱼ·(dPᵢⱼ - Δᵢ): the softmax gradient's row
 					// kernel (the same two roundings as the loop).
 					j0 := 0
-					if p32, ok := any(p[:i+1]).([]float32); ok {
-						j0 = softmaxGradVector(any(dp[:i+1]).([]float32), p32, any(dp[:i+1]).([]float32), float32(dl))
+					if p32, ok := any(p).([]float32); ok {
+						j0 = softmaxGradVector(any(dp).([]float32), p32, any(dp).([]float32), float32(dl))
 					}
-					for j := j0; j <= i; j++ {
+					for j := j0; j < len(p); j++ {
 						dp[j] = p[j] * (dp[j] - dl)
 					}
 				} else {
 					// dP = dP'·z and the dropped probabilities P' = P·z,
 					// z the mask over (1-p).
-					base := uint64((bh*t + i) * t)
-					for j, pij := range p[:i+1] {
+					base := uint64((bh*t+i)*t + lo)
+					for j, pij := range p {
 						z := keep
 						if uniform01(a.Seed, base+uint64(j)) < a.Dropout {
 							z = 0
@@ -412,22 +459,25 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 						p[j] = pij * z
 					}
 				}
-				clear(p[i+1:])
-				clear(dp[i+1:])
+				clear(prow[:lo-k0])
+				clear(dprow[:lo-k0])
+				clear(prow[i+1-k0:])
+				clear(dprow[i+1-k0:])
 				if round {
-					roundRow(pr, r, p)
-					roundRow(dsr, r, dp)
+					roundRow(pr, r, prow)
+					roundRow(dsr, r, dprow)
 				}
 			}
-			// dv += P'ᵀ·dout; dq = scale·dS·k; dk += scale·dSᵀ·q.
-			perKey(dvc, dvld, i0, m, dim, 1, pr, dor)
-			perKey(dkc, dkld, i0, m, dim, a.Scale, dsr, qr)
+			// dv += P'ᵀ·dout; dq = scale·dS·k; dk += scale·dSᵀ·q, over
+			// the keys from k0.
+			perKey(dvc[k0*dvld:], dvld, i0-k0, m, dim, 1, pr, dor)
+			perKey(dkc[k0*dkld:], dkld, i0-k0, m, dim, a.Scale, dsr, qr)
 			if direct[T](dq) {
 				c, ldc := headC[T](dq, b, h, i0)
-				alongKeys(c, ldc, i0, m, dim, a.Scale, dsr, headRows(k, b, h, 0), 0)
+				alongKeys(c, ldc, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, h, k0), 0)
 				continue
 			}
-			alongKeys(dqw, dim, i0, m, dim, a.Scale, dsr, headRows(k, b, h, 0), 0)
+			alongKeys(dqw, dim, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, h, k0), 0)
 			storeRows(dq, dqw, b, h, i0, m, dim)
 		}
 		if !inDK {

@@ -16,7 +16,26 @@ func BenchmarkCausalAttention(b *testing.B) {
 	benchAttention(b, "ctx1024/", 4, 1024, device.BF16)
 }
 
+// BenchmarkSegmentedAttention runs the fused kernels over rows that pack
+// 8 examples of 128 tokens into a window of 1024 (B 4, H 6, D 64), with
+// the example boundaries (device.Attention.Starts: each block of queries
+// meets only its own example's keys) and without them (the whole causal
+// window, as unpacked rows of 1024 would cost), in one run.
+func BenchmarkSegmentedAttention(b *testing.B) {
+	const bs, t, per = 4, 1024, 128
+	starts := make([]int32, bs*t)
+	for i := range starts {
+		starts[i] = int32(i % t / per * per)
+	}
+	benchAttention(b, "packed8x128/", bs, t, device.F32, device.BF16)
+	benchAttentionWith(b, "packed8x128/segments/", bs, t, starts, device.F32, device.BF16)
+}
+
 func benchAttention(b *testing.B, prefix string, bs, t int, dts ...device.DType) {
+	benchAttentionWith(b, prefix, bs, t, nil, dts...)
+}
+
+func benchAttentionWith(b *testing.B, prefix string, bs, t int, starts []int32, dts ...device.DType) {
 	const h, dim = 6, 64
 	for _, dt := range dts {
 		d := New()
@@ -35,7 +54,7 @@ func benchAttention(b *testing.B, prefix string, bs, t int, dts ...device.DType)
 		out, dout, dq, dk, dv := dense(), dense(), dense(), dense(), dense()
 		d.Fill(dout, 0.01)
 		lse := device.View{Buf: alloc(bs*h*t, device.F32), DType: device.F32, Shape: []int{bs, h, t}, Strides: []int{h * t, t, 1}}
-		a := device.Attention{Scale: 0.125}
+		a := device.Attention{Scale: 0.125, Starts: starts}
 		b.Run(prefix+"forward/"+dt.String(), func(b *testing.B) {
 			for range b.N {
 				d.CausalAttention(out, lse, head(0), head(1), head(2), a)

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"unsafe"
+
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 )
@@ -12,38 +14,48 @@ var _ device.AttentionKernels = (*Device)(nil)
 // CausalAttention is device.AttentionKernels' forward (kernels.cu's
 // k_attention): one block per workspace slot, nothing of T×T size.
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	ws, slot, grid := d.attentionWorkspace(q, false)
+	a.CheckStarts(q.Shape)
+	ws, starts, slot, grid := d.attentionWorkspace(q, a, false)
 	defer d.Free(ws.Buf)
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed)
+		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
 	d.launch("k_attention"+computeSuffix(q), grid, g)
 }
 
 // CausalAttentionBackward is device.AttentionKernels' backward
 // (k_attention_bwd).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	ws, slot, grid := d.attentionWorkspace(q, true)
+	a.CheckStarts(q.Shape)
+	ws, starts, slot, grid := d.attentionWorkspace(q, a, true)
 	defer d.Free(ws.Buf)
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 		heads(dq).heads(dk).heads(dv).heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).
-		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed)
+		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
 	d.launch("k_attention_bwd"+computeSuffix(q), grid, g)
 }
 
-// attentionWorkspace takes device.AttentionWorkspace bytes of temporaries,
-// as the CPU and the meta device do, viewed as the accumulator type, and
-// returns the elements per slot and the grid (one block per slot).
-func (d *Device) attentionWorkspace(q device.View, backward bool) (device.View, int64, int) {
+// attentionWorkspace takes a.Workspace bytes of temporaries, as the CPU
+// and the meta device do. With example boundaries their front holds a
+// copy of a.Starts, returned as an I32 view (else a view with no buffer,
+// which the kernels read as none). The rest is returned viewed as the
+// accumulator type, with the elements per slot and the grid (one block
+// per slot).
+func (d *Device) attentionWorkspace(q device.View, a device.Attention, backward bool) (ws, starts device.View, slot int64, grid int) {
 	acc := device.F32
 	if q.DType == device.F64 {
 		acc = device.F64
 	}
-	bytes := device.AttentionWorkspace(q.Shape, q.DType, backward)
-	buf, err := d.Alloc(bytes, memory.Temporary)
+	buf, err := d.Alloc(a.Workspace(q.Shape, q.DType, backward), memory.Temporary)
 	if err != nil {
 		panic(err)
 	}
+	front := a.StartsBytes(q.Shape)
+	if front > 0 {
+		d.Write(buf, 0, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.Starts))), 4*len(a.Starts)))
+		starts = device.View{Buf: buf, DType: device.I32, Shape: []int{len(a.Starts)}, Strides: []int{1}}
+	}
 	slots := min(q.Shape[0]*q.Shape[1], device.AttentionSlots)
-	n := bytes / int64(acc.Size())
-	return device.View{Buf: buf, DType: acc, Shape: []int{int(n)}, Strides: []int{1}}, n / int64(slots), slots
+	n := device.AttentionWorkspace(q.Shape, q.DType, backward) / int64(acc.Size())
+	ws = device.View{Buf: buf, DType: acc, Offset: int(front) / acc.Size(), Shape: []int{int(n)}, Strides: []int{1}}
+	return ws, starts, n / int64(slots), slots
 }

@@ -937,7 +937,11 @@ extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double mo
 // (float, or double for f64 inputs); for 16-bit inputs the probabilities
 // and their gradient are rounded to the input dtype before the products
 // that take them, as on the CPU. Dropout draws element ((b·H+h)·T+i)·T+j
-// of the seed's stream, the mask the composed path draws.
+// of the seed's stream, the mask the composed path draws. With example
+// boundaries (seg, an I32 [B·T] operand in the workspace's front, null
+// without) row i of batch b sees keys seg[b·T+i]…i only, and a block
+// starts its keys at its rows' earliest start: the slot's columns before
+// it are never written or read.
 
 // Heads are the strides of a [B, H, T, D] view whose last stride is 1.
 struct Heads {
@@ -946,6 +950,24 @@ struct Heads {
 
 __device__ __forceinline__ i64 head_el(const Heads& s, i64 b, i64 h, i64 t, i64 d) {
     return b * s.sb + h * s.sh + t * s.st + d;
+}
+
+// att_start is the first key row i of batch b attends: its example's
+// start, or 0 without boundaries.
+__device__ __forceinline__ i64 att_start(const Op& seg, i64 b, i64 Tn, i64 i) {
+    return seg.p ? ldi(seg, b * Tn + i) : 0;
+}
+
+// att_block_start is the first key a block of m rows from i0 meets: the
+// earliest start of its rows (at most i0).
+__device__ __forceinline__ i64 att_block_start(const Op& seg, i64 b, i64 Tn, i64 i0, i64 m) {
+    if (!seg.p) return 0;
+    i64 k0 = i0;
+    for (i64 r = 0; r < m; r++) {
+        const i64 s = ldi(seg, b * Tn + i0 + r);
+        k0 = s < k0 ? s : k0;
+    }
+    return k0;
 }
 
 // round16 rounds v to a 16-bit dtype and back; other dtypes keep v.
@@ -958,7 +980,7 @@ __device__ __forceinline__ T round16(T v, i64 dt) {
 
 template <class T>
 __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
-                            Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed) {
+                            Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
     const i64 wsb = ws.off + (i64)blockIdx.x * slot;  // this block's slot: P[br][Tn]
     const T keep = (T)(1 / (1 - p));
@@ -967,10 +989,11 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
         const i64 b = bh / H, h = bh % H;
         for (i64 i0 = 0; i0 < Tn; i0 += br) {
             const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
-            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
-                const i64 r = e / n, j = e % n, i = i0 + r;
+            const i64 k0 = att_block_start(seg, b, Tn, i0, m), w = n - k0;  // keys k0…n-1
+            for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
+                const i64 r = e / w, j = k0 + e % w, i = i0 + r;
                 T s = 0;
-                if (j <= i) {
+                if (j <= i && j >= att_start(seg, b, Tn, i)) {
                     for (i64 c = 0; c < D; c++) s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
                     s *= (T)scale;
                 }
@@ -978,18 +1001,18 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
             }
             __syncthreads();
             for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
-                const i64 i = i0 + r;
-                T mx = P_(r, 0);
-                for (i64 j = 1; j <= i; j++) mx = xmax(mx, P_(r, j));
+                const i64 i = i0 + r, lo = att_start(seg, b, Tn, i);
+                T mx = P_(r, lo);
+                for (i64 j = lo + 1; j <= i; j++) mx = xmax(mx, P_(r, j));
                 double sum = 0;
-                for (i64 j = 0; j <= i; j++) {
+                for (i64 j = lo; j <= i; j++) {
                     T x = xexp(P_(r, j) - mx);
                     P_(r, j) = x;
                     sum += (double)x;
                 }
                 st<T>(lse, bh * Tn + i, (T)((double)mx + log(sum)));
                 const T inv = (T)(1 / sum);
-                for (i64 j = 0; j <= i; j++) {
+                for (i64 j = lo; j <= i; j++) {
                     T x = P_(r, j) * inv;
                     if (p > 0) x = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : x * keep;
                     P_(r, j) = round16(x, q.dt);
@@ -999,7 +1022,7 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
             for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
                 const i64 r = e / D, c = e % D, i = i0 + r;
                 T s = 0;
-                for (i64 j = 0; j <= i; j++) s += P_(r, j) * ld<T>(v, head_el(sv, b, h, j, c));
+                for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += P_(r, j) * ld<T>(v, head_el(sv, b, h, j, c));
                 st<T>(out, head_el(so, b, h, i, c), s);
             }
             __syncthreads();
@@ -1009,15 +1032,15 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
 }
 TYPED(k_attention,
       (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws,
-       i64 slot, double scale, double p, u64 seed),
-      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed))
+       i64 slot, double scale, double p, u64 seed, Op seg),
+      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg))
 
 // k_attention_bwd: per slot, P and dS ([br][Tn] each), the head's dk and
 // dv accumulators ([Tn][D] each) and the block's Δ (br values).
 template <class T>
 __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv,
                                 Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                                Heads sv, Op ws, i64 slot, double scale, double p, u64 seed) {
+                                Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
     const i64 wsb = ws.off + (i64)blockIdx.x * slot;
     const i64 oP = 0, oS = br * Tn, oK = 2 * br * Tn, oV = oK + Tn * D, oDelta = oV + Tn * D;
@@ -1029,6 +1052,7 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
         __syncthreads();
         for (i64 i0 = 0; i0 < Tn; i0 += br) {
             const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
+            const i64 k0 = att_block_start(seg, b, Tn, i0, m), w = n - k0;  // keys k0…n-1
             // Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
             for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
                 double s = 0;
@@ -1036,10 +1060,10 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
                     s += (double)ld<T>(dout, head_el(sdo, b, h, i0 + r, c)) * (double)ld<T>(out, head_el(so, b, h, i0 + r, c));
                 W_(oDelta + r) = (T)s;
             }
-            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
-                const i64 r = e / n, j = e % n, i = i0 + r;
+            for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
+                const i64 r = e / w, j = k0 + e % w, i = i0 + r;
                 T s = 0, dp = 0;
-                if (j <= i) {
+                if (j <= i && j >= att_start(seg, b, Tn, i)) {
                     for (i64 c = 0; c < D; c++) {
                         s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
                         dp += ld<T>(dout, head_el(sdo, b, h, i, c)) * ld<T>(v, head_el(sv, b, h, j, c));
@@ -1050,9 +1074,9 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
                 W_(oS + r * Tn + j) = dp;
             }
             __syncthreads();
-            for (i64 e = threadIdx.x; e < m * n; e += blockDim.x) {
-                const i64 r = e / n, j = e % n, i = i0 + r;
-                if (j > i) continue;
+            for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
+                const i64 r = e / w, j = k0 + e % w, i = i0 + r;
+                if (j > i || j < att_start(seg, b, Tn, i)) continue;
                 const T pij = xexp(W_(oP + r * Tn + j) - ld<T>(lse, bh * Tn + i));
                 const T dl = W_(oDelta + r);
                 T z = (T)1;
@@ -1062,9 +1086,10 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
                 W_(oS + r * Tn + j) = round16(ds, q.dt);
             }
             __syncthreads();
-            // dv += P'ᵀ·dout and dk += scale·dSᵀ·q over the block's rows.
-            for (i64 e = threadIdx.x; e < n * D; e += blockDim.x) {
-                const i64 j = e / D, c = e % D;
+            // dv += P'ᵀ·dout and dk += scale·dSᵀ·q over the block's rows
+            // (P' and dS are 0 before a row's start).
+            for (i64 e = threadIdx.x; e < w * D; e += blockDim.x) {
+                const i64 j = k0 + e / D, c = e % D;
                 T sv_ = 0, sk_ = 0;
                 for (i64 r = (j > i0 ? j - i0 : 0); r < m; r++) {
                     sv_ += W_(oP + r * Tn + j) * ld<T>(dout, head_el(sdo, b, h, i0 + r, c));
@@ -1077,7 +1102,7 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
             for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
                 const i64 r = e / D, c = e % D, i = i0 + r;
                 T s = 0;
-                for (i64 j = 0; j <= i; j++) s += W_(oS + r * Tn + j) * ld<T>(k, head_el(sk, b, h, j, c));
+                for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += W_(oS + r * Tn + j) * ld<T>(k, head_el(sk, b, h, j, c));
                 st<T>(dq, head_el(sdq, b, h, i, c), (T)scale * s);
             }
             __syncthreads();
@@ -1094,8 +1119,8 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
 TYPED(k_attention_bwd,
       (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
        Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
-       u64 seed),
-      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed))
+       u64 seed, Op seg),
+      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg))
 
 // ---------------------------------------------------------------- 8-bit Adam
 //
@@ -1198,5 +1223,36 @@ extern "C" __global__ void k_sr_bf16(i64 n, Op dst, Op src, u64 seed, i64 offset
             r = (u16)((b + bits) >> 16);
         }
         GMEM(u16, dst.p, dst.off + i) = r;
+    }
+}
+
+// ---------------------------------------------------------------- quantized weights
+
+// k_dequant is device.Dequantize: element i of dst is element
+// (r0 + i/w, c0 + i%w) of a quantized matrix of C columns (NF4 when fmt is
+// 0, Int8 when 1) whose parts lie at these byte offsets of src's buffer:
+// a0 the absmax codes (NF4) or absmaxes (Int8), codes the codes, nested
+// NF4's nested scales (its offset, levels and map are at 0, 4 and 68).
+// The value is computed in F32 as device's definition computes it (the
+// _rn intrinsics forbid contraction: quant4.go, quantint8.go) and rounded
+// once to dst's dtype, so the composed product's tiles hold the values
+// the CPU's product decodes.
+extern "C" __global__ void k_dequant(i64 n, i64 w, Op dst, Op src, i64 fmt, i64 C, i64 r0, i64 c0, i64 a0, i64 codes, i64 nested) {
+    const char* s = src.p;
+    GRID_STRIDE(i, n) {
+        const i64 f = (r0 + i / w) * C + c0 + i % w;
+        const i64 b = f / QUANT_BLOCK;
+        float v;
+        if (fmt == 0) {
+            const unsigned char c = GMEM(const unsigned char, s + codes, f >> 1);
+            const int code = (f & 1) ? (c & 15) : (c >> 4);
+            const float m = GMEM(const float, s + 68, GMEM(const unsigned char, s + a0, b));
+            const float absmax = __fadd_rn(__fmul_rn(m, GMEM(const float, s + nested, b / NF4_NESTED)), GMEM(const float, s, 0));
+            v = __fmul_rn(GMEM(const float, s + 4, code), absmax);
+        } else {
+            const float step = __fdiv_rn(GMEM(const float, s + a0, b), 127.0f);
+            v = __fmul_rn((float)GMEM(const signed char, s + codes, f), step);
+        }
+        st<float>(dst, i, v);
     }
 }

@@ -1,0 +1,102 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Segments are the examples packed end to end into the rows of a [B, T]
+// batch (padding-free packing), given by each token's position in its
+// example: positions restart at 0 where an example begins. Attention
+// given Segments (SegmentedAttention) keeps every query inside its own
+// example, and models read the positions for their position embeddings.
+//
+// Segments are host data that never change once made, so an op's
+// backward or a checkpointed recompute may keep them as long as it needs:
+// the attention kernels read one int32 per row (the start of the row's
+// example) and no device tensor lives beside them.
+type Segments struct {
+	b, t      int
+	positions []int32 // [B·T], row by row
+	starts    []int32 // [B·T]: the row where each token's example begins
+	max       int32
+}
+
+// NewSegments returns the segments of a [b, t] batch whose tokens are at
+// positions (b·t of them, row by row, each >= 0). A position of 0 begins
+// an example, and so does the first token of every row, whatever its
+// position (an example cut at the end of the row before goes on there).
+// The positions are copied: the caller may reuse its slice.
+func NewSegments(positions []int32, b, t int) (*Segments, error) {
+	if b < 1 || t < 1 || len(positions)%t != 0 || len(positions)/t != b { // b·t may overflow
+		return nil, fmt.Errorf("tensor: segments: %d positions for a batch of %d rows of %d tokens", len(positions), b, t)
+	}
+	g := &Segments{b: b, t: t, positions: slices.Clone(positions), starts: make([]int32, b*t)}
+	for r := range b {
+		start := int32(0)
+		for i, p := range positions[r*t : (r+1)*t] {
+			if p < 0 {
+				return nil, fmt.Errorf("tensor: segments: position %d of row %d is %d, want >= 0", i, r, p)
+			}
+			if p == 0 {
+				start = int32(i)
+			}
+			g.starts[r*t+i] = start
+			g.max = max(g.max, p)
+		}
+	}
+	return g, nil
+}
+
+// Shape returns the batch's rows and tokens per row.
+func (g *Segments) Shape() (b, t int) { return g.b, g.t }
+
+// Positions returns the tokens' positions, row by row. The slice is the
+// Segments' own: read it, do not change it.
+func (g *Segments) Positions() []int32 { return g.positions }
+
+// Starts returns, for every token, the index within its row of the token
+// that begins its example (at most its own index), row by row: what the
+// attention kernels take (device.Attention.Starts). The slice is the
+// Segments' own: read it, do not change it.
+func (g *Segments) Starts() []int32 { return g.starts }
+
+// MaxPosition is the largest position.
+func (g *Segments) MaxPosition() int { return int(g.max) }
+
+// startsOrNil is g's starts, or nil for a nil g (no boundaries).
+func (g *Segments) startsOrNil() []int32 {
+	if g == nil {
+		return nil
+	}
+	return g.starts
+}
+
+// check panics with *Error unless g describes a [B, T] batch.
+func (g *Segments) check(op string, b, t int) {
+	if g.b != b || g.t != t {
+		panic(errorf(op, "segments of %d rows of %d tokens for a batch of %d rows of %d", g.b, g.t, b, t))
+	}
+}
+
+// mask returns a [B, 1, T, T] F32 tensor, 1 where key j lies before the
+// start of query i's example and 0 elsewhere: what the composed
+// attention fills with −Inf beside CausalScores' upper triangle.
+func (g *Segments) mask(s *Scope, like *Tensor) *Tensor {
+	b, t := g.b, g.t
+	m := mustAlloc(like.st.dev, F32, []int{b, 1, t, t}, s.cat)
+	vals := make([]float32, b*t*t)
+	for r := range b {
+		for i := range t {
+			row := vals[(r*t+i)*t:]
+			for j := range int(g.starts[r*t+i]) {
+				row[j] = 1
+			}
+		}
+	}
+	if err := m.SetFloat32s(vals); err != nil {
+		m.Release()
+		panic(err)
+	}
+	return m
+}
