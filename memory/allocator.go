@@ -230,6 +230,31 @@ type Allocator struct {
 	// pays one atomic load when history is off.
 	histOn atomic.Bool
 	siteFn atomic.Pointer[func() string]
+
+	// intr is the reason the allocator refuses every request, set by
+	// Interrupt; nil while it serves them.
+	intr atomic.Pointer[error]
+}
+
+// Interrupt makes every Alloc fail with an *InterruptError wrapping err,
+// until Interrupt(nil): how a long computation that allocates as it goes
+// (every tensor op makes its result) is stopped promptly from another
+// goroutine, between one op and the next, when its context is cancelled.
+// Kernels that run long between allocations check Interrupted.
+func (a *Allocator) Interrupt(err error) {
+	if err == nil {
+		a.intr.Store(nil)
+		return
+	}
+	a.intr.Store(&err)
+}
+
+// Interrupted returns the error Interrupt set, or nil.
+func (a *Allocator) Interrupted() error {
+	if e := a.intr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // New returns an allocator that takes its segments from raw.
@@ -246,9 +271,13 @@ func (a *Allocator) Capacity() int64 { return a.raw.Capacity() }
 
 // Alloc returns a block of at least size bytes accounted to category cat.
 // A size of 0 returns an empty block with no memory, counted nowhere. When
-// the device is full, the error is an *OOMError; a negative size or an
-// unknown category is another error.
+// the device is full, the error is an *OOMError; after Interrupt, an
+// *InterruptError; a negative size or an unknown category is another
+// error.
 func (a *Allocator) Alloc(size int64, cat Category) (*Block, error) {
+	if e := a.intr.Load(); e != nil {
+		return nil, &InterruptError{Device: a.raw.Device(), Err: *e}
+	}
 	if size < 0 {
 		return nil, fmt.Errorf("memory: negative allocation size %d on %s", size, a.raw.Device())
 	}

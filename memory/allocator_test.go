@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -585,4 +586,33 @@ func TestAllocFreeAllocations(t *testing.T) {
 		t.Errorf("Alloc+Free cost %.1f heap allocations, want at most 1 (the Block)", n)
 	}
 	a.Free(keep)
+}
+
+// TestInterrupt: after Interrupt every request fails with an
+// *InterruptError wrapping the reason, frees still work, and
+// Interrupt(nil) serves requests again.
+func TestInterrupt(t *testing.T) {
+	a := New(NewCountingRaw(0, "test"))
+	b, err := a.Alloc(100, Activation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Interrupt(context.Canceled)
+	if _, err := a.Alloc(100, Activation); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Alloc after Interrupt: %v, want context.Canceled", err)
+	} else if ie := (*InterruptError)(nil); !errors.As(err, &ie) || ie.Device != "test" {
+		t.Errorf("Alloc after Interrupt: %v, want an *InterruptError naming the device", err)
+	}
+	if !errors.Is(a.Interrupted(), context.Canceled) {
+		t.Errorf("Interrupted() = %v", a.Interrupted())
+	}
+	a.Free(b)
+	a.Interrupt(nil)
+	if b, err = a.Alloc(100, Activation); err != nil {
+		t.Fatalf("Alloc after Interrupt(nil): %v", err)
+	}
+	a.Free(b)
+	if a.Allocated() != 0 {
+		t.Errorf("%d bytes allocated after freeing everything", a.Allocated())
+	}
 }

@@ -6,6 +6,20 @@ import (
 	"strings"
 )
 
+// InterruptError is an allocation refused because the computation was
+// interrupted (Allocator.Interrupt): its context was cancelled.
+type InterruptError struct {
+	Device string
+	Err    error // why: context.Canceled, say
+}
+
+func (e *InterruptError) Error() string {
+	return "memory: interrupted on device " + e.Device + ": " + e.Err.Error()
+}
+
+// Unwrap returns why the computation was interrupted.
+func (e *InterruptError) Unwrap() error { return e.Err }
+
 // OOMError reports an allocation the device could not hold, with the
 // numbers at the moment of failure (after idle segments were released).
 type OOMError struct {

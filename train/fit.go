@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -75,6 +76,12 @@ func fitShown() []string {
 // activations or gradients and parameters over and back. Candidates
 // Config.Validate refuses are skipped. It says why when nothing fits.
 func Fit(cfg Config, budget int64) (Choice, error) {
+	return FitContext(context.Background(), cfg, budget)
+}
+
+// FitContext is Fit, stopped (with an error wrapping ctx's) when ctx is
+// done.
+func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
 		return Choice{}, err
@@ -119,7 +126,7 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 			c = opts[idx[i]]
 		}
 		if ok {
-			found, fits, err := fitWith(c, cfg, exact, ds, budget, &best)
+			found, fits, err := fitWith(ctx, c, cfg, exact, ds, budget, &best)
 			if err != nil || fits {
 				return found, err
 			}
@@ -151,7 +158,7 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 // order of estimated cost (relative to orig), returning the first that
 // fits and keeping the smallest in best. Candidates Config.Validate
 // refuses are skipped.
-func fitWith(cfg, orig Config, exact []*fitAxis, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
+func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
 	// Every combination, the first axis varying slowest.
 	cands := []Config{cfg}
 	for _, a := range exact {
@@ -174,7 +181,7 @@ func fitWith(cfg, orig Config, exact []*fitAxis, ds *dataset, budget int64, best
 	}
 	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Cost < choices[j].Cost })
 	for _, c := range choices {
-		p, err := planWith(c.Config, ds)
+		p, err := planWith(ctx, c.Config, ds)
 		if err != nil {
 			return Choice{}, false, err
 		}

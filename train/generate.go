@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -97,7 +98,16 @@ func (c Config) sampleOptions() models.SampleOptions {
 }
 
 // GenerateText runs Config.Generate: the continuation of Config.Prompt.
+// A cancellation of the context the Trainer was built with stops it
+// between tokens.
 func (t *Trainer) GenerateText() (string, error) {
+	ctx := t.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	stop := newStopper(ctx, t.Device.Memory())
+	defer stop.close()
+	stop.arm()
 	return t.Generate(t.Config.Generate.Prompt, t.Config.Generate.Tokens, t.Config.sampleOptions())
 }
 

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -54,6 +55,14 @@ func New(cfg Config, dev device.Device, log io.Writer) (*Trainer, error) {
 // (0) or sharded (1, 2) optimizer state. Only rank 0 logs. A nil comm is
 // New.
 func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Writer) (*Trainer, error) {
+	return NewDistributedContext(context.Background(), cfg, dev, comm, log)
+}
+
+// NewDistributedContext is NewDistributed, stopped (with an error
+// wrapping ctx's) when ctx is done while it reads the data and builds or
+// imports the model; the Trainer's generation (GenerateText) stops with
+// ctx too.
+func NewDistributedContext(ctx context.Context, cfg Config, dev device.Device, comm parallel.Comm, log io.Writer) (*Trainer, error) {
 	cfg, note, err := cfg.ApplyInit()
 	if err != nil {
 		return nil, err
@@ -89,10 +98,14 @@ func NewDistributed(cfg Config, dev device.Device, comm parallel.Comm, log io.Wr
 		}
 		return nil, fmt.Errorf("-batch: %v", err)
 	}
+	stop := newStopper(ctx, dev.Memory())
+	stop.arm()
 	t, err := assemble(cfg, dev, ds, &loaderBatches{l: loader}, comm, log)
+	stop.close()
 	if err != nil {
 		return nil, err
 	}
+	t.ctx = ctx
 	t.val = ds.val
 	t.warnIdle()
 	return t, nil

@@ -61,7 +61,11 @@ func (s *shapeBatches) PerEpoch() int              { return max(1, s.ds.train.Le
 // Generate set, of generating: the model as -generate builds it, then
 // the prompt's forward and one token's at a time through the KV cache
 // (category kv_cache), which grows to prompt + Generate tokens.
-func Plan(cfg Config) (PeakBytes, error) {
+func Plan(cfg Config) (PeakBytes, error) { return PlanContext(context.Background(), cfg) }
+
+// PlanContext is Plan, stopped (with an error wrapping ctx's) when ctx is
+// done.
+func PlanContext(ctx context.Context, cfg Config) (PeakBytes, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
 		return PeakBytes{}, err
@@ -74,10 +78,11 @@ func Plan(cfg Config) (PeakBytes, error) {
 	if err != nil {
 		return PeakBytes{}, err
 	}
-	return planWith(cfg, ds)
+	return planWith(ctx, cfg, ds)
 }
 
-func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
+// planWith plans cfg on ds; a cancelled ctx stops it between ops.
+func planWith(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, error) {
 	cfg.Output.Resume, cfg.Output.Save, cfg.Output.Metrics, cfg.Output.Quiet = "", "", "", true
 	// The meta device has every capability; it hides those the target
 	// device lacks and those the run leaves out, so that it takes the
@@ -98,12 +103,15 @@ func planWith(cfg Config, ds *dataset) (PeakBytes, error) {
 			return PeakBytes{}, err
 		}
 	}
+	mem := dev.Memory()
+	stop := newStopper(ctx, mem)
+	defer stop.close()
+	stop.arm()
 	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, comm, nil)
 	if err != nil {
 		return PeakBytes{}, err
 	}
 	defer t.Close()
-	mem := dev.Memory()
 	if cfg.Generate.Tokens > 0 {
 		// The meta device's logits are zeros: greedy decoding picks token
 		// 0 each time, and every token costs what any other would.

@@ -48,6 +48,11 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			progressbar.OptionClearOnFinish())
 		bar.Set(t.step)
 	}
+	// A cancellation stops a step midway where that leaves the state
+	// whole (interrupt.go); evaluations never change it.
+	stopper := newStopper(ctx, mem)
+	defer stopper.close()
+	mid := t.midStep()
 	for t.step < t.total {
 		// Every rank stops at the same step (a signal reaches the ranks
 		// at different times), so that the save's collectives match.
@@ -65,6 +70,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		if t.distributed() {
 			nextCtx = context.WithoutCancel(ctx) // stopping is agreed on above
 		}
+		pos := t.train.Position()
 		b, err := t.train.Next(nextCtx)
 		if err != nil {
 			if ctx.Err() != nil && !t.distributed() {
@@ -75,7 +81,19 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		mem.ResetPeak()
 		mem.SetStep(int64(t.step + 1))
 		start := time.Now()
+		if mid {
+			stopper.arm()
+		}
 		res, err := t.trainStep(b)
+		stopper.disarm()
+		if interruptedBy(ctx, err) {
+			// Abandoned whole: the next run takes this batch again.
+			b.Recycle()
+			if err := t.train.Seek(pos); err != nil {
+				return Summary{}, err
+			}
+			return t.interrupted()
+		}
 		if err != nil {
 			return Summary{}, err
 		}
@@ -101,7 +119,12 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 			rec.LossScale, rec.Skipped = t.Scaler.LossScale(), t.Scaler.Skipped()
 		}
 		if cfg.Output.EvalEvery > 0 && t.step%cfg.Output.EvalEvery == 0 && t.step < t.total {
+			stopper.arm()
 			e, err := t.Evaluate(ctx)
+			stopper.disarm()
+			if interruptedBy(ctx, err) {
+				return t.interrupted()
+			}
 			if err != nil {
 				t.noteTried(err, false)
 				return Summary{}, err
@@ -151,7 +174,12 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	if bar != nil {
 		bar.Finish()
 	}
+	stopper.arm()
 	e, err := t.Evaluate(ctx)
+	stopper.disarm()
+	if interruptedBy(ctx, err) {
+		return t.interrupted()
+	}
 	if err != nil {
 		t.noteTried(err, false)
 		return Summary{}, err

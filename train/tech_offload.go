@@ -236,6 +236,9 @@ func (p *offloadPart) afterLoss(t *Trainer, mb microBatch, loss *tensor.Tensor) 
 	return nil
 }
 
+// tearsMidStep: an overlapped update runs during the last backward.
+func (p *offloadPart) tearsMidStep(t *Trainer) bool { return p.overlaps(t) }
+
 // vetoRetry: host memory holds the offloaded optimizer's masters,
 // gradients and state, which more micro-batches do not shrink; and a
 // step whose host update had begun cannot be retried.

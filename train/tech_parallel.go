@@ -142,6 +142,10 @@ func (rankVeto) vetoRetry(t *Trainer, err error) error {
 	return fmt.Errorf("step %d, rank %d: %w (with -dist, lower -batch or raise -accum on every rank)", t.step+1, t.rank, err)
 }
 
+// tearsMidStep: the ranks meet in the step's collectives; they stop
+// together, at a step boundary they agree on.
+func (rankVeto) tearsMidStep(t *Trainer) bool { return t.distributed() }
+
 // ddpPart averages every gradient over the ranks, then every rank steps
 // its full optimizer.
 type ddpPart struct {

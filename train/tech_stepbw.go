@@ -141,3 +141,6 @@ func (b *backwardStep) reset() {
 func (b *backwardStep) vetoRetry(t *Trainer, err error) error {
 	return fmt.Errorf("step %d: %w (with -step-in-backward a step cannot be retried in more micro-batches: some parameters were already updated)", t.step+1, err)
 }
+
+// tearsMidStep: the updates run during backward.
+func (b *backwardStep) tearsMidStep(*Trainer) bool { return true }

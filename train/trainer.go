@@ -69,6 +69,10 @@ type Trainer struct {
 	parts []any
 	upd   updater
 
+	// ctx stops what the Trainer does outside Run (generation); Run has
+	// its own.
+	ctx context.Context
+
 	// Data parallelism (ranks.go): nil comm is one process.
 	comm        parallel.Comm
 	rank, ranks int

@@ -42,18 +42,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
+	fail := func(stderr io.Writer, code int, err error) int { return failCtx(ctx, stderr, code, err) }
 	if comm != nil {
 		defer comm.Close()
 	}
 	if cfg.Fit > 0 {
-		chosen, err := fit(cfg, comm, stdout)
+		chosen, err := fit(ctx, cfg, comm, stdout)
 		if err != nil || cfg.Plan {
-			return exit(stderr, 2, err)
+			return exit(ctx, stderr, 2, err)
 		}
 		cfg = chosen
 	}
 	if cfg.Plan {
-		p, err := train.Plan(cfg)
+		p, err := train.PlanContext(ctx, cfg)
 		if err != nil {
 			return fail(stderr, 2, err)
 		}
@@ -64,13 +65,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	t, err := train.NewDistributed(cfg, dev, comm, stderr)
+	t, err := train.NewDistributedContext(ctx, cfg, dev, comm, stderr)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
 	defer t.Close()
 	if cfg.Generate.Tokens > 0 {
-		return generate(t, stdout, stderr)
+		return generate(ctx, t, stdout, stderr)
 	}
 	if code, done := nothingToTrain(t, stderr); done {
 		return code
@@ -165,14 +166,14 @@ func joinGroup(cfg *train.Config, stdout, stderr io.Writer) (parallel.Comm, io.W
 
 // fit chooses techniques for -fit and prints the choice as flags, with
 // its plan under -plan.
-func fit(cfg train.Config, comm parallel.Comm, stdout io.Writer) (train.Config, error) {
+func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout io.Writer) (train.Config, error) {
 	fc := cfg
 	if comm != nil && fc.Parallel.Ranks == 0 {
 		// Under mpirun: plan one rank of this job (every rank plans
 		// alike and chooses the same).
 		fc.Parallel.Ranks = comm.Size()
 	}
-	c, err := train.Fit(fc, cfg.Fit)
+	c, err := train.FitContext(ctx, fc, cfg.Fit)
 	if err != nil {
 		return cfg, err
 	}
@@ -212,10 +213,10 @@ func openDevice(cfg train.Config, comm parallel.Comm) (device.Device, parallel.C
 }
 
 // generate prints -prompt's continuation.
-func generate(t *train.Trainer, stdout, stderr io.Writer) int {
+func generate(ctx context.Context, t *train.Trainer, stdout, stderr io.Writer) int {
 	text, err := t.GenerateText()
 	if err != nil {
-		return fail(stderr, 2, err)
+		return failCtx(ctx, stderr, 2, err)
 	}
 	if t.Config.Output.Resume == "" && t.Config.Model.Init == "" {
 		fmt.Fprintln(stderr, "train: warning: -generate without -resume or -init sampled from untrained weights")
@@ -301,12 +302,22 @@ func fail(stderr io.Writer, code int, err error) int {
 	return code
 }
 
-// exit is fail for an error that may be nil (code 0 then).
-func exit(stderr io.Writer, code int, err error) int {
+// failCtx is fail, except for a computation stopped by a signal (ctx
+// cancelled) before training began: nothing to save, status 130.
+func failCtx(ctx context.Context, stderr io.Writer, code int, err error) int {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		fmt.Fprintf(stderr, "train: interrupted, nothing to save (%v)\n", err)
+		return 130
+	}
+	return fail(stderr, code, err)
+}
+
+// exit is failCtx for an error that may be nil (status 0 then).
+func exit(ctx context.Context, stderr io.Writer, code int, err error) int {
 	if err == nil {
 		return 0
 	}
-	return fail(stderr, code, err)
+	return failCtx(ctx, stderr, code, err)
 }
 
 // localRank is this process's rank among those mpirun started on this

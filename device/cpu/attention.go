@@ -321,6 +321,12 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 		p, round := blockOperand(sc, t, q.DType, rest) // the probabilities in q's dtype
 		bh := b*g.h + h
 		for i0 := 0; i0 < t; i0 += br {
+			if d.mem.Interrupted() != nil {
+				// The computation is being abandoned (Allocator.Interrupt):
+				// the next op's allocation says so; a long context's
+				// blocks are not worth finishing.
+				return
+			}
 			m := min(br, t-i0)
 			n := i0 + m // keys of the block: those up to its last row
 			// from k0: column c of the block's rows is key k0+c, and
@@ -414,6 +420,12 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 		bh := b*g.h + h
 		var delta [device.AttentionBlock]T
 		for i0 := 0; i0 < t; i0 += br {
+			if d.mem.Interrupted() != nil {
+				// The computation is being abandoned (Allocator.Interrupt):
+				// the next op's allocation says so; a long context's
+				// blocks are not worth finishing.
+				return
+			}
 			m := min(br, t-i0)
 			n := i0 + m
 			k0 := keyStart(starts, b, t, i0, m) // as in forward
