@@ -111,3 +111,20 @@ func removeShards(dir string) error {
 	}
 	return nil
 }
+
+// Touches lists the files an export into dir writes or removes: its
+// model.safetensors and config.json, and the index of a sharded
+// checkpoint there with the shards it lists. A caller that must never
+// overwrite an input (the trainer's -init, -data) checks them first.
+func Touches(dir string) []string {
+	out := []string{filepath.Join(dir, modelFile), filepath.Join(dir, configFile)}
+	index := filepath.Join(dir, indexFile)
+	if _, err := os.Lstat(index); err != nil {
+		return out
+	}
+	out = append(out, index)
+	if x, err := safetensors.ReadIndex(index); err == nil {
+		out = append(out, x.Shards()...)
+	}
+	return out
+}

@@ -83,6 +83,14 @@ func Apply(m nn.Module, opt freeze.StateDropper, c Config) (*Adapted, error) {
 	if len(chosen) == 0 {
 		return nil, fmt.Errorf("lora: targets %q choose no Linear layer", strings.Join(c.Targets, ","))
 	}
+	for _, p := range chosen {
+		// A rank above min(in, out) adds parameters and memory but no
+		// direction the update could not take at min(in, out).
+		w := byPath[p].Weight.Shape()
+		if lim := min(w[0], w[1]); c.Rank > lim {
+			return nil, fmt.Errorf("lora: rank %d is above the %d of layer %s (%d×%d): its update has at most %d independent directions", c.Rank, lim, p, w[0], w[1], lim)
+		}
+	}
 	ad := &Adapted{}
 	undo := func() {
 		for _, p := range ad.Layers {

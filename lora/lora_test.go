@@ -317,6 +317,8 @@ func TestApplyErrors(t *testing.T) {
 		{"rank", lora.Config{Rank: 0}, `Rank is 0, want > 0`},
 		{"dropout", lora.Config{Rank: 1, Dropout: 1}, "Dropout is 1"},
 		{"alpha", lora.Config{Rank: 1, Alpha: math.NaN()}, "Alpha is NaN"},
+		// Dim 16: every layer has min(in, out) = 16.
+		{"rank above the layer", lora.Config{Rank: 17}, "rank 17 is above the 16 of layer blocks.0.attn.qkv (48×16)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

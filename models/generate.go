@@ -329,6 +329,11 @@ func generate(m cachedModel, model string, context, vocab int, dev device.Device
 		if err != nil {
 			return out, fmt.Errorf("models: %s: generate token %d: %w", model, len(out)+1, err)
 		}
+		if i := slices.IndexFunc(row, func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }); i >= 0 {
+			// Sampling would pick an arbitrary token and print it as if
+			// the model had chosen it.
+			return out, fmt.Errorf("models: %s: generate token %d: logit %d is %v: the model's weights (or what they compute) are not finite", model, len(out)+1, i, row[i])
+		}
 		t := sample(row, o, rng)
 		if slices.Contains(o.Stop, t) {
 			break

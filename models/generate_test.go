@@ -238,3 +238,24 @@ func TestGenerateErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateRefusesNonFiniteLogits: a model whose weights hold NaN
+// fails to generate, naming the token, instead of printing whatever
+// sampling picks from NaN logits.
+func TestGenerateRefusesNonFiniteLogits(t *testing.T) {
+	g, err := models.NewGPT(cpu.New(), models.GPTConfig{Layers: 1, Heads: 2, Dim: 8, Context: 8, Vocab: 11, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(g)
+	w := g.Parameters()[0]
+	vals := w.Float32s()
+	vals[3] = float32(math.NaN())
+	if err := w.SetFloat32s(vals); err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.Generate([]int{3, 1}, 4, models.SampleOptions{})
+	if err == nil || !strings.Contains(err.Error(), "generate token 1") || !strings.Contains(err.Error(), "not finite") {
+		t.Fatalf("Generate over NaN weights: %v, want an error naming token 1", err)
+	}
+}

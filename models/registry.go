@@ -75,6 +75,12 @@ type Kind struct {
 	// HF is the Hugging Face model_type it is imported from and exported
 	// to (package hf), "" for none.
 	HF string
+	// Params is the number of parameter elements of the model a Spec
+	// builds (for a Spec a builder accepts: at most one per registered
+	// bound), computed without building it, so that a model too large
+	// for its device is refused before anything is allocated. Nil: not
+	// known.
+	Params func(Spec) int64
 }
 
 var kinds = registry.New[Kind]("model")
@@ -125,7 +131,7 @@ func ByHF(hf string) (string, bool) {
 
 func init() {
 	// mlp: Layers hidden layers of Width.
-	RegisterKind("mlp", Kind{LR: 1e-3, Recompute: true, DTypes: []tensor.DType{tensor.BF16},
+	RegisterKind("mlp", Kind{LR: 1e-3, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, Params: mlpParams,
 		Key: func(s Spec) string { return fmt.Sprintf("mlp layers=%d width=%d", s.Layers, s.Width) },
 		Build: func(dev device.Device, s Spec) (Model, error) {
 			in := 1
@@ -140,7 +146,7 @@ func init() {
 		}})
 	// cnn: two convolutions of Width/64 and Width/32 channels and a
 	// hidden layer of Width/8, on 28×28 single-channel images.
-	RegisterKind("cnn", Kind{LR: 2e-3, Image: []int{1, 28, 28},
+	RegisterKind("cnn", Kind{LR: 2e-3, Image: []int{1, 28, 28}, Params: cnnParams,
 		Key: func(s Spec) string { return fmt.Sprintf("cnn width=%d", s.Width) },
 		Build: func(dev device.Device, s Spec) (Model, error) {
 			in := 1
@@ -158,7 +164,7 @@ func init() {
 		}})
 	// gpt: a decoder of Layers blocks, Heads heads, width Width, over a
 	// vocabulary of Classes tokens.
-	RegisterKind("gpt", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "gpt2",
+	RegisterKind("gpt", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "gpt2", Params: gptParams,
 		Key: func(s Spec) string {
 			return fmt.Sprintf("gpt layers=%d width=%d heads=%d context=%d", s.Layers, s.Width, s.Heads, s.Context)
 		},
@@ -169,7 +175,7 @@ func init() {
 	// llama: a Llama-layout decoder (RMSNorm, rotary embeddings,
 	// SwiGLU, grouped-query attention with KVHeads, an untied head) of
 	// Layers blocks, Heads heads, width Width, over Classes tokens.
-	RegisterKind("llama", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "llama",
+	RegisterKind("llama", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "llama", Params: llamaParams,
 		Key: func(s Spec) string {
 			return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", s.Layers, s.Width, s.Heads, s.KVHeads, s.Hidden, s.Context)
 		},
@@ -193,4 +199,44 @@ func built[T Model](m T, err error) (Model, error) {
 // (F32 always).
 func (k Kind) Takes(dt tensor.DType) bool {
 	return dt == tensor.F32 || slices.Contains(k.DTypes, dt)
+}
+
+// The registered models' parameter counts (Kind.Params), in int64 (a
+// Spec within the trainer's bounds cannot overflow them).
+
+func mlpParams(s Spec) int64 {
+	in := int64(1)
+	for _, d := range s.InShape {
+		in *= int64(d)
+	}
+	n, w := int64(0), int64(s.Width)
+	for range s.Layers {
+		n += in*w + w
+		in = w
+	}
+	return n + in*int64(s.Classes) + int64(s.Classes)
+}
+
+func cnnParams(s Spec) int64 {
+	c1, c2, h := int64(max(s.Width/64, 1)), int64(max(s.Width/32, 1)), int64(max(s.Width/8, 1))
+	k := int64(s.Classes)
+	return 25*c1 + c1 + 25*c1*c2 + c2 + 25*c2*h + h + h*k + k
+}
+
+// gptParams: token and position embeddings, per block two LayerNorms, the
+// qkv and output projections and the MLP (12d²+13d), the final
+// LayerNorm; the head is tied to the token embedding.
+func gptParams(s Spec) int64 {
+	d, l := int64(s.Width), int64(s.Layers)
+	return int64(s.Classes)*d + int64(s.Context)*d + l*(12*d*d+13*d) + 2*d
+}
+
+// llamaParams: the embedding, per block two RMSNorms, q and o, k and v
+// (KVHeads heads), gate, up and down; the final RMSNorm and the untied
+// head.
+func llamaParams(s Spec) int64 {
+	c := LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden}.withDefaults()
+	d, f, l, v := int64(c.Dim), int64(c.Hidden), int64(c.Layers), int64(s.Classes)
+	kv := int64(c.KVHeads) * (d / int64(c.Heads))
+	return 2*v*d + l*(2*d+2*d*d+2*kv*d+3*d*f) + d
 }

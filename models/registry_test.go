@@ -36,6 +36,10 @@ func TestRegistry(t *testing.T) {
 			if n := nn.Count(m); n == 0 || (tc.params > 0 && n != tc.params) {
 				t.Errorf("%d parameters, want %d", n, tc.params)
 			}
+			// What the Kind computes without building the model.
+			if k, _ := models.KindOf(tc.name); k.Params == nil || k.Params(tc.spec) != int64(nn.Count(m)) {
+				t.Errorf("Kind.Params is wrong: the model has %d", nn.Count(m))
+			}
 		})
 	}
 	for _, tc := range []struct {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/hf"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 )
 
@@ -24,6 +25,9 @@ func (c Config) modelSpec() models.Spec {
 // registry, for a dataset's shapes, as the techniques shaped it (b), or
 // imports it from -init.
 func buildModel(dev device.Device, cfg Config, ds *dataset, b modelBuild) (Model, error) {
+	if err := checkModelSize(dev, cfg, ds, b); err != nil {
+		return nil, err
+	}
 	if cfg.Model.Init != "" {
 		// Deferred parameters are read block by block as they are
 		// sharded, as a new model's are drawn (below).
@@ -50,4 +54,41 @@ func elems(shape []int) int {
 		n *= d
 	}
 	return n
+}
+
+// checkModelSize refuses a model whose parameters alone exceed the
+// device's capacity, by arithmetic (models.Kind.Params, or -init's
+// config.json), before a byte of it is allocated: building it would
+// take the machine's memory up to the capacity first.
+func checkModelSize(dev device.Device, cfg Config, ds *dataset, b modelBuild) error {
+	capacity := dev.Memory().Capacity()
+	if capacity <= 0 || b.defer_ {
+		return nil // unlimited (planning), or never whole on this rank
+	}
+	var n int64
+	if cfg.Model.Init != "" {
+		ck, err := hf.Open(cfg.Model.Init)
+		if err != nil {
+			return fmt.Errorf("-init %s: %v", cfg.Model.Init, err)
+		}
+		s, _, err := hf.ReadShape(ck)
+		ck.Close()
+		if err != nil {
+			return fmt.Errorf("-init %s: %v", cfg.Model.Init, err)
+		}
+		n = s.Params
+	} else if k, ok := cfg.kind(); ok && k.Params != nil {
+		s := cfg.modelSpec()
+		s.InShape, s.Classes = ds.inShape, ds.classes
+		n = k.Params(s)
+	}
+	dt := b.dtype
+	if dt == device.Invalid {
+		dt = device.F32
+	}
+	if bytes := device.Bytes(dt, int(n)); bytes > capacity {
+		return fmt.Errorf("%s: its %d parameters alone are %s in %v, more than the device's %s (-mem-limit, or on cpu the machine's memory less a margin); -plan shows the whole step",
+			modelKey(cfg), n, memory.FormatBytes(bytes), dt, memory.FormatBytes(capacity))
+	}
+	return nil
 }

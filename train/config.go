@@ -221,6 +221,13 @@ func Default() Config {
 	}
 }
 
+// Bounds of the flags whose value sizes what the host allocates before
+// any plan can say so.
+const (
+	maxBatchTokens = 1 << 28 // positions of a batch: 1 GiB per int32 host array
+	maxWorkers     = 256     // -prefetch needs none: PrefetchBytes bounds it
+)
+
 // DefaultLRAdafactor is -optim adafactor's learning rate: its learning
 // rate is the ceiling of the relative step size ρ = min(lr, 1/√t), which
 // the paper sets to 10⁻² whatever the model (optim.Adafactor).
@@ -269,13 +276,29 @@ func (c *Config) checkModel() error {
 	if !ok {
 		return bad("model", m.Name, "unknown model (want "+orList(models.Names())+")")
 	}
+	// The bounds are config.json's (hf): far above every released
+	// model, and low enough that a model's size is exact in an int64, so
+	// that a hostile value is refused by arithmetic before anything is
+	// built.
 	switch {
 	case m.Layers < 1:
 		return bad("layers", m.Layers, "want at least 1")
+	case m.Layers > hf.MaxLayers:
+		return bad("layers", m.Layers, fmt.Sprintf("over %d, the bound on layers", hf.MaxLayers))
 	case m.Width < 1:
 		return bad("width", m.Width, "want at least 1")
+	case m.Width > hf.MaxWidth:
+		return bad("width", m.Width, fmt.Sprintf("over %d, the bound on widths", hf.MaxWidth))
 	case m.Heads < 1:
 		return bad("heads", m.Heads, "want at least 1")
+	case m.Heads > min(m.Width, hf.MaxHeads):
+		return bad("heads", m.Heads, fmt.Sprintf("more heads than -width %d or the bound on heads, %d", m.Width, hf.MaxHeads))
+	case m.Hidden > hf.MaxMLPWidth:
+		return bad("hidden", m.Hidden, fmt.Sprintf("over %d, the bound on MLP widths", hf.MaxMLPWidth))
+	case m.Context > hf.MaxPositions:
+		return bad("context", m.Context, fmt.Sprintf("over %d, the bound on positions", hf.MaxPositions))
+	case m.Vocab < 0 || m.Vocab > hf.MaxVocab:
+		return bad("vocab", m.Vocab, fmt.Sprintf("want 0 (the data's) up to %d, the bound on vocabularies", hf.MaxVocab))
 	case k.Tokens && m.Width%m.Heads != 0:
 		return bad("heads", m.Heads, fmt.Sprintf("must divide -width %d", m.Width))
 	case m.KVHeads < 0 || (m.KVHeads > 0 && m.Heads%m.KVHeads != 0):
@@ -307,6 +330,10 @@ func (c *Config) checkCore() error {
 		return bad("epochs", o.Epochs, "want at least 1 when -steps is 0")
 	case o.Batch < 1:
 		return bad("batch", o.Batch, "want at least 1")
+	case int64(o.Batch)*int64(max(c.Model.Context, 1)) > maxBatchTokens:
+		return bad("batch", o.Batch, fmt.Sprintf("-batch × -context over %d positions, the bound on a batch (its inputs and targets are host arrays)", maxBatchTokens))
+	case d.Workers > maxWorkers:
+		return bad("workers", d.Workers, fmt.Sprintf("over %d: more data-loading goroutines only contend", maxWorkers))
 	case !(o.LR >= 0) || math.IsInf(o.LR, 1):
 		return bad("lr", o.LR, "want a positive learning rate (0: the model's default)")
 	case !(o.WD >= 0):
@@ -347,8 +374,10 @@ func (c *Config) checkCore() error {
 		return bad("generate", strconv.Itoa(g.Tokens), "generation needs a token model ("+orList(tokenModels())+")")
 	case g.Tokens > 0 && g.Prompt == "":
 		return bad("generate", strconv.Itoa(g.Tokens), "needs -prompt (the text to continue)")
-	case g.Temperature < 0 || math.IsNaN(g.Temperature):
-		return bad("temperature", fmt.Sprint(g.Temperature), "want 0 (greedy) or more")
+	case g.Tokens > hf.MaxPositions:
+		return bad("generate", strconv.Itoa(g.Tokens), fmt.Sprintf("over %d, the bound on positions (the prompt and its continuation fit the model's context)", hf.MaxPositions))
+	case !(g.Temperature >= 0) || math.IsInf(g.Temperature, 1):
+		return bad("temperature", fmt.Sprint(g.Temperature), "want 0 (greedy) or a finite temperature above it")
 	case g.TopK < 0:
 		return bad("top-k", strconv.Itoa(g.TopK), "want 0 (all tokens) or more")
 	case g.TopP < 0 || g.TopP > 1 || math.IsNaN(g.TopP):
@@ -400,11 +429,41 @@ func orList(names []string) string {
 // ApplyInit takes the model from Init's checkpoint: the registered model
 // of its Hugging Face architecture (hf.Architecture, models.ByHF), with
 // its layers, heads (and a Llama's key/value heads and MLP width), width
-// and vocabulary, and its context (a GPT-2's; for a Llama, -context up to
-// the model's max_position_embeddings). It returns a note when the
-// checkpoint has no config.json and the shape was inferred. Without Init
-// it changes nothing.
+// and vocabulary, and its context (a GPT-2's learned positions; for a
+// Llama, -context, at most the model's max_position_embeddings). A shape
+// field set to something else than both the default and the
+// checkpoint's is refused rather than silently replaced (ApplyInitSet
+// knows which flags were given). It returns a note when the checkpoint
+// has no config.json and the shape was inferred. Without Init it changes
+// nothing.
 func (c Config) ApplyInit() (Config, string, error) {
+	def := Default().Model
+	return c.ApplyInitSet(func(flag string) bool {
+		m := c.Model
+		switch flag {
+		case "layers":
+			return m.Layers != def.Layers
+		case "width":
+			return m.Width != def.Width
+		case "heads":
+			return m.Heads != def.Heads
+		case "kv-heads":
+			return m.KVHeads != def.KVHeads
+		case "hidden":
+			return m.Hidden != def.Hidden
+		case "context":
+			return m.Context != def.Context
+		case "vocab":
+			return m.Vocab != def.Vocab
+		}
+		return false
+	})
+}
+
+// ApplyInitSet is ApplyInit for a command line: set reports whether a
+// flag was given, so that a shape flag given with -init and disagreeing
+// with the checkpoint is refused even when it has its default value.
+func (c Config) ApplyInitSet(set func(flag string) bool) (Config, string, error) {
 	if c.Model.Init == "" {
 		return c, "", nil
 	}
@@ -429,15 +488,30 @@ func (c Config) ApplyInit() (Config, string, error) {
 		return c, "", fmt.Errorf("-init %s: %v", c.Model.Init, err)
 	}
 	m := &c.Model
+	for _, f := range []struct {
+		flag       string
+		given, has int
+	}{
+		{"layers", m.Layers, h.Layers}, {"width", m.Width, h.Dim}, {"heads", m.Heads, h.Heads},
+		{"kv-heads", m.KVHeads, h.KVHeads}, {"hidden", m.Hidden, h.Hidden}, {"vocab", m.Vocab, h.Vocab},
+	} {
+		if set(f.flag) && f.given != f.has && !(f.flag == "kv-heads" && f.given == 0) && !(f.flag == "hidden" && f.given == 0) {
+			return c, "", fmt.Errorf("-%s %d: -init %s is a %s of %d (drop -%s: the checkpoint sets it)", f.flag, f.given, c.Model.Init, arch, f.has, f.flag)
+		}
+	}
+	context := m.Context
 	m.Name, m.Layers, m.Heads, m.KVHeads, m.Width, m.Hidden, m.Vocab = model, h.Layers, h.Heads, h.KVHeads, h.Dim, h.Hidden, h.Vocab
-	if h.Learned {
-		// Learned positions (GPT-2) are a table of exactly this many.
+	switch {
+	case h.Learned && set("context") && context != h.Positions:
+		return c, "", fmt.Errorf("-context %d: -init %s has a table of %d learned positions (drop -context: the checkpoint sets it)", context, c.Model.Init, h.Positions)
+	case h.Learned:
 		m.Context = h.Positions
-	} else {
-		// Rotary positions (Llama) have no table: max_position_embeddings
-		// (131072 for Llama 3.1) only bounds the sequence, so the run's
-		// windows stay -context long, at most that.
-		m.Context = min(m.Context, h.Positions)
+	case context > h.Positions && set("context"):
+		return c, "", fmt.Errorf("-context %d: over -init %s's max_position_embeddings, %d", context, c.Model.Init, h.Positions)
+	default:
+		// Rotary positions (Llama) have no table: the run's windows are
+		// -context long, at most max_position_embeddings.
+		m.Context = min(context, h.Positions)
 	}
 	if c.Data.Tokenizer == "" {
 		if st, err := os.Stat(c.Model.Init); err == nil && st.IsDir() {

@@ -107,15 +107,24 @@ func openData(cfg Config) (*dataset, error) {
 		isGlob := strings.ContainsAny(path, "*?[")
 		switch {
 		case isGlob || strings.HasSuffix(path, ".bin"):
-			opt := data.WindowOptions{Context: cfg.Model.Context, Random: true, Seed: cfg.Seed}
-			classes := 50304 // GPT-2's vocabulary padded to a multiple of 64, as llm.c does
-			var codec Codec = idCodec{classes}
+			opt := data.WindowOptions{Context: cfg.Model.Context, Random: true, Seed: cfg.Seed, Vocab: cfg.Model.Vocab}
 			if tok != nil {
-				opt.Vocab, classes, codec = tok.VocabSize(), tok.VocabSize(), tokenizerCodec{tok}
+				opt.Vocab = tok.VocabSize()
 			}
 			t, err := data.OpenShards(path, opt)
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
+			}
+			// Without a tokenizer or -vocab, the shards' format says:
+			// GPT-2's vocabulary for uint16 tokens, padded to a multiple
+			// of 64 as llm.c does, Llama 3's for uint32.
+			classes := t.Vocab()
+			if classes == 50257 && opt.Vocab == 0 {
+				classes = 50304
+			}
+			var codec Codec = idCodec{classes}
+			if tok != nil {
+				codec = tokenizerCodec{tok}
 			}
 			all, ds.tokens, ds.classes, ds.codec = t, true, classes, codec
 		case err != nil:

@@ -183,6 +183,11 @@ func (f listFlag) Set(s string) error {
 			*f.v = append(*f.v, p)
 		}
 	}
+	if len(*f.v) == 0 {
+		// An empty list would mean the flag's default (every Linear
+		// layer, say), which is not what was written.
+		return fmt.Errorf("%q names nothing (want a comma-separated list)", s)
+	}
 	return nil
 }
 
@@ -198,6 +203,7 @@ func bindModelFlags(f *Flags, c *Config) {
 	f.intVar(&m.Hidden, "hidden", "SwiGLU MLP width (llama; 0: 8/3 of -width, rounded up to a multiple of 8)")
 	f.intVar(&m.Context, "context", "tokens per sequence (gpt, llama)")
 	f.floatVar(&m.Dropout, "dropout", "dropout probability")
+	f.intVar(&m.Vocab, "vocab", "a token model's vocabulary (0: the data's: its tokenizer's, or for token shards without one their format's, GPT-2's 50304 for uint16 tokens, Llama 3's 128256 for uint32)")
 	f.stringVar(&m.Init, "init", "start from a pretrained GPT-2 or Llama in Hugging Face's layout (a `path`: directory with config.json and model.safetensors or its shards, or a .safetensors file); sets -model gpt or llama and its shape")
 }
 

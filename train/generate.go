@@ -83,6 +83,7 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 		if n >= max {
 			return "", fmt.Errorf("-generate %d: at most %d tokens fit in the context of %d after one of prompt", n, max-1, max)
 		}
+		t.logf("train: -prompt of %d tokens and -generate %d exceed the context of %d: the prompt's first %d tokens are left out", len(ids), n, max, len(ids)-(max-n))
 		ids = ids[len(ids)-(max-n):]
 	}
 	out, err := g.Generate(ids, n, o)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/internal/atomicfile"
 	"github.com/memfit/memfit/memory/report"
 )
@@ -254,6 +255,14 @@ func (c Config) CheckPaths() error {
 			return fmt.Errorf("-%s %v", o.flag, err)
 		}
 	}
+	if c.Output.Save != "" && c.Output.SaveFormat == "hf" {
+		// The export's files: what it writes, and a sharded
+		// checkpoint's it replaces. Checked against the inputs below.
+		outs = append(outs, namedPath{flag: "save", path: c.Output.Save})
+		for _, f := range hf.Touches(c.Output.Save) {
+			outs = append(outs, namedPath{flag: "save", path: f})
+		}
+	}
 	ins := c.inputs()
 	for i, o := range outs {
 		for _, in := range ins {
@@ -315,14 +324,44 @@ func (c Config) inputs() []namedPath {
 			files, _ = filepath.Glob(c.Data.Path)
 		}
 		for _, f := range files {
-			in = append(in, namedPath{flag: "data", path: f})
+			in = append(in, dirInputs("data", f, false)...)
 		}
 	}
 	if c.Data.Tokenizer != "" {
-		in = append(in, namedPath{flag: "tokenizer", path: c.Data.Tokenizer})
+		in = append(in, dirInputs("tokenizer", c.Data.Tokenizer, false)...)
+	}
+	if c.Model.Init != "" {
+		in = append(in, dirInputs("init", c.Model.Init, true)...)
 	}
 	if c.Output.Resume != "" {
 		in = append(in, namedPath{flag: "resume", path: c.Output.Resume}, namedPath{flag: "resume", path: c.Output.Resume + ".state"})
+	}
+	return in
+}
+
+// dirInputs is an input path and, for a directory, every regular file
+// directly in it: an output may replace none of them. With siblings, a
+// file's directory counts too (a checkpoint file reads the config.json
+// beside it).
+func dirInputs(flag, path string, siblings bool) []namedPath {
+	in := []namedPath{{flag: flag, path: path}}
+	dir := path
+	if fi, err := os.Stat(path); err != nil {
+		return in
+	} else if !fi.IsDir() {
+		if !siblings {
+			return in
+		}
+		dir = filepath.Dir(path)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return in
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			in = append(in, namedPath{flag: flag, path: filepath.Join(dir, e.Name())})
+		}
 	}
 	return in
 }

@@ -80,6 +80,8 @@ var dataParallel = &technique{
 			return bad("zero", p.Zero, "want 0, 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too)")
 		case p.Ranks < 0:
 			return bad("ranks", p.Ranks, "want a number of ranks to plan for, or 0")
+		case p.Ranks > maxRanks:
+			return bad("ranks", p.Ranks, fmt.Sprintf("over %d, the bound on ranks (every rank's step keeps a vector of all ranks' status)", maxRanks))
 		}
 		return nil
 	},
@@ -123,6 +125,9 @@ var dataParallel = &technique{
 		return &zeroPart{}, nil
 	},
 }
+
+// maxRanks bounds -ranks: above the largest data-parallel jobs run.
+const maxRanks = 1 << 16
 
 func zeroFlag(c *Config) string { return flagOf("zero", c.Parallel.Zero) }
 

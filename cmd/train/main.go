@@ -121,7 +121,9 @@ func parse(args []string, stdout, stderr io.Writer) (cfg train.Config, code int,
 		fmt.Fprintf(stderr, "train: unexpected argument %q (flags only; see -h)\n", fs.Arg(0))
 		return cfg, 2, false
 	}
-	cfg, note, err := cfg.ApplyInit()
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	cfg, note, err := cfg.ApplyInitSet(func(flag string) bool { return given[flag] })
 	if err != nil {
 		return cfg, fail(stderr, 2, err), false
 	}

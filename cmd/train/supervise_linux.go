@@ -67,8 +67,15 @@ func supervise() (int, bool) {
 	defer crash.Close()
 	if st, _ := crash.Stat(); st != nil && st.Size() > 0 {
 		crash.Seek(0, 0)
-		first, _ := bufio.NewReader(crash).ReadString('\n')
-		what := strings.TrimSpace(first)
+		what := "the runtime's crash report"
+		sc := bufio.NewScanner(crash)
+		for sc.Scan() {
+			// The report's first words: "panic: ..." or "fatal error: ...".
+			if line := strings.TrimSpace(sc.Text()); line != "" {
+				what = line
+				break
+			}
+		}
 		os.Stderr.WriteString("train: internal error (a bug in memfit, not in your input): " + what + "; the stack is in " + crash.Name() + " (please report it)\n")
 		return exitInternal, true
 	}
