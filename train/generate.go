@@ -79,12 +79,12 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 		return "", errors.New("-prompt: no tokens")
 	}
 	if max := g.ContextLen(); len(ids)+n > max {
-		// The newest tokens matter most: keep the end of a long prompt.
+		// Cutting the prompt would continue another text than the one
+		// given.
 		if n >= max {
 			return "", fmt.Errorf("-generate %d: at most %d tokens fit in the context of %d after one of prompt", n, max-1, max)
 		}
-		t.logf("train: -prompt of %d tokens and -generate %d exceed the context of %d: the prompt's first %d tokens are left out", len(ids), n, max, len(ids)-(max-n))
-		ids = ids[len(ids)-(max-n):]
+		return "", fmt.Errorf("-prompt of %d tokens and -generate %d exceed the model's context of %d: shorten the prompt to %d tokens or generate fewer", len(ids), n, max, max-n)
 	}
 	out, err := g.Generate(ids, n, o)
 	if err != nil {

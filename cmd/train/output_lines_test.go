@@ -1,19 +1,19 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 )
 
-// With MEMFIT_TRAIN_MAIN=1 this test binary is the train command, so that
-// tests can run it as a process of its own (standard output and error
-// then are what a user's redirection makes them) without building it.
+// With MEMFIT_TRAIN_MAIN=1 this test binary is the train command, main
+// and all (its supervising parent, its signals), so that tests can run
+// it as a process of its own (standard output and error then are what a
+// user's redirection makes them) without building it.
 func init() {
 	if os.Getenv("MEMFIT_TRAIN_MAIN") == "1" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		main()
 	}
 }
 

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHostileInputs runs the command, as its own process under a 4 GiB
+// address-space limit and within 1 GiB of RSS, on the hostile cases of issue #35: model files
+// that wrap or lie, FIFOs where files belong, sizes that would build
+// without end, outputs onto inputs, settings that were accepted and did
+// nothing or the wrong thing. Each must end at once with status 2 (bad
+// input) or 1 (a failure while running), never a panic's, with a message
+// naming the file, key or flag, and leave every input byte-identical.
+// (The deadline is a hang detector, not a speed requirement.)
+func TestHostileInputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the command as processes")
+	}
+	dir := t.TempDir()
+	gpt2, err := filepath.Abs(filepath.Join("..", "..", "hf", "testdata", "gpt2-f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := func(name string, edit func(dir string)) string {
+		d := filepath.Join(dir, name)
+		copyDir(t, gpt2, d)
+		if edit != nil {
+			edit(d)
+		}
+		return d
+	}
+	fifo := func(d, name string) {
+		p := filepath.Join(d, name)
+		os.Remove(p)
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+	}
+	header := func(d string, edit func(h map[string]any)) {
+		p := filepath.Join(d, "model.safetensors")
+		b, _ := os.ReadFile(p)
+		n := binary.LittleEndian.Uint64(b)
+		var h map[string]any
+		json.Unmarshal(b[8:8+n], &h)
+		data := b[8+n:]
+		edit(h)
+		hj, _ := json.Marshal(h)
+		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
+		os.WriteFile(p, append(append(out, hj...), data...), 0o644)
+	}
+	config := func(d string, key string, v any) {
+		p := filepath.Join(d, "config.json")
+		b, _ := os.ReadFile(p)
+		var c map[string]any
+		json.Unmarshal(b, &c)
+		c[key] = v
+		b, _ = json.Marshal(c)
+		os.WriteFile(p, b, 0o644)
+	}
+	wrapped := model("wrapped", func(d string) {
+		header(d, func(h map[string]any) {
+			h["transformer.wte.weight"] = map[string]any{"dtype": "F32", "shape": []any{3, 5, 17, 257, 641, 65537, 6700417}, "data_offsets": []any{100, 0}}
+		})
+	})
+	huge := model("huge", func(d string) {
+		header(d, func(h map[string]any) {
+			h["transformer.wte.weight"] = map[string]any{"dtype": "F32", "shape": []any{1 << 40, 1 << 40}, "data_offsets": []any{0, 0}}
+		})
+	})
+	trailing := model("trailing", func(d string) {
+		f, _ := os.OpenFile(filepath.Join(d, "model.safetensors"), os.O_APPEND|os.O_WRONLY, 0)
+		f.Write(make([]byte, 64))
+		f.Close()
+	})
+	layers := model("layers", func(d string) { config(d, "n_layer", 1e9) })
+	fewer := model("fewer", func(d string) { config(d, "n_layer", 1) })
+	negative := model("negative", func(d string) { config(d, "n_head", -1) })
+	positions := model("positions", func(d string) { config(d, "n_positions", 1e9) })
+	nan := model("nan", func(d string) {
+		p := filepath.Join(d, "model.safetensors")
+		b, _ := os.ReadFile(p)
+		n := binary.LittleEndian.Uint64(b)
+		data := b[8+n:]
+		for i := 0; i+4 <= len(data); i += 4 {
+			binary.LittleEndian.PutUint32(data[i:], math.Float32bits(float32(math.NaN())))
+		}
+		os.WriteFile(p, b, 0o644)
+	})
+	fifoConfig := model("fifo-config", func(d string) { fifo(d, "config.json") })
+	fifoModel := model("fifo-model", func(d string) { fifo(d, "model.safetensors") })
+	sharded := model("sharded", func(d string) {
+		os.Rename(filepath.Join(d, "model.safetensors"), filepath.Join(d, "model-00001-of-00001.safetensors"))
+		index := map[string]any{"weight_map": map[string]string{"transformer.wte.weight": "model-00002-of-00002.safetensors"}}
+		b, _ := json.Marshal(index)
+		os.WriteFile(filepath.Join(d, "model.safetensors.index.json"), b, 0o644)
+	})
+	fifoIndex := model("fifo-index", func(d string) {
+		os.Remove(filepath.Join(d, "model.safetensors"))
+		fifo(d, "model.safetensors.index.json")
+	})
+	badIDs := filepath.Join(dir, "bad-ids.json")
+	os.WriteFile(badIDs, []byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 2147483648}, "merges": []}}`), 0o644)
+	dupIDs := filepath.Join(dir, "dup-ids.json")
+	os.WriteFile(dupIDs, []byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}}`), 0o644)
+	fifoTok := filepath.Join(dir, "fifo-tokenizer.json")
+	syscall.Mkfifo(fifoTok, 0o644)
+	text := filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte(strings.Repeat("some text ", 100)), 0o644)
+	gptFlags := []string{"-model", "gpt", "-layers", "1", "-width", "16", "-heads", "2", "-context", "8"}
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		// Panics, before.
+		{"wrapping shape", []string{"-init", wrapped}, 2, "transformer.wte.weight"},
+		{"2^40 x 2^40 over no bytes", []string{"-init", huge}, 2, "transformer.wte.weight"},
+		{"token id 2^31", []string{"-model", "gpt", "-data", text, "-tokenizer", badIDs}, 2, "bad-ids.json"},
+		{"duplicate token ids", []string{"-model", "gpt", "-data", text, "-tokenizer", dupIDs}, 2, "dup-ids.json"},
+		// Memory before any check.
+		{"n_layer 1e9", []string{"-init", layers}, 2, "n_layer"},
+		{"n_layer 1e9 planned", []string{"-init", layers, "-plan"}, 2, "n_layer"},
+		{"-layers 1e9", []string{"-layers", "1000000000"}, 2, "-layers 1000000000"},
+		{"-layers 1e9 planned", []string{"-layers", "1000000000", "-plan"}, 2, "-layers 1000000000"},
+		{"-layers 1e9 in 64MiB", []string{"-layers", "1000000000", "-mem-limit", "64MiB"}, 2, "-layers 1000000000"},
+		{"-ranks 1e9", []string{"-ranks", "1000000000", "-plan", "-dist", "mpi"}, 2, "-ranks 1000000000"},
+		{"-ranks 100000 zero 3", []string{"-ranks", "100000", "-zero", "3", "-plan", "-dist", "mpi"}, 2, "-ranks 100000"},
+		{"a model far beyond the device", append(append([]string{}, gptFlags[:2]...), "-layers", "64", "-width", "8192", "-heads", "64"), 2, "cannot fit"},
+		// Hangs.
+		{"config.json a FIFO", []string{"-init", fifoConfig}, 2, "config.json"},
+		{"model.safetensors a FIFO", []string{"-init", fifoModel}, 2, "model.safetensors"},
+		{"index a FIFO", []string{"-init", fifoIndex}, 2, "model.safetensors.index.json"},
+		{"tokenizer a FIFO", []string{"-model", "gpt", "-data", text, "-tokenizer", fifoTok}, 2, "fifo-tokenizer.json"},
+		{"-generate 1e9 over huge positions", []string{"-init", positions, "-generate", "1000000000", "-prompt", "1 2"}, 2, "n_positions"},
+		{"-generate 1e9 planned", []string{"-init", positions, "-generate", "1000000000", "-prompt", "1 2", "-plan"}, 2, "n_positions"},
+		// Overwrites.
+		{"-init DIR -save DIR in hf", []string{"-init", gpt2Copy(t, dir), "-save-format", "hf", "-save", filepath.Join(dir, "gpt2-copy"), "-steps", "1"}, 2, "-init input"},
+		// Silently accepted.
+		{"more layers than config", []string{"-init", fewer}, 2, "transformer.h.1"},
+		{"trailing bytes", []string{"-init", trailing}, 2, "model.safetensors"},
+		{"index naming the wrong shard", []string{"-init", sharded}, 2, "model-00002-of-00002.safetensors"},
+		{"NaN weights generating", []string{"-init", nan, "-generate", "4", "-prompt", "1 2"}, 2, "not finite"},
+		{"-temperature +Inf", append(append([]string{}, gptFlags...), "-generate", "2", "-prompt", "1", "-temperature", "+Inf"), 2, "-temperature +Inf"},
+		{"prompt over the context", append(append([]string{}, gptFlags...), "-generate", "4", "-prompt", "1 2 3 4 5 6"), 2, "-prompt of 6 tokens"},
+		{"-lora above the layer", append(append([]string{}, gptFlags...), "-lora", "64"), 2, "rank 64 is above"},
+		{"-lora-targets comma", append(append([]string{}, gptFlags...), "-lora", "2", "-lora-targets", ","), 2, "-lora-targets"},
+		{"-offload-prefetch alone", []string{"-offload-prefetch", "2"}, 2, "-offload-prefetch 2: needs -offload activations"},
+		{"-init with another -context", []string{"-init", gpt2, "-context", "16"}, 2, "-context 16"},
+		{"-init with another -layers", []string{"-init", gpt2, "-layers", "4"}, 2, "-layers 4"},
+		// Messages.
+		{"negative n_head named by key", []string{"-init", negative}, 2, "config.json: n_head -1"},
+		{"-zero 3 without -dist", []string{"-zero", "3", "-plan"}, 2, "-zero 3: needs -dist"},
+		{"-generate 2^63-1", append(append([]string{}, gptFlags...), "-generate", "9223372036854775807", "-prompt", "1"), 2, "-generate 9223372036854775807"},
+	}
+	inputs := func() map[string][32]byte {
+		sums := map[string][32]byte{}
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				b, _ := os.ReadFile(p)
+				sums[p] = sha256.Sum256(b)
+			}
+			return nil
+		})
+		return sums
+	}
+	before := inputs()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, stderr, rss := runLimited(t, dir, append([]string{"-quiet"}, c.args...))
+			if code != c.code || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want %d and a message naming %q", code, stderr, c.code, c.want)
+			}
+			if rss > 1<<30 {
+				t.Errorf("peak RSS %d MiB, over 1 GiB", rss>>20)
+			}
+		})
+	}
+	after := inputs()
+	for p, sum := range before {
+		if after[p] != sum {
+			t.Errorf("%s changed", p)
+		}
+	}
+}
+
+// TestSIGTERMInsideAStep: a step that would run for hours (a context of a
+// million tokens) ends at once on SIGTERM, with the interrupted status.
+func TestSIGTERMInsideAStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the command as a process")
+	}
+	cmd := exec.Command(os.Args[0], "-quiet", "-model", "gpt", "-layers", "1", "-context", "1000000", "-width", "64", "-heads", "2", "-batch", "1", "-steps", "2")
+	cmd.Env = append(os.Environ(), "MEMFIT_TRAIN_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(3 * time.Second) // inside the first step's attention
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "interrupted at step 0") {
+			t.Fatalf("%v, want status 130 and the step said; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running a minute after SIGTERM (a hang)")
+	}
+}
+
+// runLimited runs the command (this test binary as main) in dir under a
+// 4 GiB address-space limit, with a minute's deadline as a hang detector,
+// and returns its status, standard error and peak RSS in bytes.
+func runLimited(t *testing.T, dir string, args []string) (int, string, int64) {
+	t.Helper()
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	// The cap on address space is 4 GiB (a Go process reserves more
+	// address space than it touches); the peak RSS is checked apart.
+	cmd := exec.Command("bash", "-c", fmt.Sprintf("ulimit -v %d; exec %s %s", 4<<20, os.Args[0], strings.Join(quoted, " ")))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "MEMFIT_TRAIN_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("still running after a minute (a hang); stderr:\n%s", stderr.String())
+	}
+	rss := int64(0)
+	if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = u.Maxrss << 10
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String(), rss
+}
+
+// gpt2Copy copies the GPT-2 fixture into dir/gpt2-copy.
+func gpt2Copy(t *testing.T, dir string) string {
+	d := filepath.Join(dir, "gpt2-copy")
+	copyDir(t, filepath.Join("..", "..", "hf", "testdata", "gpt2-f32"), d)
+	return d
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(from, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(to, e.Name()), b, 0o644)
+		}
+	}
+}

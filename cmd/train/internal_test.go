@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// With MEMFIT_TRAIN_CRASH=goroutine this test binary is the train
+// command whose work panics in a goroutine of its own (as a kernel's
+// worker or the data loader would): the supervised child panics, its
+// parent reports it.
+func init() {
+	if os.Getenv("MEMFIT_TRAIN_CRASH") != "goroutine" {
+		return
+	}
+	if os.Getenv(supervisedEnv) == "" {
+		main()
+	}
+	supervise() // the child: crash output to the parent's file
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var m map[string]int
+		m["injected"]++ // a bug: assignment to a nil map
+	}()
+	<-done
+	os.Exit(0)
+}
+
+// TestPanicInGoroutineIsInternalError: a panic outside run's goroutine
+// ends the command with status 3 (never 2, bad input's), saying it is a
+// bug and where its stack is.
+func TestPanicInGoroutineIsInternalError(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-quiet")
+	cmd.Env = append(os.Environ(), "MEMFIT_TRAIN_CRASH=goroutine")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInternal {
+		t.Fatalf("%v, want exit status %d; stderr:\n%s", err, exitInternal, stderr.String())
+	}
+	m := regexp.MustCompile(`internal error \(a bug in memfit, not in your input\): (.*); the stack is in (\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil || !strings.Contains(m[1], "assignment to entry in nil map") {
+		t.Fatalf("stderr does not name the panic and its stack file:\n%s", stderr.String())
+	}
+	stack, err := os.ReadFile(m[2])
+	if err != nil || !strings.Contains(string(stack), "goroutine") {
+		t.Errorf("the stack file %s: %v\n%s", m[2], err, stack)
+	}
+	os.Remove(m[2])
+}
+
+// TestPanicInRunIsInternalError: a panic in run's goroutine is recovered
+// into status 3 with the stack in a file.
+func TestPanicInRunIsInternalError(t *testing.T) {
+	var stderr bytes.Buffer
+	code := func() (code int) {
+		defer internalError(&code, &stderr)
+		var p *struct{ x int }
+		return p.x // a bug: nil dereference
+	}()
+	if code != exitInternal {
+		t.Fatalf("status %d, want %d", code, exitInternal)
+	}
+	m := regexp.MustCompile(`the stack is in (\S+)`).FindStringSubmatch(stderr.String())
+	if !strings.Contains(stderr.String(), "nil pointer dereference") || m == nil {
+		t.Fatalf("stderr: %s", stderr.String())
+	}
+	if b, err := os.ReadFile(m[1]); err != nil || !strings.Contains(string(b), "internal_test.go") {
+		t.Errorf("the stack file %s: %v", m[1], err)
+	}
+	os.Remove(m[1])
+}
