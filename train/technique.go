@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -141,11 +140,6 @@ func (c *Config) checkTechniques() error {
 		}
 	}
 	return nil
-}
-
-// on reports whether run c uses any of t's features.
-func (t *technique) on(c *Config) bool {
-	return slices.ContainsFunc(t.features, func(f feature) bool { return f.on(c) })
 }
 
 // describePlan is the plan's first line after the model: each
