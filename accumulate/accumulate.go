@@ -11,6 +11,10 @@ import (
 type Micro struct {
 	Inputs, Targets *tensor.Tensor
 	Weight          float64
+	// Lo and Hi are the batch's rows it holds, [Lo, Hi): where its
+	// share of what goes with the rows on the host lies (a packed
+	// batch's positions).
+	Lo, Hi int
 }
 
 // Release drops the micro-batch's views.
@@ -77,6 +81,7 @@ func split(inputs, targets *tensor.Tensor, n int, ignore *int) ([]Micro, error) 
 			Inputs:  s.Keep(s.Narrow(inputs, 0, lo, hi-lo)),
 			Targets: s.Keep(s.Narrow(targets, 0, lo, hi-lo)),
 			Weight:  w,
+			Lo:      lo, Hi: hi,
 		}
 	}
 	return out, nil

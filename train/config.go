@@ -71,6 +71,14 @@ type DataConfig struct {
 	Workers   int     `json:"workers"`
 	Prefetch  int     `json:"prefetch"`
 	ValSplit  float64 `json:"val_split"`
+	// Fine-tuning records (recordsdata.go): Pack concatenates examples
+	// into windows without padding (the packing technique); LossOn is
+	// "answers" (the default for prompt/completion, chat and Alpaca
+	// records), "all", or "" for the default; ShowExamples prints that
+	// many examples as they will be trained instead of training.
+	Pack         bool   `json:"pack,omitempty"`
+	LossOn       string `json:"loss_on,omitempty"`
+	ShowExamples int    `json:"show_examples,omitempty"`
 }
 
 // OptimConfig is the optimization: how long, on what batches, with which
@@ -196,8 +204,11 @@ type OutputConfig struct {
 // Temperature 0 is greedy decoding; TopK 0 and TopP 0 keep every token;
 // Config.Seed seeds the sampling.
 type GenerateConfig struct {
-	Tokens      int     `json:"tokens,omitempty"`
-	Prompt      string  `json:"prompt,omitempty"`
+	Tokens int    `json:"tokens,omitempty"`
+	Prompt string `json:"prompt,omitempty"`
+	// Chat renders Prompt as a user message with the model's chat
+	// template and its generation prompt.
+	Chat        bool    `json:"chat,omitempty"`
 	Temperature float64 `json:"temperature,omitempty"`
 	TopK        int     `json:"top_k,omitempty"`
 	TopP        float64 `json:"top_p,omitempty"`
@@ -348,6 +359,8 @@ func (c *Config) checkCore() error {
 		return bad("eval-every", out.EvalEvery, "want 0 (off) or more")
 	case out.SaveEvery < 0:
 		return bad("save-every", out.SaveEvery, "want 0 (off) or more")
+	case d.ShowExamples < 0:
+		return bad("show-examples", d.ShowExamples, "want a number of examples to print, or 0 to train")
 	case c.Fit < 0:
 		return bad("fit", c.Fit, "want a size such as 512MiB")
 	}
@@ -372,6 +385,8 @@ func (c *Config) checkCore() error {
 		return bad("generate", strconv.Itoa(g.Tokens), "want a number of tokens, or 0 to train")
 	case g.Tokens > 0 && !k.Tokens:
 		return bad("generate", strconv.Itoa(g.Tokens), "generation needs a token model ("+orList(tokenModels())+")")
+	case g.Chat && g.Tokens == 0:
+		return bad("chat", true, "needs -generate (it renders -prompt as a chat message)")
 	case g.Tokens > 0 && g.Prompt == "":
 		return bad("generate", strconv.Itoa(g.Tokens), "needs -prompt (the text to continue)")
 	case g.Tokens > hf.MaxPositions:

@@ -57,6 +57,13 @@ type dataset struct {
 	inShape    []int // one example's input shape
 	classes    int   // classes, or vocabulary size for tokens
 	codec      Codec // tokens: text to tokens and back
+	// ignore is the target that trains nothing: -1 (token windows
+	// have none), data.IgnoreIndex for fine-tuning records.
+	ignore int
+	// Fine-tuning records (recordsdata.go): the dataset, and whether
+	// its batches carry per-example positions (-pack).
+	sft    *data.SFTDataset
+	packed bool
 }
 
 // openData resolves -data: "" is the embedded synthetic task for the
@@ -65,11 +72,14 @@ type dataset struct {
 // other file as a byte corpus, or, with -tokenizer, as text that the
 // tokenizer encodes.
 func openData(cfg Config) (*dataset, error) {
-	ds := &dataset{}
+	ds := &dataset{ignore: -1}
 	kind, _ := cfg.kind()
 	var all data.Dataset
 	path := cfg.Data.Path
 	var tok *tokenizer.BPE
+	if err := checkRecordFlags(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Data.Tokenizer != "" {
 		if path == "" && cfg.Generate.Tokens == 0 {
 			return nil, fmt.Errorf("-tokenizer %s: needs -data naming a text file or token shards", cfg.Data.Tokenizer)
@@ -89,7 +99,7 @@ func openData(cfg Config) (*dataset, error) {
 		if tok != nil {
 			// -generate needs no data: the synthetic task only gives the
 			// shapes, and prompts go through the tokenizer.
-			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{tok}
+			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{t: tok}
 		}
 	case path == "":
 		// Vectors of 32, or a model's images flattened.
@@ -102,6 +112,11 @@ func openData(cfg Config) (*dataset, error) {
 			return nil, err
 		}
 		all, ds.classes = s, s.NumClasses()
+	case isRecords(path):
+		if err := openRecords(cfg, ds, tok); err != nil {
+			return nil, err
+		}
+		all = ds.sft
 	default:
 		st, err := os.Stat(strings.TrimRight(path, "*"))
 		isGlob := strings.ContainsAny(path, "*?[")
@@ -124,7 +139,7 @@ func openData(cfg Config) (*dataset, error) {
 			}
 			var codec Codec = idCodec{classes}
 			if tok != nil {
-				codec = tokenizerCodec{tok}
+				codec = tokenizerCodec{t: tok}
 			}
 			all, ds.tokens, ds.classes, ds.codec = t, true, classes, codec
 		case err != nil:
@@ -136,7 +151,7 @@ func openData(cfg Config) (*dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
-			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{tok}
+			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{t: tok}
 		case st.IsDir() && hasIDX(path):
 			tr, err := data.FashionMNIST(path, true)
 			if err != nil {
@@ -187,6 +202,10 @@ func openData(cfg Config) (*dataset, error) {
 		return nil, fmt.Errorf("-data %s: %v", path, err)
 	}
 	switch e := ex.(type) {
+	case data.Sequence:
+		// Rows of at most the context; a batch is as long as its
+		// longest row.
+		ds.inShape = []int{cfg.Model.Context}
 	case data.Image:
 		ds.inShape = append([]int(nil), e.Shape...)
 	case *data.Image:
@@ -239,9 +258,32 @@ func openTokenizer(path string) (*tokenizer.BPE, error) {
 }
 
 // tokenizerCodec is a Codec through a tokenizer.
-type tokenizerCodec struct{ t *tokenizer.BPE }
+type tokenizerCodec struct {
+	t    *tokenizer.BPE
+	chat *data.ChatTemplate // the model's chat template, nil without one
+}
 
 func (c tokenizerCodec) Encode(s string) ([]int, error) { return c.t.Encode(s), nil }
+
+// EncodeChat renders s as a user's message with the chat template and
+// its generation prompt, and encodes that (special tokens as theirs).
+func (c tokenizerCodec) EncodeChat(s string) ([]int, error) {
+	chat := c.chat
+	if chat == nil {
+		var err error
+		if chat, err = chatTemplate(c.t); err != nil {
+			return nil, err
+		}
+		if chat == nil {
+			return nil, fmt.Errorf("-chat: the tokenizer has no chat template (tokenizer_config.json's chat_template)")
+		}
+	}
+	text, err := chat.Render([]data.Message{{Role: "user", Content: s}}, true)
+	if err != nil {
+		return nil, err
+	}
+	return c.t.Encode(text), nil
+}
 
 func (c tokenizerCodec) Decode(ids []int) string {
 	s, err := c.t.Decode(ids)

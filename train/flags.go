@@ -209,11 +209,13 @@ func bindModelFlags(f *Flags, c *Config) {
 
 func bindDataFlags(f *Flags, c *Config) {
 	d := &c.Data
-	f.stringVar(&d.Path, "data", "IDX file or directory, text file, token-shard glob or image folder (default: the embedded synthetic task)")
+	f.stringVar(&d.Path, "data", "IDX file or directory, text file, token-shard glob, image folder, or fine-tuning records (.jsonl, .json, .parquet: a file, directory or glob) (default: the embedded synthetic task)")
 	f.stringVar(&d.Tokenizer, "tokenizer", "tokenize a text -data file with this `path` (GPT-2 byte-level BPE: tokenizer.json, or a directory with encoder.json and vocab.bpe); the vocabulary sets the model's")
 	f.intVar(&d.Workers, "workers", "data-loading goroutines")
 	f.intVar(&d.Prefetch, "prefetch", "batches loaded ahead of the one in use (at most 256MiB of them)")
 	f.floatVar(&d.ValSplit, "val-split", "fraction of the data held out for evaluation")
+	f.stringVar(&d.LossOn, "loss-on", "with fine-tuning records: train on the answers (the default for prompt/completion, chat and Alpaca records: prompts, system and user turns are not trained) or all tokens")
+	f.intVar(&d.ShowExamples, "show-examples", "print the first `n` training examples as they will be trained, one JSON object {\"tokens\", \"labels\"} a line (-100: not trained), then exit")
 }
 
 func bindOptimFlags(f *Flags, c *Config) {
@@ -259,6 +261,7 @@ func bindGenerateFlags(f *Flags, c *Config) {
 	g := &c.Generate
 	f.intVar(&g.Tokens, "generate", "instead of training, print the continuation of -prompt by `n` tokens (with -resume or -init; -model gpt or llama)")
 	f.stringVar(&g.Prompt, "prompt", "the `text` -generate continues (a text corpus: bytes; token data: token ids separated by spaces)")
+	f.boolVar(&g.Chat, "chat", "with -generate: -prompt is a user's message, rendered with the model's chat template and its generation prompt")
 	f.floatVar(&g.Temperature, "temperature", "sampling temperature for -generate (0: greedy)")
 	f.intVar(&g.TopK, "top-k", "sample among the `k` most likely tokens (0: all)")
 	f.floatVar(&g.TopP, "top-p", "sample among the most likely tokens whose probabilities reach `p` (0: all)")

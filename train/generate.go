@@ -71,7 +71,20 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 	if !ok || t.codec == nil {
 		return "", fmt.Errorf("-generate: needs a token model (%s), not %T", orList(tokenModels()), t.Model)
 	}
-	ids, err := t.codec.Encode(prompt)
+	encode := t.codec.Encode
+	if t.Config.Generate.Chat {
+		c, ok := t.codec.(interface {
+			EncodeChat(string) ([]int, error)
+		})
+		if !ok {
+			return "", fmt.Errorf("-chat: needs a tokenizer with a chat template (-tokenizer, or -init's directory)")
+		}
+		encode = c.EncodeChat
+	}
+	ids, err := encode(prompt)
+	if err != nil && t.Config.Generate.Chat {
+		return "", err
+	}
 	if err != nil {
 		return "", fmt.Errorf("-prompt: %v", err)
 	}

@@ -22,10 +22,13 @@ type Record struct {
 	LossScale   float64 `json:"loss_scale"`
 	Skipped     int     `json:"skipped_steps"`
 	SamplesPerS float64 `json:"samples_per_sec"`
-	Accum       int     `json:"accum"`
-	Allocated   int64   `json:"allocated"`
-	Reserved    int64   `json:"reserved"`
-	Peak        int64   `json:"peak"`
+	// TrainedTokens are the step's targets the loss is a mean over
+	// (token tasks): with fine-tuning records, the answers' tokens.
+	TrainedTokens int   `json:"trained_tokens,omitempty"`
+	Accum         int   `json:"accum"`
+	Allocated     int64 `json:"allocated"`
+	Reserved      int64 `json:"reserved"`
+	Peak          int64 `json:"peak"`
 	// Peak bytes by category during the step.
 	PeakByCategory map[string]int64 `json:"peak_by_category"`
 	EvalLoss       *float64         `json:"eval_loss,omitempty"`
@@ -60,7 +63,7 @@ func openMetrics(path string) (*metricsLog, error) {
 	return m, nil
 }
 
-var csvHeader = []string{"step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped_steps", "samples_per_sec", "accum", "allocated", "reserved", "peak",
+var csvHeader = []string{"step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped_steps", "samples_per_sec", "trained_tokens", "accum", "allocated", "reserved", "peak",
 	"peak_parameter", "peak_gradient", "peak_optimizer_state", "peak_activation", "peak_temporary", "peak_data", "eval_loss", "eval_accuracy"}
 
 func (m *metricsLog) write(r Record) error {
@@ -86,7 +89,7 @@ func (m *metricsLog) write(r Record) error {
 		}
 		return f(*v)
 	}
-	row := []string{strconv.Itoa(r.Step), strconv.Itoa(r.Epoch), f(r.Loss), f(r.LR), f(r.GradNorm), f(r.LossScale), strconv.Itoa(r.Skipped), f(r.SamplesPerS), strconv.Itoa(r.Accum),
+	row := []string{strconv.Itoa(r.Step), strconv.Itoa(r.Epoch), f(r.Loss), f(r.LR), f(r.GradNorm), f(r.LossScale), strconv.Itoa(r.Skipped), f(r.SamplesPerS), strconv.Itoa(r.TrainedTokens), strconv.Itoa(r.Accum),
 		strconv.FormatInt(r.Allocated, 10), strconv.FormatInt(r.Reserved, 10), strconv.FormatInt(r.Peak, 10)}
 	for _, c := range []memory.Category{memory.Parameter, memory.Gradient, memory.OptimizerState, memory.Activation, memory.Temporary, memory.Data} {
 		row = append(row, strconv.FormatInt(r.PeakByCategory[c.String()], 10))
@@ -123,7 +126,10 @@ type Summary struct {
 	Config       Config `json:"config"`
 	OOMRetries   int    `json:"oom_retries"`
 	SkippedSteps int    `json:"skipped_steps"`
-	Checkpoint   string `json:"checkpoint,omitempty"`
+	// TrainedTokens are the targets the losses were means over, over
+	// the run (token tasks; every rank's).
+	TrainedTokens int64  `json:"trained_tokens,omitempty"`
+	Checkpoint    string `json:"checkpoint,omitempty"`
 	// Zero3 is where a -zero 3 rank's collectives went, absent otherwise.
 	Zero3 *Zero3Stats `json:"zero3,omitempty"`
 }
@@ -146,6 +152,10 @@ type Zero3Stats struct {
 type EvalStats struct {
 	Loss     float64  `json:"loss"`
 	Accuracy *float64 `json:"accuracy,omitempty"`
+	// Perplexity is exp(Loss) for token tasks: the loss is the mean
+	// over the held-out split's trained tokens, Tokens of them.
+	Perplexity *float64 `json:"perplexity,omitempty"`
+	Tokens     int      `json:"tokens,omitempty"`
 	// Examples is how many held-out examples the loss is over: 0 when
 	// there were none (-val-split 0), and Loss means nothing.
 	Examples int `json:"examples"`

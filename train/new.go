@@ -103,10 +103,17 @@ func NewDistributedContext(ctx context.Context, cfg Config, dev device.Device, c
 	t, err := assemble(cfg, dev, ds, &loaderBatches{l: loader}, comm, log)
 	stop.close()
 	if err != nil {
+		if ds.sft != nil {
+			ds.sft.Close()
+		}
 		return nil, err
 	}
 	t.ctx = ctx
 	t.val = ds.val
+	if ds.sft != nil {
+		t.data = ds.sft
+		t.logf("-data %s: %v", cfg.Data.Path, ds.sft.Stats())
+	}
 	t.warnIdle()
 	return t, nil
 }
@@ -130,7 +137,7 @@ func (t *Trainer) warnIdle() {
 // parts' hooks run at fixed points (hooks.go), in technique order.
 func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm parallel.Comm, log io.Writer) (*Trainer, error) {
 	t := &Trainer{Config: cfg, Device: dev, Log: log, train: batches, accum: cfg.Memory.Accum,
-		task: task{tokens: ds.tokens, classes: ds.classes}, inShape: ds.inShape, codec: ds.codec, runID: newRunID()}
+		task: task{tokens: ds.tokens, classes: ds.classes, ignore: ds.ignore}, inShape: ds.inShape, codec: ds.codec, runID: newRunID()}
 	if comm != nil {
 		t.comm, t.rank, t.ranks = comm, comm.Rank(), comm.Size()
 	}
@@ -259,5 +266,9 @@ func (t *Trainer) Close() {
 	}
 	if lb, ok := t.train.(*loaderBatches); ok {
 		lb.close()
+	}
+	if t.data != nil {
+		t.data.Close()
+		t.data = nil
 	}
 }

@@ -44,6 +44,14 @@ func (s *shapeBatches) Next(context.Context) (*data.Batch, error) {
 		b.Tokens = make([]int32, s.cfg.Optim.Batch*per)
 		b.Targets = make([]int32, s.cfg.Optim.Batch*per)
 		b.TargetShape = []int{s.cfg.Optim.Batch, per}
+		if s.ds.packed {
+			// What positions cost does not depend on their values: one
+			// example a row.
+			b.Positions = make([]int32, s.cfg.Optim.Batch*per)
+			for i := range b.Positions {
+				b.Positions[i] = int32(i % per)
+			}
+		}
 	} else {
 		b.Inputs = make([]float32, s.cfg.Optim.Batch*per)
 		b.Targets = make([]int32, s.cfg.Optim.Batch)

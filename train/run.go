@@ -99,6 +99,11 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		}
 		elapsed := time.Since(start)
 		n, epoch := b.Len(), b.Epoch
+		tokens := 0
+		if t.task.tokens {
+			tokens = trainedTokens(b.Targets, t.task.ignore)
+			t.tokens += int64(tokens * max(t.ranks, 1))
+		}
 		b.Recycle() // its arrays serve a later batch: no new host arrays per step
 		t.trainTime += elapsed
 		t.samples += int64(n * max(t.ranks, 1))
@@ -108,7 +113,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		t.notePeaks(st)
 		rec := Record{
 			Step: t.step, Epoch: epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
-			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), Accum: t.accum,
+			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), TrainedTokens: tokens, Accum: t.accum,
 			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
 			PeakByCategory: map[string]int64{},
 		}
@@ -215,7 +220,7 @@ func (t *Trainer) Peaks() PeakBytes { return t.runPeaks }
 func (t *Trainer) summary() Summary {
 	s := Summary{
 		Steps: t.step, FinalLoss: t.lastLoss, Eval: t.lastEval,
-		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount,
+		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount, TrainedTokens: t.tokens,
 	}
 	if rss, ok := procmem.PeakRSS(); ok {
 		s.PeakRSSBytes = rss

@@ -86,6 +86,7 @@ func init() {
 		checkpointing,
 		optimizerState,
 		chunkedHead,
+		packing,
 		freezing,
 		lowRank,
 		stepInBackward,

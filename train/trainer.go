@@ -14,6 +14,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/optim"
 	"github.com/memfit/memfit/parallel"
@@ -89,7 +90,9 @@ type Trainer struct {
 	// (PeakBytes.ModelState), from a watermark around tryStep.
 	stepModelState int64
 	samples        int64
+	tokens         int64 // trained tokens, every rank's (token tasks)
 	trainTime      time.Duration
+	data           io.Closer // the dataset's files (fine-tuning records), closed with the trainer
 }
 
 // task says how a batch becomes a loss: classification (one label per
@@ -97,6 +100,7 @@ type Trainer struct {
 type task struct {
 	tokens  bool // inputs are token ids, targets per position
 	classes int
+	ignore  int // the target that trains nothing (token tasks)
 }
 
 func (t *Trainer) logf(format string, args ...any) {
@@ -117,22 +121,54 @@ func (t *Trainer) Accum() int { return t.accum }
 // ErrNonFinite reports a NaN or infinite loss.
 var ErrNonFinite = errors.New("non-finite loss")
 
-// loss is the mean cross-entropy of the model on a (micro-)batch.
-func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor) *tensor.Tensor {
+// loss is the mean cross-entropy of the model on a (micro-)batch, over
+// its targets that are not the task's ignore index; positions, when not
+// nil, are a packed batch's (each token's place in its example, 0
+// starting one: models.Packed keeps attention inside examples).
+func (t *Trainer) loss(r *nn.Run, inputs, targets *tensor.Tensor, positions []int32) *tensor.Tensor {
+	ce := tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(t.task.ignore)}
+	if positions != nil {
+		p, ok := t.Model.(models.Packed)
+		if !ok {
+			panic(&tensor.Error{Op: "loss", Msg: fmt.Sprintf("the model (%T) cannot keep attention inside packed examples (models.Packed)", t.Model)})
+		}
+		if _, chunked := t.chunkedLoss(); chunked {
+			return p.TokenLossPacked(r, inputs, targets, positions, ce)
+		}
+		logits := p.ForwardPacked(r, inputs, positions)
+		defer logits.Release()
+		return t.tokenCrossEntropy(r, logits, targets, ce)
+	}
 	if m, ok := t.chunkedLoss(); ok {
-		return m.TokenLoss(r, inputs, targets, tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
+		return m.TokenLoss(r, inputs, targets, ce)
 	}
 	logits := t.Model.Forward(r, inputs)
 	defer logits.Release()
 	if t.task.tokens {
-		v := logits.Shape()[logits.Dim()-1]
-		flat := r.Reshape(logits, -1, v)
-		defer flat.Release()
-		tflat := r.Reshape(targets, -1)
-		defer tflat.Release()
-		return r.CrossEntropy(flat, tflat, tensor.CrossEntropyOptions{Ignore: tensor.IgnoreIndex(-1)})
+		return t.tokenCrossEntropy(r, logits, targets, ce)
 	}
 	return r.CrossEntropy(logits, targets, tensor.CrossEntropyOptions{})
+}
+
+// tokenCrossEntropy is the mean cross-entropy of [.., vocab] logits
+// against their targets, one row per token.
+func (t *Trainer) tokenCrossEntropy(r *nn.Run, logits, targets *tensor.Tensor, ce tensor.CrossEntropyOptions) *tensor.Tensor {
+	v := logits.Shape()[logits.Dim()-1]
+	flat := r.Reshape(logits, -1, v)
+	defer flat.Release()
+	tflat := r.Reshape(targets, -1)
+	defer tflat.Release()
+	return r.CrossEntropy(flat, tflat, ce)
+}
+
+// rowsOf returns the host values of a batch's rows [lo, hi) (nil for
+// none): a micro-batch's share of its packed positions.
+func rowsOf(all []int32, rows, lo, hi int) []int32 {
+	if all == nil {
+		return nil
+	}
+	per := len(all) / max(rows, 1)
+	return all[lo*per : hi*per]
 }
 
 // stepSeed keys the dropout masks of micro-batch i of step n, so a resumed
@@ -252,7 +288,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 	accum := min(t.accum, b.Len())
 	var micro []accumulate.Micro
 	if t.task.tokens {
-		micro, err = accumulate.SplitTokens(in, tg, accum, -1)
+		micro, err = accumulate.SplitTokens(in, tg, accum, t.task.ignore)
 	} else {
 		micro, err = accumulate.Split(in, tg, accum)
 	}
@@ -281,7 +317,7 @@ func (t *Trainer) tryStep(b *data.Batch) (stepResult, error) {
 		// examples would correlate the replicas' noise.
 		r := nn.NewRun(s, stepSeed(t.Config.Seed^uint64(t.rank)*0x94d049bb133111eb, t.step, i))
 		i++
-		l := t.loss(r, m.Inputs, m.Targets)
+		l := t.loss(r, m.Inputs, m.Targets, rowsOf(b.Positions, b.Len(), m.Lo, m.Hi))
 		if err := each(t, func(h lossHook) error { return h.afterLoss(t, mb, l) }); err != nil && hookErr == nil {
 			hookErr = err
 		}
@@ -384,7 +420,7 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 		return st, err
 	}
 	var lossSum float64
-	var n, correct int
+	var n, wsum, correct int
 	opts := append([]tensor.ScopeOption{tensor.NoGrad()}, t.scopeOptions(false)...)
 	defer each(t, func(h evalHook) error { h.afterEvaluate(t); return nil })
 	for b, err := range loader.All(ctx) {
@@ -401,17 +437,25 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			t.beforeForward()
 			r := nn.Eval(s)
 			var l *tensor.Tensor
+			weight := b.Len()
 			if t.task.tokens {
 				// The training loss's path: with the chunked head, no
-				// [tokens, vocab] logits exist in evaluation either.
-				l = t.loss(r, in, tg)
+				// [tokens, vocab] logits exist in evaluation either. A
+				// token loss is a mean over trained tokens: weighted by
+				// them, the mean is over the split's trained tokens.
+				l = t.loss(r, in, tg, b.Positions)
+				weight = trainedTokens(b.Targets, t.task.ignore)
+				st.Tokens += weight
 			} else {
 				logits := t.Model.Forward(r, in)
 				defer logits.Release()
 				l = s.CrossEntropy(logits, tg, tensor.CrossEntropyOptions{})
 				correct += countCorrect(logits.Float32s(), b.Targets, t.task.classes)
 			}
-			lossSum += l.Item() * float64(b.Len())
+			if weight > 0 {
+				lossSum += l.Item() * float64(weight)
+			}
+			wsum += weight
 			n += b.Len()
 			return nil
 		}, opts...)
@@ -420,8 +464,12 @@ func (t *Trainer) Evaluate(ctx context.Context) (EvalStats, error) {
 			return st, err
 		}
 	}
-	st.Loss = lossSum / float64(max(n, 1))
+	st.Loss = lossSum / float64(max(wsum, 1))
 	st.Examples = n
+	if t.task.tokens && wsum > 0 {
+		ppl := math.Exp(st.Loss)
+		st.Perplexity = &ppl
+	}
 	if !t.task.tokens {
 		acc := float64(correct) / float64(max(n, 1))
 		st.Accuracy = &acc
@@ -444,4 +492,15 @@ func countCorrect(logits []float32, targets []int32, classes int) int {
 		}
 	}
 	return c
+}
+
+// trainedTokens counts the targets that are not ignore.
+func trainedTokens(targets []int32, ignore int) int {
+	n := 0
+	for _, v := range targets {
+		if int(v) != ignore {
+			n++
+		}
+	}
+	return n
 }

@@ -46,6 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	if comm != nil {
 		defer comm.Close()
 	}
+	if n := cfg.Data.ShowExamples; n > 0 {
+		return exit(ctx, stderr, 2, train.ShowExamples(cfg, stdout, n))
+	}
 	if cfg.Fit > 0 {
 		chosen, err := fit(ctx, cfg, comm, stdout)
 		if err != nil || cfg.Plan {
