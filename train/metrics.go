@@ -24,11 +24,14 @@ type Record struct {
 	SamplesPerS float64 `json:"samples_per_sec"`
 	// TrainedTokens are the step's targets the loss is a mean over
 	// (token tasks): with fine-tuning records, the answers' tokens.
-	TrainedTokens int   `json:"trained_tokens,omitempty"`
-	Accum         int   `json:"accum"`
-	Allocated     int64 `json:"allocated"`
-	Reserved      int64 `json:"reserved"`
-	Peak          int64 `json:"peak"`
+	TrainedTokens int `json:"trained_tokens,omitempty"`
+	// PaddingFraction is the share of the step's token positions that
+	// are padding (fine-tuning records without -pack).
+	PaddingFraction float64 `json:"padding_fraction,omitempty"`
+	Accum           int     `json:"accum"`
+	Allocated       int64   `json:"allocated"`
+	Reserved        int64   `json:"reserved"`
+	Peak            int64   `json:"peak"`
 	// Peak bytes by category during the step.
 	PeakByCategory map[string]int64 `json:"peak_by_category"`
 	EvalLoss       *float64         `json:"eval_loss,omitempty"`
@@ -128,8 +131,13 @@ type Summary struct {
 	SkippedSteps int    `json:"skipped_steps"`
 	// TrainedTokens are the targets the losses were means over, over
 	// the run (token tasks; every rank's).
-	TrainedTokens int64  `json:"trained_tokens,omitempty"`
-	Checkpoint    string `json:"checkpoint,omitempty"`
+	TrainedTokens int64 `json:"trained_tokens,omitempty"`
+	// TokensPerSec is TrainedTokens per second of training.
+	TokensPerSec float64 `json:"tokens_per_sec,omitempty"`
+	// PaddingFraction is the mean over the steps of their share of
+	// token positions that were padding.
+	PaddingFraction float64 `json:"padding_fraction,omitempty"`
+	Checkpoint      string  `json:"checkpoint,omitempty"`
 	// Zero3 is where a -zero 3 rank's collectives went, absent otherwise.
 	Zero3 *Zero3Stats `json:"zero3,omitempty"`
 }

@@ -99,11 +99,13 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		}
 		elapsed := time.Since(start)
 		n, epoch := b.Len(), b.Epoch
-		tokens := 0
+		tokens, pad := 0, b.PaddingFraction()
 		if t.task.tokens {
 			tokens = trainedTokens(b.Targets, t.task.ignore)
 			t.tokens += int64(tokens * max(t.ranks, 1))
 		}
+		t.padding += pad
+		t.stepsRun++
 		b.Recycle() // its arrays serve a later batch: no new host arrays per step
 		t.trainTime += elapsed
 		t.samples += int64(n * max(t.ranks, 1))
@@ -113,7 +115,7 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 		t.notePeaks(st)
 		rec := Record{
 			Step: t.step, Epoch: epoch, Loss: res.loss, LR: t.Opt.LR(0), GradNorm: res.gradNorm,
-			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), TrainedTokens: tokens, Accum: t.accum,
+			SamplesPerS: float64(n*max(t.ranks, 1)) / elapsed.Seconds(), TrainedTokens: tokens, PaddingFraction: pad, Accum: t.accum,
 			Allocated: st.Allocated.Current, Reserved: st.Reserved.Current, Peak: st.Requested.Peak,
 			PeakByCategory: map[string]int64{},
 		}
@@ -221,6 +223,12 @@ func (t *Trainer) summary() Summary {
 	s := Summary{
 		Steps: t.step, FinalLoss: t.lastLoss, Eval: t.lastEval,
 		PeakBytes: t.runPeaks, Config: t.Config, OOMRetries: t.oomCount, TrainedTokens: t.tokens,
+	}
+	if t.stepsRun > 0 {
+		s.PaddingFraction = t.padding / float64(t.stepsRun)
+	}
+	if t.trainTime > 0 && t.tokens > 0 {
+		s.TokensPerSec = float64(t.tokens) / t.trainTime.Seconds()
 	}
 	if rss, ok := procmem.PeakRSS(); ok {
 		s.PeakRSSBytes = rss

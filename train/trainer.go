@@ -90,7 +90,9 @@ type Trainer struct {
 	// (PeakBytes.ModelState), from a watermark around tryStep.
 	stepModelState int64
 	samples        int64
-	tokens         int64 // trained tokens, every rank's (token tasks)
+	tokens         int64   // trained tokens, every rank's (token tasks)
+	padding        float64 // the steps' padding fractions, summed
+	stepsRun       int     // steps run by this process (not resumed)
 	trainTime      time.Duration
 	data           io.Closer // the dataset's files (fine-tuning records), closed with the trainer
 }
