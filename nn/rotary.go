@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
@@ -103,7 +105,7 @@ func (p *Rotary) InvFreq() []float32 { return append([]float32(nil), p.invFreq..
 // Tables returns cos and sin [T, HeadDim] for positions pos..pos+T-1 in
 // row-major order. The angle is the float32 product of position and
 // frequency, as Hugging Face forms it; cos and sin are then exact to
-// float64.
+// float64. The slices may be shared with later calls: read them only.
 func (p *Rotary) Tables(pos, t int) (cos, sin []float64) {
 	return p.tables(t, func(i int) int { return pos + i })
 }
@@ -115,8 +117,42 @@ func (p *Rotary) TablesAt(positions []int32) (cos, sin []float64) {
 	return p.tables(len(positions), func(i int) int { return int(positions[i]) })
 }
 
+// lastTables keeps the last tables made: every block of a model asks
+// for the same ones (the same frequencies, the step's positions), each
+// in its forward and again in a checkpointed recomputation, and a long
+// context's are T·HeadDim cosines and sines each time. Callers only read
+// them (table copies them to the device).
+var lastTables struct {
+	sync.Mutex
+	freq      []float32
+	positions []int32 // the rows' positions
+	cos, sin  []float64
+}
+
 // tables returns cos and sin for t rows, row i at position at(i).
 func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
+	lt := &lastTables
+	lt.Lock()
+	defer lt.Unlock()
+	same := slices.Equal(lt.freq, p.invFreq) && len(lt.positions) == t
+	for i := 0; same && i < t; i++ {
+		same = int(lt.positions[i]) == at(i)
+	}
+	if same {
+		return lt.cos, lt.sin
+	}
+	cos, sin = p.compute(t, at)
+	lt.freq = slices.Clone(p.invFreq)
+	lt.positions = slices.Grow(lt.positions[:0], t)
+	for i := range t {
+		lt.positions = append(lt.positions, int32(at(i)))
+	}
+	lt.cos, lt.sin = cos, sin
+	return cos, sin
+}
+
+// compute makes tables' cos and sin.
+func (p *Rotary) compute(t int, at func(i int) int) (cos, sin []float64) {
 	d, half := p.HeadDim, p.HeadDim/2
 	cos, sin = make([]float64, t*d), make([]float64, t*d)
 	for i := range t {
