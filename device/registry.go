@@ -30,7 +30,19 @@ var (
 		sync.Mutex
 		m map[string][]string
 	}
+	onHost sync.Map // name → true: the device's memory is the host's
 )
+
+// InHostMemory records that the device registered as name keeps its
+// memory in the host's (the CPU device): memory offloaded to the host
+// then comes out of the same budget, which planners add up.
+func InHostMemory(name string) { onHost.Store(name, true) }
+
+// OnHost reports whether InHostMemory recorded name.
+func OnHost(name string) bool {
+	_, ok := onHost.Load(name)
+	return ok
+}
 
 // Register makes a device available to Open under name. Device packages
 // call it from an init function, as database/sql drivers do, so a program

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -42,6 +43,10 @@ type Choice struct {
 // configuration as given into it ("-accum 4 -amp bf16 -checkpoint
 // sqrt"), the way -fit prints it everywhere.
 func (c Choice) Flags(from Config) string { return ChangedFlags(from, c.Config, fitShown()...) }
+
+// Need is what the choice needs of the budget: its peak, with the host
+// memory of -offload on a device whose memory is the host's (the CPU).
+func (c Choice) Need() int64 { return need(c.Config, c.Peak) }
 
 // fitShown are the flags -fit's choice always states.
 func fitShown() []string {
@@ -113,7 +118,7 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 	for i, a := range approx {
 		radix[i] = len(a.options(cfg))
 	}
-	best := Choice{Peak: PeakBytes{Total: math.MaxInt64}}
+	best := Choice{Config: cfg, Peak: PeakBytes{Total: math.MaxInt64}}
 	idx := make([]int, len(approx))
 	for {
 		c, ok := cfg, true
@@ -150,7 +155,7 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 		try += ", or data parallelism: -dist mpi -zero 1, 2 or 3 shard the model state over ranks (plan them with -ranks N)"
 	}
 	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
-		memory.FormatBytes(budget), memory.FormatBytes(best.Peak.Total), best.Flags(cfg),
+		memory.FormatBytes(budget), memory.FormatBytes(need(best.Config, best.Peak)), best.Flags(cfg),
 		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState), try)
 }
 
@@ -186,12 +191,26 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 			return Choice{}, false, err
 		}
 		c.Peak = p
-		if p.Total <= budget {
+		if need(c.Config, p) <= budget {
 			return c, true, nil
 		}
-		if p.Total < best.Peak.Total {
+		if need(c.Config, p) < need(best.Config, best.Peak) {
 			*best = c
 		}
 	}
 	return Choice{}, false, nil
+}
+
+// need is what a plan needs of the budget: the device's peak, and on a
+// device whose memory is the host's (the CPU) the host memory of
+// -offload too, since both come out of the same RAM. (On a GPU the
+// budget is the GPU's, and the host's part is reported beside it.)
+func need(c Config, p PeakBytes) int64 {
+	if p.Total == math.MaxInt64 {
+		return p.Total
+	}
+	if device.OnHost(c.Device.Name) {
+		return p.Total + p.HostTotal
+	}
+	return p.Total
 }

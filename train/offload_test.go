@@ -227,10 +227,14 @@ func TestPlanOffloadStaysOnMeta(t *testing.T) {
 
 // TestFitOffloadsLast: a budget below every candidate that keeps state on
 // the device, but above one that offloads, is met by offloading; a
-// budget met without offloading is met without.
+// budget met without offloading is met without. The device is one with
+// memory of its own (the meta device stands for a GPU here); on the CPU,
+// whose memory is the host's, offloading saves nothing of the budget
+// (TestFitCountsHostOnCPU).
 func TestFitOffloadsLast(t *testing.T) {
 	cfg := tinyGPT()
 	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Model.Layers, cfg.Optim.Name = 32, 64, 4, 0, 8, "sgd"
+	cfg.Device.Name = "meta"
 	plan := func(ck, w, off string) int64 {
 		c := cfg
 		c.Memory.Accum, c.Memory.Checkpoint, c.Precision.AMP, c.Precision.Weights, c.Memory.Offload.Mode = cfg.Optim.Batch, ck, "bf16", w, off
@@ -334,5 +338,32 @@ func TestOffloadHostOutOfMemory(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "retrying") {
 		t.Errorf("the step was retried in more micro-batches:\n%s", log.String())
+	}
+}
+
+// TestFitCountsHostOnCPU: on the CPU device host memory is the same RAM,
+// so -fit counts an offloading plan's host bytes in the budget: a budget
+// that holds the offloaded plan's device part alone is not met by
+// offloading, and the plan reports both together.
+func TestFitCountsHostOnCPU(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Model.Width, cfg.Model.Context, cfg.Optim.Batch, cfg.Model.Dropout, cfg.Model.Layers = 32, 64, 4, 0, 8
+	off := cfg
+	off.Memory.Offload.Mode = "all"
+	p, err := Plan(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HostTotal == 0 {
+		t.Fatal("the offloaded plan has no host memory")
+	}
+	got, err := Fit(cfg, p.Total)
+	if err == nil && got.Config.offloads() && got.Need() > p.Total {
+		t.Errorf("Fit(%d) chose -offload %s needing %d with its host memory", p.Total, got.Config.Memory.Offload.Mode, got.Need())
+	}
+	var b strings.Builder
+	WritePlan(&b, off, p)
+	if !strings.Contains(b.String(), "together") {
+		t.Errorf("the plan does not add device and host:\n%s", b.String())
 	}
 }

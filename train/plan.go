@@ -194,4 +194,7 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 		fmt.Fprintf(w, "%-16s %14s\n", r.name, memory.FormatBytes(r.v))
 	}
 	fmt.Fprintf(w, "%-16s %14s\n", "total", memory.FormatBytes(p.HostTotal))
+	if device.OnHost(cfg.Device.Name) {
+		fmt.Fprintf(w, "%-16s %14s  (device and host: the same memory on -device %s)\n", "together", memory.FormatBytes(need(cfg, p)), cfg.Device.Name)
+	}
 }

@@ -24,7 +24,7 @@ func Preflight(cfg Config, capacity int64) error {
 	if err != nil {
 		return err
 	}
-	if p.Total <= capacity {
+	if need(small, p) <= capacity {
 		return nil
 	}
 	limit := "the machine's memory less a margin; -mem-limit sets it"
@@ -32,7 +32,7 @@ func Preflight(cfg Config, capacity int64) error {
 		limit = "-mem-limit"
 	}
 	return fmt.Errorf("%s cannot fit in %s (%s) with any -accum: one example per step needs %s (parameters %s, gradients %s, optimizer state %s, activations %s, temporaries %s, data %s); try -amp bf16, -checkpoint sqrt or -freeze, or a smaller model (-plan shows the breakdown)",
-		modelKey(cfg), memory.FormatBytes(capacity), limit, memory.FormatBytes(p.Total),
+		modelKey(cfg), memory.FormatBytes(capacity), limit, memory.FormatBytes(need(small, p)),
 		memory.FormatBytes(p.Parameter), memory.FormatBytes(p.Gradient), memory.FormatBytes(p.OptimizerState),
 		memory.FormatBytes(p.Activation), memory.FormatBytes(p.Temporary), memory.FormatBytes(p.Data))
 }

@@ -183,7 +183,7 @@ func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout io.Wr
 		return cfg, err
 	}
 	c.Config.Parallel.Ranks = cfg.Parallel.Ranks
-	fmt.Fprintf(stdout, "fit %s: %s (predicted peak %s)\n", memory.FormatBytes(cfg.Fit), c.Flags(cfg), memory.FormatBytes(c.Peak.Total))
+	fmt.Fprintf(stdout, "fit %s: %s (predicted peak %s)\n", memory.FormatBytes(cfg.Fit), c.Flags(cfg), memory.FormatBytes(c.Need()))
 	if cfg.Plan {
 		// -fit SIZE -plan: the chosen flags and their plan, no training.
 		train.WritePlan(stdout, c.Config, c.Peak)

@@ -11,6 +11,7 @@ import (
 // device without a capacity gets DefaultCapacity; New without Capacity
 // stays unlimited.
 func init() {
+	device.InHostMemory("cpu")
 	device.Register("cpu", func(o device.Options) (device.Device, error) {
 		c := o.Capacity
 		if c == 0 {
