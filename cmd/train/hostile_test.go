@@ -220,8 +220,10 @@ func TestSIGTERMInsideAStep(t *testing.T) {
 	select {
 	case err := <-done:
 		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "interrupted at step 0") {
-			t.Fatalf("%v, want status 130 and the step said; stderr:\n%s", err, stderr.String())
+		// On a loaded machine the signal may come while the model is
+		// built: interrupted there, or inside the step, it ends at once.
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(stderr.String(), "interrupted") {
+			t.Fatalf("%v, want status 130 and the interruption said; stderr:\n%s", err, stderr.String())
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("still running a minute after SIGTERM (a hang)")

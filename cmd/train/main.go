@@ -310,7 +310,9 @@ func fail(stderr io.Writer, code int, err error) int {
 // failCtx is fail, except for a computation stopped by a signal (ctx
 // cancelled) before training began: nothing to save, status 130.
 func failCtx(ctx context.Context, stderr io.Writer, code int, err error) int {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+	if ctx.Err() != nil {
+		// Whatever failed once the signal came failed of it: an
+		// interrupted allocation, a read cut short.
 		fmt.Fprintf(stderr, "train: interrupted, nothing to save (%v)\n", err)
 		return 130
 	}
