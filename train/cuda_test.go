@@ -21,7 +21,7 @@ import (
 // kernels the GPU lacks (device.Lacks), so that both take the same path.
 func TestTechniquesMatchCPU(t *testing.T) {
 	mlp := Default()
-	mlp.Layers, mlp.Width, mlp.Batch, mlp.Quiet, mlp.EvalEvery, mlp.ValSplit = 2, 128, 32, true, 0, 0.05
+	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit = 2, 128, 32, true, 0, 0.05
 	gpt := tinyGPT()
 	cases := []struct {
 		name  string
@@ -30,44 +30,44 @@ func TestTechniquesMatchCPU(t *testing.T) {
 		base  Config
 	}{
 		{"mlp f32", 1e-4, func(c *Config) {}, mlp},
-		{"mlp bf16", 5e-3, func(c *Config) { c.AMP = "bf16" }, mlp},
-		{"mlp fp16", 5e-3, func(c *Config) { c.AMP = "fp16" }, mlp},
-		{"mlp accum 4", 1e-4, func(c *Config) { c.Accum = 4 }, mlp},
-		{"mlp freeze", 1e-4, func(c *Config) { c.Freeze = []string{"layers.0.*"} }, mlp},
-		{"mlp adamw8bit", 1e-3, func(c *Config) { c.Optim = "adamw8bit" }, mlp},
-		{"gpt adafactor", 1e-4, func(c *Config) { c.Optim = "adafactor" }, gpt},
-		{"gpt bf16 weights", 5e-3, func(c *Config) { c.Weights = "bf16"; c.AMP = "bf16" }, gpt},
-		{"gpt step in backward", 1e-4, func(c *Config) { c.StepInBackward = true; c.Checkpoint = "every" }, gpt},
-		{"gpt adam8bit bf16", 5e-3, func(c *Config) { c.Optim = "adam8bit"; c.AMP = "bf16" }, gpt},
+		{"mlp bf16", 5e-3, func(c *Config) { c.Precision.AMP = "bf16" }, mlp},
+		{"mlp fp16", 5e-3, func(c *Config) { c.Precision.AMP = "fp16" }, mlp},
+		{"mlp accum 4", 1e-4, func(c *Config) { c.Memory.Accum = 4 }, mlp},
+		{"mlp freeze", 1e-4, func(c *Config) { c.Memory.Freeze = []string{"layers.0.*"} }, mlp},
+		{"mlp adamw8bit", 1e-3, func(c *Config) { c.Optim.Name = "adamw8bit" }, mlp},
+		{"gpt adafactor", 1e-4, func(c *Config) { c.Optim.Name = "adafactor" }, gpt},
+		{"gpt bf16 weights", 5e-3, func(c *Config) { c.Precision.Weights = "bf16"; c.Precision.AMP = "bf16" }, gpt},
+		{"gpt step in backward", 1e-4, func(c *Config) { c.Memory.StepInBackward = true; c.Memory.Checkpoint = "every" }, gpt},
+		{"gpt adam8bit bf16", 5e-3, func(c *Config) { c.Optim.Name = "adam8bit"; c.Precision.AMP = "bf16" }, gpt},
 		{"gpt f32", 1e-4, func(c *Config) {}, gpt},
-		{"gpt bf16", 5e-3, func(c *Config) { c.AMP = "bf16" }, gpt},
-		{"gpt checkpoint every", 1e-4, func(c *Config) { c.Checkpoint = "every" }, gpt},
-		{"gpt checkpoint+accum+bf16", 5e-3, func(c *Config) { c.Checkpoint = "sqrt"; c.Accum = 2; c.AMP = "bf16" }, gpt},
-		{"gpt freeze", 1e-4, func(c *Config) { c.Freeze = []string{"embed.*", "blocks.0.*"} }, gpt},
-		{"gpt freeze bf16 (frozen held in bf16)", 5e-3, func(c *Config) { c.Freeze, c.AMP = []string{"embed.*", "blocks.0.*"}, "bf16" }, gpt},
-		{"gpt offload all", 1e-4, func(c *Config) { c.Offload = "all" }, gpt},
+		{"gpt bf16", 5e-3, func(c *Config) { c.Precision.AMP = "bf16" }, gpt},
+		{"gpt checkpoint every", 1e-4, func(c *Config) { c.Memory.Checkpoint = "every" }, gpt},
+		{"gpt checkpoint+accum+bf16", 5e-3, func(c *Config) { c.Memory.Checkpoint = "sqrt"; c.Memory.Accum = 2; c.Precision.AMP = "bf16" }, gpt},
+		{"gpt freeze", 1e-4, func(c *Config) { c.Memory.Freeze = []string{"embed.*", "blocks.0.*"} }, gpt},
+		{"gpt freeze bf16 (frozen held in bf16)", 5e-3, func(c *Config) { c.Memory.Freeze, c.Precision.AMP = []string{"embed.*", "blocks.0.*"}, "bf16" }, gpt},
+		{"gpt offload all", 1e-4, func(c *Config) { c.Memory.Offload.Mode = "all" }, gpt},
 		{"gpt offload activations checkpoint bf16 prefetch", 5e-3, func(c *Config) {
-			c.Offload, c.Checkpoint, c.AMP, c.OffloadPrefetch = "activations", "every", "bf16", 1
+			c.Memory.Offload.Mode, c.Memory.Checkpoint, c.Precision.AMP, c.Memory.Offload.Prefetch = "activations", "every", "bf16", 1
 		}, gpt},
-		{"mlp offload optimizer fp16", 5e-3, func(c *Config) { c.Offload, c.AMP = "optimizer", "fp16" }, mlp},
+		{"mlp offload optimizer fp16", 5e-3, func(c *Config) { c.Memory.Offload.Mode, c.Precision.AMP = "optimizer", "fp16" }, mlp},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.base
 			tc.apply(&cfg)
-			cfg.Steps = 6
+			cfg.Optim.Steps = 6
 			if cuda.Emulated {
 				// The CPU emulator runs each CUDA thread as a fiber: no
 				// final evaluation over the validation split.
-				cfg.ValSplit = 0
+				cfg.Data.ValSplit = 0
 			}
 			run := func(dev string) (*Trainer, []float64, Summary) {
 				c := cfg
-				c.Device = dev
+				c.Device.Name = dev
 				if dev == "cpu" {
 					// The same path as the GPU's: compositions where it lacks a
 					// fused kernel, so that activation bytes compare.
-					c.Without = device.Lacks("cuda")
+					c.Device.Without = device.Lacks("cuda")
 				}
 				tr := newTrainer(t, c) // closed again at cleanup: Close is idempotent
 				var losses []float64
@@ -106,7 +106,7 @@ func TestTechniquesMatchCPU(t *testing.T) {
 			}
 			rel := math.Sqrt(num / den)
 			if rel > tc.tol {
-				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Steps, rel, tc.tol)
+				t.Errorf("weights after %d steps: relative difference %.2g > %.2g", cfg.Optim.Steps, rel, tc.tol)
 			}
 			c, g := cpuSum.PeakBytes, gpuSum.PeakBytes
 			if c.Parameter != g.Parameter || c.Gradient != g.Gradient || c.OptimizerState != g.OptimizerState {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -32,55 +34,123 @@ var workloads = []struct{ name, flags string }{
 
 // configs are the workloads as Configs, on real data where this machine
 // has it: Fashion-MNIST for the MLP (the synthetic task has the same
-// shapes but 32 inputs), Debian's fortunes for the GPTs.
-func configs() map[string]train.Config {
+// shapes but 32 inputs), Debian's fortunes for the GPTs. with are train
+// flags applied after each workload's own (the later of two settings of
+// a flag wins).
+func configs(with []string) (map[string]train.Config, error) {
 	data := map[bool]string{false: "/usr/share/datasets/fashion-mnist", true: "/usr/share/games/fortunes/fortunes"}
 	out := map[string]train.Config{}
 	for _, w := range workloads {
 		cfg := train.Default()
-		if err := train.NewFlags(w.name, &cfg).Parse(strings.Fields(w.flags)); err != nil {
-			panic(fmt.Sprintf("stepbench: workload %s: %v", w.name, err))
+		fs := train.NewFlags(w.name, &cfg)
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(append(strings.Fields(w.flags), with...)); err != nil {
+			return nil, fmt.Errorf("workload %s with -with %q: %v", w.name, strings.Join(with, " "), err)
+		}
+		if fs.NArg() > 0 {
+			return nil, fmt.Errorf("-with %q: unexpected argument %q (train flags only)", strings.Join(with, " "), fs.Arg(0))
 		}
 		k, _ := models.KindOf(cfg.Model.Name)
-		if _, err := os.Stat(data[k.Tokens]); err == nil {
+		if _, err := os.Stat(data[k.Tokens]); err == nil && cfg.Data.Path == "" {
 			cfg.Data.Path = data[k.Tokens]
 		}
 		out[w.name] = cfg
 	}
-	return out
+	return out, nil
 }
 
-type result struct {
-	Config      string  `json:"config"`
-	MedianMS    float64 `json:"median_ms"`
-	Steps       int     `json:"timed_steps"`
-	PeakAct     int64   `json:"peak_activation_bytes"`
-	PeakTotal   int64   `json:"peak_total_bytes"`
-	FinalLoss   float64 `json:"final_loss"`
-	SamplesPerS float64 `json:"samples_per_sec"`
+// options are stepbench's flags.
+type options struct {
+	configs    []string
+	steps      int
+	warmup     int
+	device     string
+	cpuProfile string
+	kernels    bool
+	without    []string
+	compare    []string
+	rounds     int
+	with       []string
+	// workloads are the configurations named by configs, -with applied.
+	workloads map[string]train.Config
 }
 
-func main() {
-	names := flag.String("configs", "mlp_fp32,gpt_fp32,gpt_bf16", "comma-separated configurations")
-	steps := flag.Int("steps", 10, "timed steps per configuration")
-	warmup := flag.Int("warmup", 2, "untimed steps first")
-	dev := flag.String("device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda)")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
-	kernels := flag.Bool("kernels", false, "print each kernel's wall time per timed step to standard error")
-	without := flag.String("without", "", "comma-separated device capabilities to hide (their composed fallbacks run): "+strings.Join(device.Capabilities, ", "))
-	compare := flag.String("compare", "", "comma-separated capabilities: run each configuration alternately with and without them, -rounds times, and print the ratio of the median steps")
-	rounds := flag.Int("rounds", 3, "alternations for -compare")
-	flag.Parse()
-	for _, list := range []string{*without, *compare} {
-		for _, c := range split(list) {
+// newFlagSet binds stepbench's flags to o.
+func newFlagSet(o *options) (*flag.FlagSet, *string, *string, *string, *string) {
+	fs := flag.NewFlagSet("stepbench", flag.ContinueOnError)
+	names := fs.String("configs", "mlp_fp32,gpt_fp32,gpt_bf16", "comma-separated configurations: "+workloadNames())
+	fs.IntVar(&o.steps, "steps", 10, "timed steps per configuration")
+	fs.IntVar(&o.warmup, "warmup", 2, "untimed steps first")
+	fs.StringVar(&o.device, "device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda, or -tags cudaemu for the CPU emulator)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed runs to this file")
+	fs.BoolVar(&o.kernels, "kernels", false, "print, per timed step, each kernel's wall time to standard error; on the CUDA emulator (-tags cudaemu), each CUDA kernel's launches and the bytes it reads and writes, and the cuBLAS calls")
+	without := fs.String("without", "", "comma-separated device capabilities to hide (their composed fallbacks run): "+strings.Join(device.Capabilities, ", "))
+	compare := fs.String("compare", "", "comma-separated capabilities: run each configuration alternately with and without them, -rounds times, and print the ratio of the median steps")
+	fs.IntVar(&o.rounds, "rounds", 3, "alternations for -compare")
+	with := fs.String("with", "", "train flags applied after each configuration's own, e.g. \"-layers 2 -context 64 -batch 4\" (small shapes for the CUDA emulator)")
+	return fs, names, without, compare, with
+}
+
+// parseFlags reads stepbench's command line (without the program name).
+// It returns flag.ErrHelp after -h, having printed the usage to out.
+func parseFlags(args []string, out io.Writer) (options, error) {
+	var o options
+	fs, names, without, compare, with := newFlagSet(&o)
+	fs.SetOutput(out)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if o.steps < 1 || o.warmup < 0 || o.rounds < 1 {
+		return o, fmt.Errorf("-steps %d, -warmup %d, -rounds %d: want at least 1, 0 and 1", o.steps, o.warmup, o.rounds)
+	}
+	o.without, o.compare, o.configs, o.with = split(*without), split(*compare), split(*names), strings.Fields(*with)
+	for _, list := range [][]string{o.without, o.compare} {
+		for _, c := range list {
 			if !slices.Contains(device.Capabilities, c) {
-				fmt.Fprintf(os.Stderr, "stepbench: unknown capability %q (want %s)\n", c, strings.Join(device.Capabilities, ", "))
-				os.Exit(2)
+				return o, fmt.Errorf("unknown capability %q (want %s)", c, strings.Join(device.Capabilities, ", "))
 			}
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	all, err := configs(o.with)
+	if err != nil {
+		return o, err
+	}
+	if len(o.configs) == 0 {
+		return o, errors.New("-configs: no configuration")
+	}
+	o.workloads = map[string]train.Config{}
+	for _, name := range o.configs {
+		cfg, ok := all[name]
+		if !ok {
+			return o, fmt.Errorf("-configs: unknown configuration %q (want %s)", name, workloadNames())
+		}
+		o.workloads[name] = cfg
+	}
+	return o, nil
+}
+
+func workloadNames() string {
+	var n []string
+	for _, w := range workloads {
+		n = append(n, w.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stepbench:", err)
+		os.Exit(2)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "stepbench:", err)
 			os.Exit(2)
@@ -91,17 +161,12 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	all := configs()
-	for _, name := range strings.Split(*names, ",") {
-		cfg, ok := all[name]
-		if !ok {
-			fmt.Fprintf(os.Stderr, "stepbench: unknown configuration %q\n", name)
-			os.Exit(2)
-		}
-		cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Optim.Steps, cfg.Device.Name = true, 0, 0, *warmup+*steps, *dev
+	for _, name := range o.configs {
+		cfg := o.workloads[name]
+		cfg.Output.Quiet, cfg.Output.EvalEvery, cfg.Data.ValSplit, cfg.Optim.Steps, cfg.Device.Name = true, 0, 0, o.warmup+o.steps, o.device
 		cfg = cfg.Resolved()
-		if *compare == "" {
-			res := measure(name, cfg, split(*without), *warmup, *steps, *kernels)
+		if len(o.compare) == 0 {
+			res := measure(name, cfg, o.without, o.warmup, o.steps, o.kernels)
 			b, _ := json.Marshal(res)
 			fmt.Println(string(b))
 			continue
@@ -109,12 +174,12 @@ func main() {
 		// The two variants alternate so that the machine's drift falls on
 		// both alike.
 		var with, hidden []float64
-		for range *rounds {
-			with = append(with, measure(name, cfg, split(*without), *warmup, *steps, false).MedianMS)
-			hidden = append(hidden, measure(name, cfg, append(split(*without), split(*compare)...), *warmup, *steps, false).MedianMS)
+		for range o.rounds {
+			with = append(with, measure(name, cfg, o.without, o.warmup, o.steps, false).MedianMS)
+			hidden = append(hidden, measure(name, cfg, append(slices.Clone(o.without), o.compare...), o.warmup, o.steps, false).MedianMS)
 		}
 		a, b := median(with), median(hidden)
-		out, _ := json.Marshal(map[string]any{"config": name, "median_ms": a, "median_ms_without": b, "without": *compare, "ratio": a / b, "rounds": *rounds})
+		out, _ := json.Marshal(map[string]any{"config": name, "median_ms": a, "median_ms_without": b, "without": strings.Join(o.compare, ","), "ratio": a / b, "rounds": o.rounds})
 		fmt.Println(string(out))
 	}
 }
@@ -132,6 +197,16 @@ func median(x []float64) float64 {
 	return x[len(x)/2]
 }
 
+type result struct {
+	Config      string  `json:"config"`
+	MedianMS    float64 `json:"median_ms"`
+	Steps       int     `json:"timed_steps"`
+	PeakAct     int64   `json:"peak_activation_bytes"`
+	PeakTotal   int64   `json:"peak_total_bytes"`
+	FinalLoss   float64 `json:"final_loss"`
+	SamplesPerS float64 `json:"samples_per_sec"`
+}
+
 // measure trains cfg for warmup+steps steps with the capabilities named in
 // hide hidden and reports the median timed step.
 func measure(name string, cfg train.Config, hide []string, warmup, steps int, kernels bool) result {
@@ -140,8 +215,15 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 		fmt.Fprintln(os.Stderr, "stepbench:", err)
 		os.Exit(2)
 	}
+	// On the CUDA emulator the table is of CUDA launches and their
+	// traffic (emulated wall time means nothing); elsewhere of kernel
+	// wall time.
+	counted, _ := device.As[launchCounter](dev)
+	if counted != nil && !counted.CountsLaunches() {
+		counted = nil
+	}
 	var timed *timedDevice
-	if kernels {
+	if kernels && counted == nil {
 		timed = newTimedDevice(dev)
 		dev = timed.visible()
 	}
@@ -155,16 +237,25 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	}
 	defer t.Close()
 	var times []float64
+	var traffic *launchTable
 	t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
 		if r.Step > warmup {
 			times = append(times, float64(cfg.Optim.Batch)/r.SamplesPerS*1000)
 		}
-		if timed != nil {
-			switch r.Step {
-			case warmup:
+		switch r.Step {
+		case warmup:
+			if timed != nil {
 				timed.reset()
-			case warmup + steps:
+			}
+			if kernels && counted != nil {
+				counted.ResetLaunchCounts()
+			}
+		case warmup + steps:
+			if timed != nil {
 				timed.stop() // the final evaluation is not a step
+			}
+			if kernels && counted != nil {
+				traffic = newLaunchTable(counted.LaunchCounts())
 			}
 		}
 		return nil
@@ -181,6 +272,10 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	if timed != nil {
 		fmt.Fprintf(os.Stderr, "%s: kernel wall time per step (median step %.1f ms)\n", name, res.MedianMS)
 		timed.report(os.Stderr, len(times))
+	}
+	if traffic != nil {
+		fmt.Fprintf(os.Stderr, "%s: CUDA launches and traffic per step on the emulator (%d timed steps)\n", name, len(times))
+		traffic.report(os.Stderr, len(times))
 	}
 	return res
 }

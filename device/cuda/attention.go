@@ -11,23 +11,45 @@ import (
 
 var _ device.AttentionKernels = (*Device)(nil)
 
-// CausalAttention is device.AttentionKernels' forward (kernels.cu's
-// k_attention): one block per workspace slot, nothing of T×T size.
+// CausalAttention is device.AttentionKernels' forward: kernels.cu's tiled
+// k_flash_fwd for f32, f16 and bf16 heads (flashFor), else k_attention,
+// one block per workspace slot; nothing of T×T size either way. Both take
+// a.Workspace bytes from the allocator, as the contract says (plans count
+// them); the tiled kernels use only its front, the copy of a.Starts.
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, false)
 	defer d.Free(ws.Buf)
+	if f, ok := flashFor(q.DType, q.Shape[3]); ok {
+		g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
+			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+		d.launch("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), g)
+		return
+	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
 	d.launch("k_attention"+computeSuffix(q), grid, g)
 }
 
-// CausalAttentionBackward is device.AttentionKernels' backward
-// (k_attention_bwd).
+// CausalAttentionBackward is device.AttentionKernels' backward: the tiled
+// k_flash_bwd_kv (dk and dv, one block per key tile) then k_flash_bwd_q
+// (dq, one block per query tile), or k_attention_bwd.
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, true)
 	defer d.Free(ws.Buf)
+	if f, ok := flashFor(q.DType, q.Shape[3]); ok {
+		shape := func() *args {
+			return new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3]))
+		}
+		tail := func(g *args) *args {
+			return g.heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+		}
+		heads := q.Shape[0] * q.Shape[1]
+		d.launch("k_flash_bwd_kv"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdCols), tail(shape().heads(dk).heads(dv)))
+		d.launch("k_flash_bwd_q"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdRows), tail(shape().heads(dq)))
+		return
+	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 		heads(dq).heads(dk).heads(dv).heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).
 		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)

@@ -20,7 +20,9 @@
 // barriers and warp primitives, every global-memory access (GMEM in
 // kernels.cu) and GEMM operand is checked against the live allocations,
 // and shared memory reads as NaN until written. [Emulated] says which
-// build this is.
+// build this is. The emulator also counts each kernel's launches and the
+// bytes they read and write ([Device.LaunchCounts]), which cmd/stepbench
+// -kernels prints.
 //
 // # What lives where
 //
@@ -46,8 +48,20 @@
 //   - kernels compiled from kernels.cu by NVRTC on first use, for the GPU's
 //     compute capability, and kept for the device's lifetime;
 //   - GEMM through cuBLAS (cublasGemmEx and cublasGemmStridedBatchedEx with
-//     f32 accumulation for f16 and bf16), called through internal/cu's own
-//     cgo because gorgonia.org/cu/blas has neither these nor cublasSetStream.
+//     f32 accumulation for f16 and bf16: tensor cores, CUBLAS_GEMM_DEFAULT
+//     picks them on Ampere and later), called through internal/cu's own
+//     cgo because gorgonia.org/cu/blas has neither these nor cublasSetStream;
+//     a bias is written into C first (device.BiasFirst) and the product
+//     adds to it;
+//   - reductions (Reduce, softmax, layer norm, cross-entropy) in float for
+//     f32, f16 and bf16 data (double for f64) with warp shuffles: one block
+//     per row, or per 8 columns where the kept dimensions are innermost
+//     (bias and layer-norm parameter gradients);
+//   - causal attention as tiled kernels on CUDA cores for f32, f16 and
+//     bf16 heads of up to 128 elements (k_flash_*: query tiles per block,
+//     keys and values streamed through shared memory, online softmax,
+//     only the output and one log-sum-exp per row in global memory;
+//     backward in two kernels without atomics), else the slot kernels.
 //
 // # Errors
 //

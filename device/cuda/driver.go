@@ -72,8 +72,15 @@ func (b *blasHandle) gemm(g blasGemm) error {
 		A: addr(g.a), AType: cudaType(g.a.DType), Lda: g.lda, StrideA: g.strideA,
 		B: addr(g.b), BType: cudaType(g.b.DType), Ldb: g.ldb, StrideB: g.strideB,
 		C: addr(g.c), CType: cudaType(g.c.DType), Ldc: g.ldc, StrideC: g.strideC,
-		Batch: g.batch, Compute: computeType(g.compute),
+		Batch: g.batch, Compute: computeType(g.compute), Bias: biasAddr(g.bias),
 	})
+}
+
+func biasAddr(v device.View) cu.DevicePtr {
+	if v.Buf.Block == nil {
+		return 0
+	}
+	return addr(v)
 }
 
 // hostAlloc returns n bytes of page-locked host memory (needs the context

@@ -27,6 +27,9 @@ type blasGemm struct {
 	lda, ldb, ldc             int
 	strideA, strideB, strideC int64
 	compute                   computeKind
+	// bias, when it has a buffer, is added to every column of C (cuBLAS's
+	// rows: memfit's row-major N) by cuBLASLt's epilogue.
+	bias device.View
 }
 
 // colMajor maps memfit's row-major C = op(A)·op(B) onto cuBLAS.
@@ -105,4 +108,11 @@ func fixLD(ld, rows, cols int) int {
 		return max(rows, 1)
 	}
 	return max(ld, 1)
+}
+
+// epilogueBias reports whether g's bias can go into cuBLASLt's epilogue:
+// cuBLASLt takes a bias of the output's type (memfit's F32 master bias
+// under a 16-bit C is written into C first instead, device.BiasFirst).
+func epilogueBias(g device.Gemm) bool {
+	return g.HasBias() && g.Bias.DType == g.C.DType && g.Beta == 0
 }

@@ -266,6 +266,29 @@ func rowsGrid(rows int) int { return min(rows, maxGrid) }
 // thread per output element instead of one block.
 const smallReduction = 64
 
+// reduceCols is the outputs one block of k_reduce_cols (and of
+// k_layernorm_bwd_param) takes: 8 floats are a 32-byte sector, what a GPU
+// moves at once, and few outputs per block make many blocks.
+const reduceCols = 8
+
+// colsGrid is the number of blocks of a launch of reduceCols outputs per
+// block.
+func colsGrid(n int64) int { return int(min((n+reduceCols-1)/reduceCols, maxGrid)) }
+
+// reducePlan picks Reduce's kernel for g: one thread per output for short
+// reductions; threads on consecutive outputs when the kept dimensions are
+// innermost and contiguous in src (a column sum, coalesced that way); else
+// one block per output.
+func reducePlan(g *redGeom) (kernel string, grid int) {
+	switch {
+	case g.nred < smallReduction:
+		return "k_reduce_thread", gridFor(g.nout)
+	case g.orank > 0 && g.osrc[g.orank-1] == 1 && g.nout >= reduceCols:
+		return "k_reduce_cols", colsGrid(g.nout)
+	}
+	return "k_reduce_block", rowsGrid(int(min(g.nout, maxGrid)))
+}
+
 // conv appends a Conv struct (device.ConvGeom, field by field).
 func (a *args) conv(g device.ConvGeom) *args {
 	a.begin()

@@ -179,8 +179,26 @@ __device__ __forceinline__ i64 ldi(const Op& o, i64 rel) {
     return (i64)GMEM(const int, o.p, i);
 }
 
+// ew_offsets gives each operand's offset of element i. A GPU divides 64-
+// bit integers in software, several times slower than 32-bit ones, and an
+// elementwise kernel does little else per element: one dimension (what
+// merging leaves of contiguous operands) needs no division, and shapes of
+// fewer than 2^31 elements divide in 32 bits.
 __device__ __forceinline__ void ew_offsets(const Ew& g, i64 i, int nops, i64* o) {
+    if (g.rank <= 1) {
+        for (int k = 0; k < nops; k++) o[k] = g.rank ? i * g.str[k][0] : 0;
+        return;
+    }
     for (int k = 0; k < nops; k++) o[k] = 0;
+    if (g.n <= 0x7fffffffLL) {
+        unsigned u = (unsigned)i;
+        for (int d = (int)g.rank - 1; d >= 0; d--) {
+            const unsigned s = (unsigned)g.shape[d], c = u % s;
+            u /= s;
+            for (int k = 0; k < nops; k++) o[k] += (i64)c * g.str[k][d];
+        }
+        return;
+    }
     for (int d = (int)g.rank - 1; d >= 0; d--) {
         i64 s = g.shape[d];
         i64 c = i % s;
@@ -205,27 +223,30 @@ __device__ __forceinline__ A combine(i64 op, A a, A b) {
     return a + b;
 }
 
-// block_reduce combines one value per thread of a block of a power-of-two
-// number of threads, at least a warp and at most BLOCK; every thread gets
-// the result. sh holds BLOCK values. Shared memory halves the values down
-// to one warp's worth, then the first warp finishes with shuffles.
+// warp_reduce combines one value per lane of a full warp by butterfly
+// shuffles: every lane gets the result, combined in the same order on
+// every lane.
+template <class A>
+__device__ __forceinline__ A warp_reduce(A v, i64 op) {
+    for (int off = 16; off > 0; off >>= 1) v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// block_reduce combines one value per thread of a block of a multiple of
+// 32 threads, at most 32 warps; every thread gets the result. Each warp
+// reduces its values with shuffles, lane 0 puts the warp's result in
+// sh (32 values), and every warp then reduces those: two barriers, the
+// second so that sh may be written again by the next call.
 template <class A>
 __device__ A block_reduce(A v, i64 op, A* sh) {
-    sh[threadIdx.x] = v;
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    v = warp_reduce(v, op);
+    if (lane == 0) sh[w] = v;
     __syncthreads();
-    for (int s = blockDim.x / 2; s >= 32; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] = combine(op, sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x < 32) {
-        A w = sh[threadIdx.x];
-        for (int off = 16; off > 0; off >>= 1) w = combine(op, w, __shfl_down_sync(0xffffffffu, w, off));
-        if (threadIdx.x == 0) sh[0] = w;
-    }
+    v = lane < (int)(blockDim.x / 32) ? sh[lane] : (A)identity(op);
+    v = warp_reduce(v, op);
     __syncthreads();
-    A r = sh[0];
-    __syncthreads();
-    return r;
+    return v;
 }
 
 // ---------------------------------------------------------------- random numbers
@@ -455,7 +476,14 @@ extern "C" __global__ void k_all_finite(Ew g, Op src, u64 flag) {
 
 // ---------------------------------------------------------------- reductions
 
+// red_out and red_in are ew_offsets' counterparts for reductions, with the
+// same shortcut for one dimension.
 __device__ __forceinline__ void red_out(const Red& r, i64 o, i64* so, i64* dof) {
+    if (r.orank <= 1) {
+        *so = r.orank ? o * r.osrc[0] : 0;
+        *dof = r.orank ? o * r.odst[0] : 0;
+        return;
+    }
     *so = 0;
     *dof = 0;
     for (int d = (int)r.orank - 1; d >= 0; d--) {
@@ -467,6 +495,7 @@ __device__ __forceinline__ void red_out(const Red& r, i64 o, i64* so, i64* dof) 
 }
 
 __device__ __forceinline__ i64 red_in(const Red& r, i64 j) {
+    if (r.rrank <= 1) return r.rrank ? j * r.rstr[0] : 0;
     i64 s = 0;
     for (int d = (int)r.rrank - 1; d >= 0; d--) {
         i64 c = j % r.rshape[d];
@@ -476,18 +505,22 @@ __device__ __forceinline__ i64 red_in(const Red& r, i64 j) {
     return s;
 }
 
-// One block per output element; the sum accumulates in double, as the CPU
-// device's row reduction does (in a different order).
+// Reductions accumulate in T: float for f32, f16 and bf16 data, double
+// for f64 (the CPU device sums in double; the order differs anyway, and
+// the conformance suite allows any order's rounding of an F32 sum).
+
+// One block per output element, for reductions over contiguous elements
+// (a row): the block's threads stride through them.
 template <class T>
 __device__ void k_reduce_block(Red r, Op dst, Op src, i64 op) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(o, r.nout) {
         i64 so, dof;
         red_out(r, o, &so, &dof);
-        double acc = identity(op);
-        for (i64 j = threadIdx.x; j < r.nred; j += blockDim.x) acc = combine(op, acc, (double)ld<T>(src, so + red_in(r, j)));
+        T acc = (T)identity(op);
+        for (i64 j = threadIdx.x; j < r.nred; j += blockDim.x) acc = combine(op, acc, ld<T>(src, so + red_in(r, j)));
         acc = block_reduce(acc, op, sh);
-        if (threadIdx.x == 0) st<T>(dst, dof, (T)acc);
+        if (threadIdx.x == 0) st<T>(dst, dof, acc);
     }
 }
 TYPED(k_reduce_block, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
@@ -498,35 +531,72 @@ __device__ void k_reduce_thread(Red r, Op dst, Op src, i64 op) {
     GRID_STRIDE(o, r.nout) {
         i64 so, dof;
         red_out(r, o, &so, &dof);
-        double acc = identity(op);
-        for (i64 j = 0; j < r.nred; j++) acc = combine(op, acc, (double)ld<T>(src, so + red_in(r, j)));
-        st<T>(dst, dof, (T)acc);
+        T acc = (T)identity(op);
+        for (i64 j = 0; j < r.nred; j++) acc = combine(op, acc, ld<T>(src, so + red_in(r, j)));
+        st<T>(dst, dof, acc);
     }
 }
 TYPED(k_reduce_thread, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
 
+// COLS (from the prelude) outputs per block of k_reduce_cols and
+// k_layernorm_bwd_param: COLS consecutive threads take COLS consecutive
+// outputs, so that a warp reads whole 32-byte sectors of 32/COLS rows (f32),
+// and the block's 256/COLS groups of threads split the reduced elements
+// between them. Few outputs per block make many blocks: a bias of 384
+// takes 48.
+
+// k_reduce_cols reduces over outer dimensions with the kept ones
+// innermost (a bias gradient: [rows, n] into [n]): block b takes outputs
+// b·COLS…, group w the reduced elements w, w+W, … (W groups), and the W
+// partial results of each output are combined in group order: the same
+// order on every run.
+template <class T>
+__device__ void k_reduce_cols(Red r, Op dst, Op src, i64 op) {
+    __shared__ T sh[BLOCK];
+    const int lane = threadIdx.x % COLS, w = threadIdx.x / COLS, nw = blockDim.x / COLS;
+    for (i64 o0 = (i64)blockIdx.x * COLS; o0 < r.nout; o0 += (i64)gridDim.x * COLS) {
+        const i64 o = o0 + lane;
+        T acc = (T)identity(op);
+        if (o < r.nout) {
+            i64 so, dof;
+            red_out(r, o, &so, &dof);
+            for (i64 j = w; j < r.nred; j += nw) acc = combine(op, acc, ld<T>(src, so + red_in(r, j)));
+        }
+        sh[threadIdx.x] = acc;
+        __syncthreads();
+        if (w == 0 && o < r.nout) {
+            for (int k = 1; k < nw; k++) acc = combine(op, acc, sh[k * COLS + lane]);
+            i64 so, dof;
+            red_out(r, o, &so, &dof);
+            st<T>(dst, dof, acc);
+        }
+        __syncthreads();
+    }
+}
+TYPED(k_reduce_cols, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
+
 // ---------------------------------------------------------------- softmax
 
-// One block per row of n contiguous elements. Exponentials are taken in T,
-// sums accumulate in double.
+// One block per row of n contiguous elements, in T (float for f32, f16
+// and bf16 data, double for f64): the row's maximum, then the sum of
+// exponentials, each reduced by block_reduce.
 template <class T>
 __device__ void k_softmax(i64 rows, i64 n, Op dst, Op src, i64 lg) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 base = r * n;
-        double m = identity(RED_MAX);
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = xmax(m, (double)ld<T>(src, base + i));
+        T m = (T)identity(RED_MAX);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) m = xmax(m, ld<T>(src, base + i));
         m = block_reduce(m, RED_MAX, sh);
-        double s = 0;
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += (double)xexp(ld<T>(src, base + i) - (T)m);
+        T s = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += xexp(ld<T>(src, base + i) - m);
         s = block_reduce(s, RED_SUM, sh);
         if (lg) {
-            double lse = m + log(s);
-            for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, (T)((double)ld<T>(src, base + i) - lse));
+            const T lse = m + xlog(s);
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, ld<T>(src, base + i) - lse);
         } else {
-            double inv = 1 / s;
-            for (i64 i = threadIdx.x; i < n; i += blockDim.x)
-                st<T>(dst, base + i, (T)((double)xexp(ld<T>(src, base + i) - (T)m) * inv));
+            const T inv = (T)1 / s;
+            for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, xexp(ld<T>(src, base + i) - m) * inv);
         }
     }
 }
@@ -534,20 +604,18 @@ TYPED(k_softmax, (i64 rows, i64 n, Op dst, Op src, i64 lg), (rows, n, dst, src, 
 
 template <class T>
 __device__ void k_softmax_bwd(i64 rows, i64 n, Op dx, Op y, Op dy, i64 lg) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 base = r * n;
-        double s = 0;
+        T s = 0;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            double g = (double)ld<T>(dy, base + i);
-            s += lg ? g : g * (double)ld<T>(y, base + i);
+            const T g = ld<T>(dy, base + i);
+            s += lg ? g : g * ld<T>(y, base + i);
         }
         s = block_reduce(s, RED_SUM, sh);
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            double g = (double)ld<T>(dy, base + i);
-            double yy = (double)ld<T>(y, base + i);
-            double v = lg ? g - (double)xexp((T)yy) * s : yy * (g - s);
-            st<T>(dx, base + i, (T)v);
+            const T g = ld<T>(dy, base + i), yy = ld<T>(y, base + i);
+            st<T>(dx, base + i, lg ? g - xexp(yy) * s : yy * (g - s));
         }
     }
 }
@@ -555,28 +623,30 @@ TYPED(k_softmax_bwd, (i64 rows, i64 n, Op dx, Op y, Op dy, i64 lg), (rows, n, dx
 
 // ---------------------------------------------------------------- layer norm
 
+// One block per row, in T: the mean, then the variance about it (two
+// passes, so no cancellation), each reduced by block_reduce.
 template <class T>
 __device__ void k_layernorm(i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 base = r * n;
-        double mu = 0;
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mu += (double)ld<T>(x, base + i);
-        mu = block_reduce(mu, RED_SUM, sh) / (double)n;
-        double vr = 0;
+        T mu = 0;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mu += ld<T>(x, base + i);
+        mu = block_reduce(mu, RED_SUM, sh) / (T)n;
+        T vr = 0;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            double d = (double)ld<T>(x, base + i) - mu;
+            const T d = ld<T>(x, base + i) - mu;
             vr += d * d;
         }
         vr = block_reduce(vr, RED_SUM, sh);
-        double rs = 1 / sqrt(vr / (double)n + eps);
+        const T rs = (T)1 / xsqrt(vr / (T)n + (T)eps);
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            T xh = (T)(((double)ld<T>(x, base + i) - mu) * rs);
+            const T xh = (ld<T>(x, base + i) - mu) * rs;
             st<T>(y, base + i, xh * ld<T>(gamma, i) + ld<T>(beta, i));
         }
         if (threadIdx.x == 0) {
-            st<T>(mean, r, (T)mu);
-            st<T>(rstd, r, (T)rs);
+            st<T>(mean, r, mu);
+            st<T>(rstd, r, rs);
         }
     }
 }
@@ -586,45 +656,61 @@ TYPED(k_layernorm, (i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op 
 // dx of layer norm, one block per row.
 template <class T>
 __device__ void k_layernorm_bwd_dx(i64 rows, i64 n, Op dx, Op dy, Op x, Op mean, Op rstd, Op gamma) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 base = r * n;
-        double mu = (double)ld<T>(mean, r);
-        double rs = (double)ld<T>(rstd, r);
-        double s1 = 0, s2 = 0;
+        const T mu = ld<T>(mean, r), rs = ld<T>(rstd, r);
+        T s1 = 0, s2 = 0;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            double xh = ((double)ld<T>(x, base + i) - mu) * rs;
-            double gg = (double)ld<T>(dy, base + i) * (double)ld<T>(gamma, i);
+            const T xh = (ld<T>(x, base + i) - mu) * rs;
+            const T gg = ld<T>(dy, base + i) * ld<T>(gamma, i);
             s1 += gg;
             s2 += gg * xh;
         }
-        s1 = block_reduce(s1, RED_SUM, sh) / (double)n;
-        s2 = block_reduce(s2, RED_SUM, sh) / (double)n;
+        s1 = block_reduce(s1, RED_SUM, sh) / (T)n;
+        s2 = block_reduce(s2, RED_SUM, sh) / (T)n;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-            double xh = ((double)ld<T>(x, base + i) - mu) * rs;
-            double gg = (double)ld<T>(dy, base + i) * (double)ld<T>(gamma, i);
-            st<T>(dx, base + i, (T)(rs * (gg - s1 - xh * s2)));
+            const T xh = (ld<T>(x, base + i) - mu) * rs;
+            const T gg = ld<T>(dy, base + i) * ld<T>(gamma, i);
+            st<T>(dx, base + i, rs * (gg - s1 - xh * s2));
         }
     }
 }
 TYPED(k_layernorm_bwd_dx, (i64 rows, i64 n, Op dx, Op dy, Op x, Op mean, Op rstd, Op gamma),
       (rows, n, dx, dy, x, mean, rstd, gamma))
 
-// dgamma and dbeta of layer norm, one thread per column summing over every
-// row in order (deterministic), added to what the buffers hold. A null
-// dgamma or dbeta is skipped.
+// dgamma and dbeta of layer norm, added to what the buffers hold (a null
+// dgamma or dbeta is skipped): as k_reduce_cols, COLS columns per block,
+// each group of COLS threads on every W-th row, their partial sums
+// combined in group order (deterministic).
 template <class T>
 __device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd) {
-    GRID_STRIDE(i, n) {
-        double dg = 0, db = 0;
-        for (i64 r = 0; r < rows; r++) {
-            double g = (double)ld<T>(dy, r * n + i);
-            double xh = ((double)ld<T>(x, r * n + i) - (double)ld<T>(mean, r)) * (double)ld<T>(rstd, r);
-            dg += g * xh;
-            db += g;
+    __shared__ T shg[BLOCK];
+    __shared__ T shb[BLOCK];
+    const int lane = threadIdx.x % COLS, w = threadIdx.x / COLS, nw = blockDim.x / COLS;
+    for (i64 i0 = (i64)blockIdx.x * COLS; i0 < n; i0 += (i64)gridDim.x * COLS) {
+        const i64 i = i0 + lane;
+        T dg = 0, db = 0;
+        if (i < n) {
+            for (i64 r = w; r < rows; r += nw) {
+                const T g = ld<T>(dy, r * n + i);
+                const T xh = (ld<T>(x, r * n + i) - ld<T>(mean, r)) * ld<T>(rstd, r);
+                dg += g * xh;
+                db += g;
+            }
         }
-        if (dgamma.p) st<T>(dgamma, i, (T)((double)ld<T>(dgamma, i) + dg));
-        if (dbeta.p) st<T>(dbeta, i, (T)((double)ld<T>(dbeta, i) + db));
+        shg[threadIdx.x] = dg;
+        shb[threadIdx.x] = db;
+        __syncthreads();
+        if (w == 0 && i < n) {
+            for (int k = 1; k < nw; k++) {
+                dg += shg[k * COLS + lane];
+                db += shb[k * COLS + lane];
+            }
+            if (dgamma.p) st<T>(dgamma, i, ld<T>(dgamma, i) + dg);
+            if (dbeta.p) st<T>(dbeta, i, ld<T>(dbeta, i) + db);
+        }
+        __syncthreads();
     }
 }
 TYPED(k_layernorm_bwd_param, (i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd),
@@ -828,38 +914,39 @@ TYPED(k_pool_bwd, (Conv g, i64 op, Op dx, Op argmax, Op dy), (g, op, dx, argmax,
 
 // ---------------------------------------------------------------- cross entropy
 
-// Row statistics of logits row r: max, log-sum-exp and sum.
+// Row statistics of logits row r, in T: max, log-sum-exp and the mean.
 template <class T>
-__device__ void xent_row(i64 c, const Op& logits, i64 base, double* sh, double* lse, double* sx) {
-    double m = identity(RED_MAX);
-    for (i64 i = threadIdx.x; i < c; i += blockDim.x) m = xmax(m, (double)ld<T>(logits, base + i));
+__device__ void xent_row(i64 c, const Op& logits, i64 base, T* sh, T* lse, T* mean) {
+    T m = (T)identity(RED_MAX);
+    for (i64 i = threadIdx.x; i < c; i += blockDim.x) m = xmax(m, ld<T>(logits, base + i));
     m = block_reduce(m, RED_MAX, sh);
-    double se = 0, s = 0;
+    T se = 0, s = 0;
     for (i64 i = threadIdx.x; i < c; i += blockDim.x) {
-        T v = ld<T>(logits, base + i);
-        se += (double)xexp(v - (T)m);
-        s += (double)v;
+        const T v = ld<T>(logits, base + i);
+        se += xexp(v - m);
+        s += v;
     }
     se = block_reduce(se, RED_SUM, sh);
-    *sx = block_reduce(s, RED_SUM, sh);
-    *lse = m + log(se);
+    *mean = block_reduce(s, RED_SUM, sh) / (T)c;
+    *lse = m + xlog(se);
 }
 
-// loss = -(1-s)·logp[t] - s/C·Σ logp, 0 where the target is ignore.
+// loss = -(1-s)·logp[t] - s/C·Σ logp = -(1-s)·(x[t] - lse) - s·(mean(x) -
+// lse), 0 where the target is ignore.
 template <class T>
 __device__ void k_xent(i64 rows, i64 c, Op loss, Op logits, Op targets, i64 ignore, double s) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 t = ldi(targets, r);
         if (t == ignore) {
             if (threadIdx.x == 0) st<T>(loss, r, (T)0);
             continue;
         }
-        double lse, sx;
-        xent_row<T>(c, logits, r * c, sh, &lse, &sx);
+        T lse, mean;
+        xent_row<T>(c, logits, r * c, sh, &lse, &mean);
         if (threadIdx.x == 0) {
-            double xt = (double)ld<T>(logits, r * c + t);
-            st<T>(loss, r, (T)(-(1 - s) * (xt - lse) - s / (double)c * (sx - (double)c * lse)));
+            const T xt = ld<T>(logits, r * c + t);
+            st<T>(loss, r, -((T)1 - (T)s) * (xt - lse) - (T)s * (mean - lse));
         }
     }
 }
@@ -869,20 +956,19 @@ TYPED(k_xent, (i64 rows, i64 c, Op loss, Op logits, Op targets, i64 ignore, doub
 // dlogits = dloss·(softmax - (1-s)·onehot - s/C), 0 where ignored.
 template <class T>
 __device__ void k_xent_bwd(i64 rows, i64 c, Op dlogits, Op logits, Op targets, Op dloss, i64 ignore, double s) {
-    __shared__ double sh[BLOCK];
+    __shared__ T sh[32];
     ROWS(r, rows) {
         i64 t = ldi(targets, r);
         if (t == ignore) {
             for (i64 i = threadIdx.x; i < c; i += blockDim.x) st<T>(dlogits, r * c + i, (T)0);
             continue;
         }
-        double lse, sx;
-        xent_row<T>(c, logits, r * c, sh, &lse, &sx);
-        double up = (double)ld<T>(dloss, r);
+        T lse, mean;
+        xent_row<T>(c, logits, r * c, sh, &lse, &mean);
+        const T up = ld<T>(dloss, r), q0 = (T)(s / (double)c), q1 = (T)(s / (double)c + 1 - s);
         for (i64 i = threadIdx.x; i < c; i += blockDim.x) {
-            double p = exp((double)ld<T>(logits, r * c + i) - lse);
-            double q = s / (double)c + (i == t ? 1 - s : 0);
-            st<T>(dlogits, r * c + i, (T)(up * (p - q)));
+            const T p = xexp(ld<T>(logits, r * c + i) - lse);
+            st<T>(dlogits, r * c + i, up * (p - (i == t ? q1 : q0)));
         }
     }
 }
@@ -1003,7 +1089,7 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
             for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
                 const i64 i = i0 + r, lo = att_start(seg, b, Tn, i);
                 T mx = P_(r, lo);
-                for (i64 j = lo + 1; j <= i; j++) mx = xmax(mx, P_(r, j));
+                for (i64 j = lo + 1; j <= i; j++) mx = xmax(mx, (T)P_(r, j));
                 double sum = 0;
                 for (i64 j = lo; j <= i; j++) {
                     T x = xexp(P_(r, j) - mx);
@@ -1121,6 +1207,424 @@ TYPED(k_attention_bwd,
        Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
        u64 seed, Op seg),
       (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg))
+
+// ---------------------------------------------------------------- tiled causal attention
+//
+// The fused attention for f32, f16 and bf16 heads of up to FA_DMAX
+// elements (k_attention and k_attention_bwd above serve f64 and larger
+// heads): flash attention on CUDA cores. A block takes one tile of query
+// rows of one (batch, head) and streams the keys and values up to the
+// tile's diagonal through shared memory a tile at a time, keeping each
+// row's running maximum, running sum and output in registers (online
+// softmax); only the output and one log-sum-exp per row reach global
+// memory. Backward recomputes the probabilities from the log-sum-exps in
+// two kernels, neither with atomics: one block per key tile accumulates
+// its dk and dv over the query tiles below the diagonal
+// (k_flash_bwd_kv), one block per query tile its dq over the key tiles
+// (k_flash_bwd_q). Scores, probabilities and sums are float; for 16-bit
+// inputs the probabilities and their gradient are rounded to the input
+// dtype before the products that take them, as on the CPU — in forward
+// the probabilities relative to the running maximum, before the division
+// by the sum (the CPU rounds them after it). Dropout and example
+// boundaries (seg) are the slot kernels'.
+//
+// Threads: a block of 256 is a 16×16 grid (tr = t/16, tc = t%16). A score
+// tile of BR×BC gives thread (tr, tc) rows tr·BR/16… and columns tc,
+// tc+16, …: a row's 16 threads are one half-warp, so row maxima and sums
+// are half-warp shuffles. Output and gradient rows give it the same rows
+// (or keys) and the head elements tc, tc+16, … (consecutive threads read
+// consecutive shared words; rows are padded by one word against bank
+// conflicts).
+
+// fa_load copies rows r0… of a [B, H, T, D] operand into the R×(DM+1)
+// tile sh as float, rows past T as zeros (the products read them).
+template <int R, int DM>
+__device__ void fa_load(float (*sh)[DM + 1], const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    for (i64 e = threadIdx.x; e < R * D; e += blockDim.x) {
+        const i64 r = e / D, c = e % D;
+        sh[r][c] = r0 + r < Tn ? ld<float>(x, head_el(s, b, h, r0 + r, c)) : 0.0f;
+    }
+}
+
+// half_max and half_sum reduce over the 16 lanes of a half-warp (a row's
+// threads).
+__device__ __forceinline__ float half_max(float v) {
+    for (int off = 8; off > 0; off >>= 1) v = xmax(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+__device__ __forceinline__ float half_sum(float v) {
+    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// fa_row_stats loads the log-sum-exps, starts and Δ = dout·out of
+// rows r0…r0+R into shared memory; Δ's row is summed by its half-warp.
+template <int R, int DM>
+__device__ void fa_row_stats(float* lse_s, i64* start_s, float* delta_s, const Op& lse, const Op& seg, const Op& dout,
+                             const Heads& sdo, const Op& out, const Heads& so, i64 bh, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    constexpr int RM = R / 16;
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+    for (int a = 0; a < RM; a++) {
+        const int r = tr * RM + a;
+        const i64 i = r0 + r;
+        float s = 0;
+        if (i < Tn)
+            for (i64 d = tc; d < D; d += 16) s += ld<float>(dout, head_el(sdo, b, h, i, d)) * ld<float>(out, head_el(so, b, h, i, d));
+        s = half_sum(s);
+        if (tc == 0) {
+            delta_s[r] = s;
+            lse_s[r] = i < Tn ? ld<float>(lse, bh * Tn + i) : 0.0f;
+            start_s[r] = i < Tn ? att_start(seg, b, Tn, i) : Tn;
+        }
+    }
+}
+
+// fa_drop is the dropout factor of probability (i, j): 0 or 1/(1-p).
+__device__ __forceinline__ float fa_drop(double p, float keep, u64 seed, i64 bh, i64 Tn, i64 i, i64 j) {
+    if (p <= 0) return 1.0f;
+    return uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? 0.0f : keep;
+}
+
+// fa_scores computes thread (tr, tc)'s scores of query rows i0+tr·RM…
+// against keys j0+tc, j0+tc+16, …: scale·q·k, or -inf where the key is
+// masked (after the row, before its start, or past T).
+template <int BR, int BC, int DM>
+__device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float (*Qs)[DM + 1], const float (*Ks)[DM + 1], int tr,
+                                          int tc, i64 i0, i64 j0, i64 Tn, i64 D, const i64* start, float scale) {
+    constexpr int RM = BR / 16, CM = BC / 16;
+    const float ninf = -__int_as_float(0x7f800000);
+    for (int a = 0; a < RM; a++)
+        for (int c = 0; c < CM; c++) s[a][c] = 0;
+    for (i64 d = 0; d < D; d++) {
+        float qa[RM], kc[CM];
+        for (int a = 0; a < RM; a++) qa[a] = Qs[tr * RM + a][d];
+        for (int c = 0; c < CM; c++) kc[c] = Ks[tc + 16 * c][d];
+        for (int a = 0; a < RM; a++)
+            for (int c = 0; c < CM; c++) s[a][c] += qa[a] * kc[c];
+    }
+    for (int a = 0; a < RM; a++) {
+        const i64 i = i0 + tr * RM + a;
+        for (int c = 0; c < CM; c++) {
+            const i64 j = j0 + tc + 16 * c;
+            s[a][c] = (i < Tn && j <= i && j >= start[a]) ? s[a][c] * scale : ninf;
+        }
+    }
+}
+
+// flash_fwd: for f32 one pass, each row's output rescaled whenever its
+// running maximum grows and divided by its sum at the end. For 16-bit
+// inputs the probabilities must be rounded normalised, as the CPU rounds
+// them, so a first pass over the keys finds each row's maximum and sum
+// (online, the same rescaling) and the second computes the probabilities
+// exactly as the CPU does: exp(s - max)·(1/sum), dropped, rounded.
+template <int BR, int BC, int DM>
+__device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
+                          Heads sv, double scale_, double p, u64 seed, Op seg) {
+    constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
+    __shared__ float Qs[BR][DM + 1];
+    __shared__ float KVs[BC][DM + 1];
+    __shared__ float Ps[BR][BC + 1];
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
+    const bool exact = q.dt == DT_F16 || q.dt == DT_BF16;
+    const i64 nq = (Tn + BR - 1) / BR;
+    for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
+        const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
+        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        __syncthreads();  // the previous tile's last products are done with Qs, KVs and Ps
+        fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+        float o[RM][DK], mrow[RM], lrow[RM], inv[RM], s[RM][CM];
+        i64 start[RM];
+        for (int a = 0; a < RM; a++) {
+            const i64 i = i0 + tr * RM + a;
+            mrow[a] = ninf;
+            lrow[a] = 0;
+            start[a] = i < Tn ? att_start(seg, b, Tn, i) : Tn;
+            for (int c = 0; c < DK; c++) o[a][c] = 0;
+        }
+        const i64 k0 = att_block_start(seg, b, Tn, i0, m), first = k0 / BC * BC;
+        if (exact) {
+            for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
+                __syncthreads();
+                fa_load<BC, DM>(KVs, k, sk, b, h, j0, Tn, D);
+                __syncthreads();
+                fa_scores<BR, BC, DM>(s, Qs, KVs, tr, tc, i0, j0, Tn, D, start, scale);
+                for (int a = 0; a < RM; a++) {
+                    float mx = ninf;
+                    for (int c = 0; c < CM; c++) mx = xmax(mx, s[a][c]);
+                    const float mn = xmax(mrow[a], half_max(mx));
+                    const float alpha = mn == ninf ? 1.0f : xexp(mrow[a] - mn);
+                    float sum = 0;
+                    for (int c = 0; c < CM; c++) sum += s[a][c] == ninf ? 0.0f : xexp(s[a][c] - mn);
+                    lrow[a] = lrow[a] * alpha + half_sum(sum);
+                    mrow[a] = mn;
+                }
+            }
+            for (int a = 0; a < RM; a++) inv[a] = 1.0f / lrow[a];
+        }
+        for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
+            __syncthreads();  // Qs is loaded; the last tile's products are done with KVs and Ps
+            fa_load<BC, DM>(KVs, k, sk, b, h, j0, Tn, D);
+            __syncthreads();
+            fa_scores<BR, BC, DM>(s, Qs, KVs, tr, tc, i0, j0, Tn, D, start, scale);
+            for (int a = 0; a < RM; a++) {
+                const i64 i = i0 + tr * RM + a;
+                if (exact) {
+                    for (int c = 0; c < CM; c++) {
+                        const i64 j = j0 + tc + 16 * c;
+                        const float x = s[a][c] == ninf ? 0.0f : xexp(s[a][c] - mrow[a]) * inv[a];
+                        Ps[tr * RM + a][tc + 16 * c] = round16(x * fa_drop(p, keep, seed, bh, Tn, i, j), q.dt);
+                    }
+                    continue;
+                }
+                float mx = ninf;
+                for (int c = 0; c < CM; c++) mx = xmax(mx, s[a][c]);
+                const float mn = xmax(mrow[a], half_max(mx));
+                // Rows with no key yet keep a sum of 0 and factor 1.
+                const float alpha = mn == ninf ? 1.0f : xexp(mrow[a] - mn);
+                float sum = 0;
+                for (int c = 0; c < CM; c++) {
+                    const i64 j = j0 + tc + 16 * c;
+                    const float e = s[a][c] == ninf ? 0.0f : xexp(s[a][c] - mn);
+                    sum += e;
+                    Ps[tr * RM + a][tc + 16 * c] = e * fa_drop(p, keep, seed, bh, Tn, i, j);
+                }
+                lrow[a] = lrow[a] * alpha + half_sum(sum);
+                mrow[a] = mn;
+                for (int c = 0; c < DK; c++) o[a][c] *= alpha;
+            }
+            __syncthreads();  // Ps is written; every thread is done reading the keys
+            fa_load<BC, DM>(KVs, v, sv, b, h, j0, Tn, D);
+            __syncthreads();
+            for (int c = 0; c < BC; c++) {
+                float vd[DK];
+                for (int e = 0; e < DK; e++) vd[e] = tc + 16 * e < D ? KVs[c][tc + 16 * e] : 0.0f;
+                for (int a = 0; a < RM; a++) {
+                    const float pa = Ps[tr * RM + a][c];
+                    for (int e = 0; e < DK; e++) o[a][e] += pa * vd[e];
+                }
+            }
+        }
+        for (int a = 0; a < RM; a++) {
+            const i64 i = i0 + tr * RM + a;
+            if (i >= Tn) continue;
+            const float f = exact ? 1.0f : 1.0f / lrow[a];
+            for (int e = 0; e < DK; e++)
+                if (tc + 16 * e < D) st<float>(out, head_el(so, b, h, i, tc + 16 * e), o[a][e] * f);
+            if (tc == 0) st<float>(lse, bh * Tn + i, mrow[a] + xlog(lrow[a]));
+        }
+    }
+}
+
+// k_flash_bwd_kv: one block per key tile of BC keys, over the query tiles
+// of BR rows from the tile's diagonal on: dv += P'ᵀ·dout and dk +=
+// dSᵀ·q (times scale at the end), with P' = P·z (dropout) and dS =
+// P·(z·dP - Δ), dP = dout·vᵀ, as k_attention_bwd computes them.
+template <int BR, int BC, int DM>
+__device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
+                             Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
+                             u64 seed, Op seg) {
+    constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
+    __shared__ float Ks[BC][DM + 1];
+    __shared__ float Vs[BC][DM + 1];
+    __shared__ float Qs[BR][DM + 1];
+    __shared__ float dOs[BR][DM + 1];
+    __shared__ float Ps[BR][BC + 1];
+    __shared__ float dSs[BR][BC + 1];
+    __shared__ float lse_s[BR], delta_s[BR];
+    __shared__ i64 start_s[BR];
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const i64 nk = (Tn + BC - 1) / BC;
+    for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
+        const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
+        const i64 b = bh / H, h = bh % H;
+        __syncthreads();
+        fa_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
+        fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+        float gk[CM][DK], gv[CM][DK];
+        for (int a = 0; a < CM; a++)
+            for (int e = 0; e < DK; e++) gk[a][e] = gv[a][e] = 0;
+        for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+            __syncthreads();
+            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
+            __syncthreads();
+            // Rows that all start after the tile's last key see none of it.
+            i64 first = Tn;
+            for (int r = 0; r < BR; r++) first = start_s[r] < first ? start_s[r] : first;
+            if (first > j0 + BC - 1) continue;
+            fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+            fa_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+            __syncthreads();
+            float s[RM][CM], dp[RM][CM];
+            for (int a = 0; a < RM; a++)
+                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;
+            for (i64 d = 0; d < D; d++) {
+                float qa[RM], ga[RM], kc[CM], vc[CM];
+                for (int a = 0; a < RM; a++) {
+                    qa[a] = Qs[tr * RM + a][d];
+                    ga[a] = dOs[tr * RM + a][d];
+                }
+                for (int c = 0; c < CM; c++) {
+                    kc[c] = Ks[tc + 16 * c][d];
+                    vc[c] = Vs[tc + 16 * c][d];
+                }
+                for (int a = 0; a < RM; a++)
+                    for (int c = 0; c < CM; c++) {
+                        s[a][c] += qa[a] * kc[c];
+                        dp[a][c] += ga[a] * vc[c];
+                    }
+            }
+            for (int a = 0; a < RM; a++) {
+                const int r = tr * RM + a;
+                const i64 i = i0 + r;
+                for (int c = 0; c < CM; c++) {
+                    const i64 j = j0 + tc + 16 * c;
+                    float pij = 0, ds = 0, z = 1;
+                    if (i < Tn && j <= i && j >= start_s[r]) {
+                        pij = xexp(s[a][c] * scale - lse_s[r]);
+                        z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                        ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
+                    }
+                    Ps[r][tc + 16 * c] = round16(pij * z, q.dt);
+                    dSs[r][tc + 16 * c] = round16(ds, q.dt);
+                }
+            }
+            __syncthreads();
+            for (int r = 0; r < BR; r++) {
+                float ga[DK], qa[DK];
+                for (int e = 0; e < DK; e++) {
+                    const bool in = tc + 16 * e < D;
+                    ga[e] = in ? dOs[r][tc + 16 * e] : 0.0f;
+                    qa[e] = in ? Qs[r][tc + 16 * e] : 0.0f;
+                }
+                for (int a = 0; a < CM; a++) {
+                    const float pr = Ps[r][tr * CM + a], sr = dSs[r][tr * CM + a];
+                    for (int e = 0; e < DK; e++) {
+                        gv[a][e] += pr * ga[e];
+                        gk[a][e] += sr * qa[e];
+                    }
+                }
+            }
+        }
+        for (int a = 0; a < CM; a++) {
+            const i64 j = j0 + tr * CM + a;
+            if (j >= Tn) continue;
+            for (int e = 0; e < DK; e++) {
+                if (tc + 16 * e >= D) continue;
+                st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), scale * gk[a][e]);
+                st<float>(dv, head_el(sdv, b, h, j, tc + 16 * e), gv[a][e]);
+            }
+        }
+    }
+}
+
+// k_flash_bwd_q: one block per query tile, over the key tiles up to its
+// diagonal: dq = scale·dS·k.
+template <int BR, int BC, int DM>
+__device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
+                            Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg) {
+    constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
+    __shared__ float Qs[BR][DM + 1];
+    __shared__ float dOs[BR][DM + 1];
+    __shared__ float Ks[BC][DM + 1];
+    __shared__ float Vs[BC][DM + 1];
+    __shared__ float dSs[BR][BC + 1];
+    __shared__ float lse_s[BR], delta_s[BR];
+    __shared__ i64 start_s[BR];
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const i64 nq = (Tn + BR - 1) / BR;
+    for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
+        const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
+        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        __syncthreads();
+        fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+        fa_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+        fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
+        float g[RM][DK];
+        for (int a = 0; a < RM; a++)
+            for (int e = 0; e < DK; e++) g[a][e] = 0;
+        const i64 k0 = att_block_start(seg, b, Tn, i0, m);
+        for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
+            __syncthreads();
+            fa_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
+            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+            __syncthreads();
+            float s[RM][CM], dp[RM][CM];
+            for (int a = 0; a < RM; a++)
+                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;
+            for (i64 d = 0; d < D; d++) {
+                float qa[RM], ga[RM], kc[CM], vc[CM];
+                for (int a = 0; a < RM; a++) {
+                    qa[a] = Qs[tr * RM + a][d];
+                    ga[a] = dOs[tr * RM + a][d];
+                }
+                for (int c = 0; c < CM; c++) {
+                    kc[c] = Ks[tc + 16 * c][d];
+                    vc[c] = Vs[tc + 16 * c][d];
+                }
+                for (int a = 0; a < RM; a++)
+                    for (int c = 0; c < CM; c++) {
+                        s[a][c] += qa[a] * kc[c];
+                        dp[a][c] += ga[a] * vc[c];
+                    }
+            }
+            for (int a = 0; a < RM; a++) {
+                const int r = tr * RM + a;
+                const i64 i = i0 + r;
+                for (int c = 0; c < CM; c++) {
+                    const i64 j = j0 + tc + 16 * c;
+                    float ds = 0;
+                    if (i < Tn && j <= i && j >= start_s[r]) {
+                        const float pij = xexp(s[a][c] * scale - lse_s[r]);
+                        const float z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                        ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
+                    }
+                    dSs[r][tc + 16 * c] = round16(ds, q.dt);
+                }
+            }
+            __syncthreads();
+            for (int c = 0; c < BC; c++) {
+                float kd[DK];
+                for (int e = 0; e < DK; e++) kd[e] = tc + 16 * e < D ? Ks[c][tc + 16 * e] : 0.0f;
+                for (int a = 0; a < RM; a++) {
+                    const float sa = dSs[tr * RM + a][c];
+                    for (int e = 0; e < DK; e++) g[a][e] += sa * kd[e];
+                }
+            }
+        }
+        for (int a = 0; a < RM; a++) {
+            const i64 i = i0 + tr * RM + a;
+            if (i >= Tn) continue;
+            for (int e = 0; e < DK; e++)
+                if (tc + 16 * e < D) st<float>(dq, head_el(sdq, b, h, i, tc + 16 * e), scale * g[a][e]);
+        }
+    }
+}
+
+// The entry points: heads of up to 64 elements (FA_*64 tiles) and of up
+// to FA_DMAX (FA_*128 tiles, smaller so that shared memory stays under
+// 48 KiB).
+#define FA_FWD_ARGS                                                                                                   \
+    (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, \
+     double p, u64 seed, Op seg)
+#define FA_FWD_CALL (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+#define FA_KV_ARGS                                                                                                    \
+    (i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, \
+     Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg)
+#define FA_KV_CALL (B, H, Tn, D, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+#define FA_Q_ARGS                                                                                                   \
+    (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, \
+     Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg)
+#define FA_Q_CALL (B, H, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+
+extern "C" __global__ void k_flash_fwd_d64 FA_FWD_ARGS { flash_fwd<FA_FWD_BR64, FA_FWD_BC64, 64> FA_FWD_CALL; }
+extern "C" __global__ void k_flash_fwd_d128 FA_FWD_ARGS { flash_fwd<FA_FWD_BR128, FA_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
+extern "C" __global__ void k_flash_bwd_kv_d64 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR64, FA_BWD_BC64, 64> FA_KV_CALL; }
+extern "C" __global__ void k_flash_bwd_kv_d128 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_KV_CALL; }
+extern "C" __global__ void k_flash_bwd_q_d64 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR64, FA_BWD_BC64, 64> FA_Q_CALL; }
+extern "C" __global__ void k_flash_bwd_q_d128 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_Q_CALL; }
 
 // ---------------------------------------------------------------- 8-bit Adam
 //

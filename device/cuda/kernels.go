@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"math"
 	"unsafe"
 
@@ -140,11 +141,8 @@ func (d *Device) Reduce(op device.ReduceOp, dst, src device.View) {
 	g := newRed(dst, src)
 	sfx := computeSuffix(dst, src)
 	a := new(args).red(g).op(dst).op(src).i64(int64(op))
-	if g.nred < smallReduction {
-		d.launch("k_reduce_thread"+sfx, gridFor(g.nout), a)
-		return
-	}
-	d.launch("k_reduce_block"+sfx, rowsGrid(int(g.nout)), a)
+	kernel, grid := reducePlan(g)
+	d.launch(kernel+sfx, grid, a)
 }
 
 // Gemm runs C = Alpha·op(A)·op(B) + Beta·C (+ Bias) through cuBLAS.
@@ -152,8 +150,6 @@ func (d *Device) Gemm(g device.Gemm) {
 	if g.Batch == 0 || g.M == 0 || g.N == 0 {
 		return
 	}
-	// cuBLAS's plain products add no bias: it goes into C first.
-	g = device.BiasFirst(d, g)
 	if g.Outer > 1 {
 		for o := range g.Outer {
 			d.Gemm(g.Group(o))
@@ -164,11 +160,30 @@ func (d *Device) Gemm(g device.Gemm) {
 	if err != nil {
 		panic(err)
 	}
-	op := "cublasGemmEx"
-	if bg.batch > 1 {
-		op = "cublasGemmStridedBatchedEx"
+	done := false
+	if d.cfg.biasEpilogue && epilogueBias(g) {
+		// cuBLASLt adds the bias in the product's epilogue: no pass
+		// writing it into C, C not read.
+		bg.bias = g.Bias
+		err := d.w.do(func() error { return d.blas.gemm(bg) })
+		if !errors.Is(err, cu.ErrNoEpilogue) {
+			d.must("cublasLtMatmul", err)
+			done = true
+		}
+		bg.bias = device.View{}
 	}
-	d.must(op, d.w.do(func() error { return d.blas.gemm(bg) }))
+	if !done {
+		// cuBLAS's plain products add no bias: it goes into C first.
+		if g.HasBias() {
+			g = device.BiasFirst(d, g)
+			bg.beta = g.Beta
+		}
+		op := "cublasGemmEx"
+		if bg.batch > 1 {
+			op = "cublasGemmStridedBatchedEx"
+		}
+		d.must(op, d.w.do(func() error { return d.blas.gemm(bg) }))
+	}
 	if g.Triangle == device.LowerC {
 		// cuBLAS computes all of C; LowerC promises zeros above the
 		// diagonal. (LowerA and UpperA are computed in full: the zeros
@@ -218,7 +233,7 @@ func (d *Device) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma d
 	if dgamma.Buf.Block == nil && dbeta.Buf.Block == nil {
 		return
 	}
-	d.launch("k_layernorm_bwd_param"+sfx, gridFor(int64(n)), new(args).i64(int64(rows)).i64(int64(n)).op(dgamma).op(dbeta).op(dy).op(x).op(mean).op(rstd))
+	d.launch("k_layernorm_bwd_param"+sfx, colsGrid(int64(n)), new(args).i64(int64(rows)).i64(int64(n)).op(dgamma).op(dbeta).op(dy).op(x).op(mean).op(rstd))
 }
 
 // checkIndex panics with a *device.IndexError when an index of idx lies

@@ -3,8 +3,15 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sync"
+
+	"github.com/memfit/memfit/internal/atomicfile"
 
 	"github.com/memfit/memfit/device/cuda/internal/cu"
 	"github.com/memfit/memfit/device/cuda/internal/nvrtc"
@@ -18,13 +25,27 @@ var ptxCache struct {
 }
 
 // compilePTX compiles the kernel source with NVRTC for compute capability
-// major.minor.
+// major.minor. On a GPU the PTX is also kept on disk (ptxFile), so that the
+// next process skips NVRTC's seconds of compiling.
 func compilePTX(major, minor int) (string, error) {
 	key := fmt.Sprintf("%d.%d", major, minor)
 	ptxCache.Lock()
 	defer ptxCache.Unlock()
 	if ptx, ok := ptxCache.byArch[key]; ok {
 		return ptx, nil
+	}
+	file := ""
+	if !Emulated { // the emulator keeps its own images (internal/cu)
+		file = ptxFile(source(), nvrtcOptions(major, minor))
+	}
+	if file != "" {
+		if b, err := os.ReadFile(file); err == nil && len(b) > 0 {
+			if ptxCache.byArch == nil {
+				ptxCache.byArch = make(map[string]string)
+			}
+			ptxCache.byArch[key] = string(b)
+			return string(b), nil
+		}
 	}
 	prog, err := nvrtc.CreateProgram(source(), "kernels.cu")
 	if err != nil {
@@ -43,7 +64,34 @@ func compilePTX(major, minor int) (string, error) {
 		ptxCache.byArch = make(map[string]string)
 	}
 	ptxCache.byArch[key] = ptx
+	if file != "" {
+		// A cache that cannot be written costs the next process a
+		// compile, nothing else.
+		_ = atomicfile.Write(file, func(w io.Writer) error { _, err := io.WriteString(w, ptx); return err })
+	}
 	return ptx, nil
+}
+
+// ptxFile is where the PTX of src compiled with opts is kept:
+// $MEMFIT_CUDA_CACHE, else memfit/ptx in the user's cache directory, named
+// by a hash of both; "" where there is no such directory.
+func ptxFile(src string, opts []string) string {
+	dir := os.Getenv("MEMFIT_CUDA_CACHE")
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(base, "memfit", "ptx")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return ""
+	}
+	h := sha256.New()
+	for _, s := range append([]string{src}, opts...) {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	return filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:24]+".ptx")
 }
 
 // loadKernels compiles and loads the module and looks up every entry point.

@@ -17,23 +17,24 @@ var mutants = []struct {
 	name     string
 	old, new string
 	want     string // in the failing suite's output
+	run      string // the tests that must fail (default: the conformance suite)
 }{
 	{
 		name: "softmax writes one element past each row",
-		old:  "for (i64 i = threadIdx.x; i < n; i += blockDim.x)\n                st<T>(dst, base + i, (T)((double)xexp(",
-		new:  "for (i64 i = threadIdx.x; i <= n; i += blockDim.x)\n                st<T>(dst, base + i, (T)((double)xexp(",
+		old:  "for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, xexp(",
+		new:  "for (i64 i = threadIdx.x; i <= n; i += blockDim.x) st<T>(dst, base + i, xexp(",
 		want: "CUDA_ERROR_ILLEGAL_ADDRESS",
 	},
 	{
 		name: "block_reduce reads shared memory without the barrier after the writes",
-		old:  "    sh[threadIdx.x] = v;\n    __syncthreads();\n",
-		new:  "    sh[threadIdx.x] = v;\n",
+		old:  "    if (lane == 0) sh[w] = v;\n    __syncthreads();\n",
+		new:  "    if (lane == 0) sh[w] = v;\n",
 		want: "--- FAIL",
 	},
 	{
 		name: "block_reduce shuffles from the wrong lane",
-		old:  "__shfl_down_sync(0xffffffffu, w, off)",
-		new:  "__shfl_down_sync(0xffffffffu, w, off + 1)",
+		old:  "v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, off));",
+		new:  "v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, off ^ 1));",
 		want: "--- FAIL",
 	},
 	{
@@ -47,6 +48,50 @@ var mutants = []struct {
 		old:  "q8_unsigned(__fmul_rn(vw[k], kv))",
 		new:  "q8_unsigned(__fmul_rn(vw[k], km))",
 		want: "--- FAIL",
+	},
+	{
+		name: "tiled attention forgets to rescale a row's sum when its maximum grows",
+		old:  "                lrow[a] = lrow[a] * alpha + half_sum(sum);\n                mrow[a] = mn;\n                for (int c = 0; c < DK; c++)",
+		new:  "                lrow[a] = lrow[a] + half_sum(sum);\n                mrow[a] = mn;\n                for (int c = 0; c < DK; c++)",
+		want: "--- FAIL",
+	},
+	{
+		name: "tiled attention loads the values while threads still read the keys",
+		old:  "            __syncthreads();  // Ps is written; every thread is done reading the keys\n",
+		new:  "",
+		want: "--- FAIL",
+	},
+	{
+		name: "tiled attention lets a query see itself no more (the diagonal masked)",
+		old:  "s[a][c] = (i < Tn && j <= i && j >= start[a])",
+		new:  "s[a][c] = (i < Tn && j < i && j >= start[a])",
+		want: "--- FAIL",
+	},
+	{
+		name: "k_flash_bwd_kv leaves the scale out of dk",
+		old:  "st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), scale * gk[a][e]);",
+		new:  "st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), gk[a][e]);",
+		want: "--- FAIL",
+	},
+	{
+		name: "k_flash_bwd_q reads a key tile before it is loaded",
+		old:  "            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            __syncthreads();\n            float s[RM][CM], dp[RM][CM];\n            for (int a = 0; a < RM; a++)\n                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;\n            for (i64 d = 0; d < D; d++) {\n                float qa[RM], ga[RM], kc[CM], vc[CM];\n                for (int a = 0; a < RM; a++) {\n                    qa[a] = Qs[tr * RM + a][d];\n                    ga[a] = dOs[tr * RM + a][d];\n                }\n                for (int c = 0; c < CM; c++) {\n                    kc[c] = Ks[tc + 16 * c][d];\n                    vc[c] = Vs[tc + 16 * c][d];\n                }\n                for (int a = 0; a < RM; a++)\n                    for (int c = 0; c < CM; c++) {\n                        s[a][c] += qa[a] * kc[c];\n                        dp[a][c] += ga[a] * vc[c];\n                    }\n            }\n            for (int a = 0; a < RM; a++) {\n                const int r = tr * RM + a;\n                const i64 i = i0 + r;\n                for (int c = 0; c < CM; c++) {\n                    const i64 j = j0 + tc + 16 * c;\n                    float ds = 0;",
+		new:  "            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            float s[RM][CM], dp[RM][CM];\n            for (int a = 0; a < RM; a++)\n                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;\n            for (i64 d = 0; d < D; d++) {\n                float qa[RM], ga[RM], kc[CM], vc[CM];\n                for (int a = 0; a < RM; a++) {\n                    qa[a] = Qs[tr * RM + a][d];\n                    ga[a] = dOs[tr * RM + a][d];\n                }\n                for (int c = 0; c < CM; c++) {\n                    kc[c] = Ks[tc + 16 * c][d];\n                    vc[c] = Vs[tc + 16 * c][d];\n                }\n                for (int a = 0; a < RM; a++)\n                    for (int c = 0; c < CM; c++) {\n                        s[a][c] += qa[a] * kc[c];\n                        dp[a][c] += ga[a] * vc[c];\n                    }\n            }\n            for (int a = 0; a < RM; a++) {\n                const int r = tr * RM + a;\n                const i64 i = i0 + r;\n                for (int c = 0; c < CM; c++) {\n                    const i64 j = j0 + tc + 16 * c;\n                    float ds = 0;",
+		want: "--- FAIL",
+	},
+	{
+		name: "k_reduce_cols combines the warps' partial results before they are all written",
+		old:  "        sh[threadIdx.x] = acc;\n        __syncthreads();\n",
+		new:  "        sh[threadIdx.x] = acc;\n",
+		want: "--- FAIL",
+		run:  "^TestReducePaths$",
+	},
+	{
+		name: "k_layernorm_bwd_param leaves out the last warp's rows",
+		old:  "for (int k = 1; k < nw; k++) {\n                dg += shg[k * COLS + lane];",
+		new:  "for (int k = 1; k < nw - 1; k++) {\n                dg += shg[k * COLS + lane];",
+		want: "--- FAIL",
+		run:  "^TestLayerNormBackwardParams$",
 	},
 	{
 		name: "the grid-stride loop runs one index too far",
@@ -84,7 +129,11 @@ func TestMutantsFail(t *testing.T) {
 			if n := strings.Count(kernelsCU, m.old); n != 1 {
 				t.Fatalf("kernels.cu holds the mutated text %d times, want once: update the mutant", n)
 			}
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestConformance$", "-test.count", "1")
+			run := m.run
+			if run == "" {
+				run = "^TestConformance$"
+			}
+			cmd := exec.Command(os.Args[0], "-test.run", run, "-test.count", "1")
 			cmd.Env = append(os.Environ(), mutantEnv+"="+m.name, "MEMFIT_CUDAEMU_CACHE="+t.TempDir())
 			out, err := cmd.CombinedOutput()
 			if err == nil {
@@ -110,7 +159,7 @@ func tail(out []byte) string {
 // comparison of the suite.
 func firstFailure(out []byte) string {
 	lines := strings.Split(string(out), "\n")
-	for _, prefix := range []string{"panic:", "devicetest.go:"} {
+	for _, prefix := range []string{"panic:", "devicetest.go:", "reduce_test.go:", "flash_test.go:"} {
 		for _, l := range lines {
 			if l = strings.TrimSpace(l); strings.HasPrefix(l, prefix) {
 				return l

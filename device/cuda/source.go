@@ -25,10 +25,12 @@ func prelude() string {
 	def("MAXD", maxDims)
 	def("MAXOPS", maxOps)
 	def("BLOCK", block)
+	def("COLS", reduceCols)
 	def("ATT_BLOCK", device.AttentionBlock)
 	def("Q8_BLOCK", device.Quant8Block)
 	def("QUANT_BLOCK", device.QuantBlock)
 	def("NF4_NESTED", device.NF4NestedBlock)
+	b.WriteString(flashDefines())
 	for _, d := range []device.DType{device.F32, device.F64, device.F16, device.BF16, device.I32, device.I64, device.U8} {
 		def("DT_"+strings.ToUpper(d.String()), int(d))
 	}
@@ -74,7 +76,7 @@ func computeSuffix(views ...device.View) string {
 // entry points are these names with sfx32 or sfx64.
 var typedKernels = []string{
 	"k_fill", "k_convert", "k_unary", "k_unary_bwd", "k_binary", "k_masked_fill",
-	"k_causal_fill", "k_dropout", "k_reduce_block", "k_reduce_thread",
+	"k_causal_fill", "k_dropout", "k_reduce_block", "k_reduce_thread", "k_reduce_cols",
 	"k_softmax", "k_softmax_bwd", "k_layernorm", "k_layernorm_bwd_dx", "k_layernorm_bwd_param",
 	"k_scatter_add", "k_im2col", "k_col2im", "k_pool", "k_pool_bwd",
 	"k_xent", "k_xent_bwd", "k_attention", "k_attention_bwd",
@@ -84,6 +86,7 @@ var typedKernels = []string{
 var plainKernels = []string{
 	"k_copy1", "k_copy2", "k_copy4", "k_copy8", "k_gather", "k_random", "k_all_finite", "k_check_index",
 	"k_adam", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant",
+	"k_flash_fwd_d64", "k_flash_fwd_d128", "k_flash_bwd_kv_d64", "k_flash_bwd_kv_d128", "k_flash_bwd_q_d64", "k_flash_bwd_q_d128",
 }
 
 // kernelNames lists every extern "C" entry point kernels.cu must define.

@@ -49,3 +49,12 @@ func (b *PinnedBuffer) Wait() error { return nil }
 
 // Close does nothing.
 func (b *PinnedBuffer) Close() error { return nil }
+
+// CountsLaunches is false: nothing runs in this build.
+func (d *Device) CountsLaunches() bool { return false }
+
+// ResetLaunchCounts does nothing.
+func (d *Device) ResetLaunchCounts() {}
+
+// LaunchCounts is empty.
+func (d *Device) LaunchCounts() LaunchCounts { return LaunchCounts{} }

@@ -11,7 +11,11 @@ type ComputeType int
 // Gemm is one cublasGemmEx call (Batch == 1) or one
 // cublasGemmStridedBatchedEx call, in cuBLAS's column-major terms: C =
 // Alpha·op(A)·op(B) + Beta·C, each operand at a device address with its
-// type, leading dimension and batch stride.
+// type, leading dimension and batch stride. With Bias (M elements of
+// CType, added to every column of every C before the one rounding to
+// CType; Beta 0) it is one cublasLtMatmul with the bias epilogue instead;
+// where cuBLASLt refuses it, Gemm returns ErrNoEpilogue having queued
+// nothing.
 type Gemm struct {
 	TransA, TransB bool
 	M, N, K        int
@@ -25,7 +29,17 @@ type Gemm struct {
 	StrideC        int64
 	Batch          int
 	Compute        ComputeType
+	Bias           DevicePtr // 0: none
 }
+
+// ErrNoEpilogue is Gemm's error when cuBLASLt refuses a product with a
+// bias (no algorithm for its types, shapes or pointers' alignment), having
+// queued nothing: the caller adds the bias another way.
+var ErrNoEpilogue = errorString("cuBLASLt has no algorithm for this product with a bias epilogue")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
 
 // BlasStatus is a cublasStatus_t other than success.
 type BlasStatus int
@@ -64,4 +78,36 @@ func itoa(v int) string {
 		return string(rune('0' + v))
 	}
 	return itoa(v/10) + string(rune('0'+v%10))
+}
+
+// KernelCount is what the emulator counted of one kernel's launches.
+// Bytes are distinct 32-byte sectors of device memory per launch, summed
+// over the launches (see Counting).
+type KernelCount struct {
+	Name                  string
+	Launches, Blocks      int64
+	ReadBytes, WriteBytes int64
+	Accesses              int64 // global-memory loads and stores, each counted
+}
+
+// GemmCount is what the emulator counted of the GEMMs of one combination
+// of operand and compute types.
+type GemmCount struct {
+	AType, BType, CType   DataType
+	Compute               ComputeType
+	Calls, FMAs           int64
+	ReadBytes, WriteBytes int64
+}
+
+// CopyCount is the calls and bytes of one kind of copy.
+type CopyCount struct {
+	Kind         string // "HtoD", "DtoH", "DtoD", "memset"
+	Calls, Bytes int64
+}
+
+// Counts is what the emulator counted since CountLaunches.
+type Counts struct {
+	Kernels []KernelCount
+	Gemms   []GemmCount
+	Copies  []CopyCount
 }

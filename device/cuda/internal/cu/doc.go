@@ -3,8 +3,9 @@
 // memory calls gorgonia lacks.
 //
 // With the build tag cuda they are gorgonia.org/cu itself (type aliases and
-// function values) and cgo against libcuda and libcublas. With the build
-// tag cudaemu they are served by a CPU emulator of CUDA's execution model
+// function values) and cgo against libcuda, libcublas and libcublasLt. With
+// the build tag cudaemu they are served by a CPU emulator of CUDA's
+// execution model
 // (emu.c, kernel.h): device memory is host memory with guard pages and a
 // registry of live allocations, streams and events complete synchronously,
 // kernels.cu is compiled for the host by g++ where NVRTC would compile it,

@@ -37,6 +37,9 @@ const char* memfit_emu_message(void) { return emu_msg; }
 typedef struct {
     uintptr_t p;
     size_t n;
+    // A segment's sectors read and written by the launch being counted
+    // (one bit per 32 bytes; made at the first counted access).
+    uint64_t *rbits, *wbits;
 } extent;
 
 typedef struct {
@@ -76,6 +79,7 @@ static int insert(extents* s, uintptr_t p, size_t n) {
     memmove(&s->v[at + 1], &s->v[at], (size_t)(s->len - at) * sizeof(extent));
     s->v[at].p = p;
     s->v[at].n = n;
+    s->v[at].rbits = s->v[at].wbits = NULL;
     s->len++;
     return 0;
 }
@@ -84,8 +88,11 @@ static int insert(extents* s, uintptr_t p, size_t n) {
 // is most often in it. Emptied whenever an extent goes.
 static extent last_block;
 
+static void forget_segment(void);
+
 static int remove_at(extents* s, uintptr_t p) {
     last_block.n = 0;
+    forget_segment();
     int below;
     find(s, p, 0, &below);
     if (below < 0 || s->v[below].p != p) return -1;
@@ -137,6 +144,8 @@ int memfit_emu_mem_free(uint64_t p) {
         for (int i = blocks.len - 1; i >= 0; i--) {
             if (blocks.v[i].p >= (uintptr_t)p && blocks.v[i].p < (uintptr_t)p + n) remove_at(&blocks, blocks.v[i].p);
         }
+        free(segments.v[below].rbits);
+        free(segments.v[below].wbits);
         remove_at(&segments, (uintptr_t)p);
         munmap((char*)(uintptr_t)p - pg, body + 2 * pg);
         used_bytes -= n;
@@ -207,11 +216,109 @@ static int check_range(const char* what, uintptr_t p, size_t n, int need_block) 
     return 0;
 }
 
+// ---------------------------------------------------------------- counting
+//
+// With counting on (memfit_emu_count), every launch records the distinct
+// 32-byte sectors of device memory its threads read and write (a GPU
+// moves global memory in such sectors), every GEMM the sectors of its
+// operands, and every copy its bytes. Distinct per launch: what a kernel
+// reads twice counts once, as if every cache held it, so the figures are
+// the traffic a launch cannot avoid, the lower bound of its DRAM traffic.
+
+#define SECTOR 32
+
+static int counting;
+static uint64_t cnt_read, cnt_written, cnt_accesses;  // of the launch or GEMM being counted
+
+// dirty lists the bitmap words set since the last flush, to clear them.
+static uint64_t** dirty;
+static size_t ndirty, capdirty;
+
+// seg is the segment of the last counted access.
+static struct {
+    uintptr_t p;
+    size_t n;
+    uint64_t *r, *w;
+} seg;
+
+static void forget_segment(void) { seg.n = 0; }
+
+static void mark(uint64_t* bits, size_t sector, uint64_t* count) {
+    uint64_t* w = &bits[sector / 64];
+    uint64_t m = 1ull << (sector % 64);
+    if (*w & m) return;
+    if (*w == 0) {
+        if (ndirty == capdirty) {
+            size_t c = capdirty ? 2 * capdirty : 1024;
+            uint64_t** d = realloc(dirty, c * sizeof *d);
+            if (!d) return;
+            dirty = d;
+            capdirty = c;
+        }
+        dirty[ndirty++] = w;
+    }
+    *w |= m;
+    (*count)++;
+}
+
+// count_range records an access to [a, a+n) of device memory.
+static void count_range(uintptr_t a, size_t n, int rw) {
+    if (n == 0) return;
+    if (!(a >= seg.p && a + n <= seg.p + seg.n)) {
+        int i = find(&segments, a, n, NULL);
+        if (i < 0) return;
+        extent* e = &segments.v[i];
+        if (!e->rbits) {
+            size_t words = (e->n + SECTOR * 64 - 1) / (SECTOR * 64);
+            e->rbits = calloc(words, sizeof(uint64_t));
+            e->wbits = calloc(words, sizeof(uint64_t));
+            if (!e->rbits || !e->wbits) {
+                free(e->rbits);
+                free(e->wbits);
+                e->rbits = e->wbits = NULL;
+                return;
+            }
+        }
+        seg.p = e->p;
+        seg.n = e->n;
+        seg.r = e->rbits;
+        seg.w = e->wbits;
+    }
+    size_t first = (a - seg.p) / SECTOR, last = (a + n - 1 - seg.p) / SECTOR;
+    for (size_t s = first; s <= last; s++) {
+        if (rw & MEMFIT_READ) mark(seg.r, s, &cnt_read);
+        if (rw & MEMFIT_WRITE) mark(seg.w, s, &cnt_written);
+    }
+}
+
+// flush ends a counted launch or GEMM: the sectors it touched become
+// untouched for the next.
+static void flush(uint64_t* read, uint64_t* written, uint64_t* accesses) {
+    for (size_t i = 0; i < ndirty; i++) *dirty[i] = 0;
+    ndirty = 0;
+    *read += cnt_read * SECTOR;
+    *written += cnt_written * SECTOR;
+    *accesses += cnt_accesses;
+    cnt_read = cnt_written = cnt_accesses = 0;
+}
+
+// copies: host to device, device to host, device to device, memset.
+static uint64_t copy_calls[4], copy_bytes[4];
+
+static void count_copy(int kind, uint64_t n) {
+    if (!counting) return;
+    copy_calls[kind]++;
+    copy_bytes[kind] += n;
+}
+
 int memfit_emu_memcpy(uint64_t dst, uint64_t src, uint64_t n, int dst_dev, int src_dev) {
     pthread_mutex_lock(&emu_mu);
     int ok = (!dst_dev || check_range("cuMemcpy destination", (uintptr_t)dst, n, 0)) &&
              (!src_dev || check_range("cuMemcpy source", (uintptr_t)src, n, 0));
-    if (ok) memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
+    if (ok) {
+        memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
+        count_copy(dst_dev && src_dev ? 2 : dst_dev ? 0 : src_dev ? 1 : 2, n);
+    }
     pthread_mutex_unlock(&emu_mu);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -222,6 +329,7 @@ int memfit_emu_memset32(uint64_t dst, uint32_t v, uint64_t count) {
     if (ok) {
         uint32_t* p = (uint32_t*)(uintptr_t)dst;
         for (uint64_t i = 0; i < count; i++) p[i] = v;
+        count_copy(3, 4 * count);
     }
     pthread_mutex_unlock(&emu_mu);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -502,8 +610,12 @@ static unsigned emu_vote(int kind, unsigned mask, int pred) {
 }
 
 
-static void emu_check(const void* p, unsigned long n, int line) {
+static void emu_check(const void* p, unsigned long n, int line, int rw) {
     uintptr_t a = (uintptr_t)p;
+    if (counting) {
+        cnt_accesses++;
+        count_range(a, n, rw);
+    }
     if (a >= last_block.p && a + n <= last_block.p + last_block.n) return;
     int i = find(&blocks, a, n, NULL);
     if (i >= 0) {
@@ -566,7 +678,13 @@ typedef struct {
     module* m;
     void (*entry)(void**);
     char name[128];
+    // counted: launches, blocks, bytes read and written, accesses
+    uint64_t launches, nblocks, read, written, accesses;
 } function;
+
+// functions lists every function handed out, for the counts.
+static function** functions;
+static int nfunctions, capfunctions;
 
 int memfit_emu_function(uint64_t h, const char* name, uint64_t* out) {
     module* m = (module*)(uintptr_t)h;
@@ -581,6 +699,21 @@ int memfit_emu_function(uint64_t h, const char* name, uint64_t* out) {
     f->m = m;
     f->entry = (void (*)(void**))e;
     snprintf(f->name, sizeof f->name, "%s", name);
+    pthread_mutex_lock(&emu_mu);
+    if (nfunctions == capfunctions) {
+        int c = capfunctions ? 2 * capfunctions : 256;
+        function** v = realloc(functions, (size_t)c * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&emu_mu);
+            free(f);
+            snprintf(emu_msg, sizeof emu_msg, "no memory for the function table");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        functions = v;
+        capfunctions = c;
+    }
+    functions[nfunctions++] = f;
+    pthread_mutex_unlock(&emu_mu);
     *out = (uint64_t)(uintptr_t)f;
     return CUDA_SUCCESS;
 }
@@ -689,6 +822,11 @@ int memfit_emu_launch(uint64_t fh, unsigned gx, unsigned gy, unsigned gz, unsign
             }
     B.cur = NULL;
     B.cur_thread = NULL;
+    if (counting) {
+        fn->launches++;
+        fn->nblocks += (uint64_t)gx * gy * gz;
+        flush(&fn->read, &fn->written, &fn->accesses);
+    }
     pthread_mutex_unlock(&emu_mu);
     return ok ? CUDA_SUCCESS : B.failed;
 }
@@ -698,7 +836,9 @@ int memfit_emu_launch(uint64_t fh, unsigned gx, unsigned gy, unsigned gz, unsign
 // cublasGemmEx and its strided batch, by definition: column-major
 // operands, C = alpha·op(A)·op(B) + beta·C, products summed in k order in
 // the compute type (float for the 32F types, with inputs rounded to TF32
-// for the fast TF32 one; double for 64F), C not read when beta is 0.
+// for the fast TF32 one; double for 64F), C not read when beta is 0. With
+// a bias, cublasLtMatmul's bias epilogue: bias[i] added to row i of every
+// column in the compute type, then one rounding to C's type.
 
 static float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -797,9 +937,49 @@ static int operand_ok(const char* name, uintptr_t p, int t, int rows, int cols, 
     return check_range(what, p, (size_t)(last + 1) * (size_t)type_size(t), 1);
 }
 
+// GEMMs are counted per combination of types: calls, multiply-adds,
+// bytes read and written (distinct sectors of each call's operands).
+#define GEMM_KINDS 32
+static struct {
+    int atype, btype, ctype, compute;
+    uint64_t calls, fmas, read, written, accesses;
+} gemm_kinds[GEMM_KINDS];
+static int ngemm_kinds;
+
+// count_operand records the columns a GEMM reads or writes of one operand
+// (rows×cols column-major, leading dimension ld, batch stride).
+static void count_operand(uintptr_t p, int t, int rows, int cols, int ld, int64_t stride, int batch, int rw) {
+    size_t sz = (size_t)type_size(t);
+    for (int64_t b = 0; b < (stride == 0 ? 1 : batch); b++)
+        for (int64_t j = 0; j < cols; j++) count_range(p + (uintptr_t)((b * stride + j * ld) * (int64_t)sz), (size_t)rows * sz, rw);
+}
+
+static void count_gemm(int transA, int transB, int m, int n, int k, uint64_t a, int atype, int lda, int64_t strideA,
+                       uint64_t b, int btype, int ldb, int64_t strideB, double beta, uint64_t c, int ctype, int ldc,
+                       int64_t strideC, int batch, int compute) {
+    int i = 0;
+    while (i < ngemm_kinds && !(gemm_kinds[i].atype == atype && gemm_kinds[i].btype == btype &&
+                                gemm_kinds[i].ctype == ctype && gemm_kinds[i].compute == compute))
+        i++;
+    if (i == GEMM_KINDS) return;
+    if (i == ngemm_kinds) {
+        ngemm_kinds++;
+        gemm_kinds[i].atype = atype;
+        gemm_kinds[i].btype = btype;
+        gemm_kinds[i].ctype = ctype;
+        gemm_kinds[i].compute = compute;
+    }
+    count_operand((uintptr_t)a, atype, transA ? k : m, transA ? m : k, lda, strideA, batch, MEMFIT_READ);
+    count_operand((uintptr_t)b, btype, transB ? n : k, transB ? k : n, ldb, strideB, batch, MEMFIT_READ);
+    count_operand((uintptr_t)c, ctype, m, n, ldc, strideC, batch, beta != 0 ? MEMFIT_READ | MEMFIT_WRITE : MEMFIT_WRITE);
+    gemm_kinds[i].calls++;
+    gemm_kinds[i].fmas += (uint64_t)m * (uint64_t)n * (uint64_t)k * (uint64_t)batch;
+    flush(&gemm_kinds[i].read, &gemm_kinds[i].written, &gemm_kinds[i].accesses);
+}
+
 int memfit_emu_gemm(int transA, int transB, int m, int n, int k, double alpha, uint64_t a, int atype, int lda,
                     int64_t strideA, uint64_t b, int btype, int ldb, int64_t strideB, double beta, uint64_t c,
-                    int ctype, int ldc, int64_t strideC, int batch, int compute) {
+                    int ctype, int ldc, int64_t strideC, int batch, int compute, uint64_t bias) {
     if (m < 0 || n < 0 || k < 0 || batch < 1 || !type_size(atype) || !type_size(btype) || !type_size(ctype))
         return EMU_BLAS_INVALID_VALUE;
     if (lda < (transA ? (k > 1 ? k : 1) : (m > 1 ? m : 1)) || ldb < (transB ? (n > 1 ? n : 1) : (k > 1 ? k : 1)) ||
@@ -807,10 +987,13 @@ int memfit_emu_gemm(int transA, int transB, int m, int n, int k, double alpha, u
         return EMU_BLAS_INVALID_VALUE;
     if (compute != EMU_COMPUTE_32F && compute != EMU_COMPUTE_64F && compute != EMU_COMPUTE_32F_FAST_TF32)
         return EMU_BLAS_NOT_SUPPORTED;
+    // The bias epilogue: a vector of m elements of C's type, with beta 0.
+    if (bias && beta != 0) return EMU_BLAS_INVALID_VALUE;
     pthread_mutex_lock(&emu_mu);
     int ok = operand_ok("A", (uintptr_t)a, atype, transA ? k : m, transA ? m : k, lda, strideA, batch) &&
              operand_ok("B", (uintptr_t)b, btype, transB ? n : k, transB ? k : n, ldb, strideB, batch) &&
-             operand_ok("C", (uintptr_t)c, ctype, m, n, ldc, strideC, batch);
+             operand_ok("C", (uintptr_t)c, ctype, m, n, ldc, strideC, batch) &&
+             (!bias || operand_ok("bias", (uintptr_t)bias, ctype, m, 1, m, 0, 1));
     if (ok) {
         for (int64_t bi = 0; bi < batch; bi++) {
             uintptr_t A = (uintptr_t)a + (uintptr_t)(bi * strideA * type_size(atype));
@@ -831,15 +1014,87 @@ int memfit_emu_gemm(int transA, int transB, int m, int n, int k, double alpha, u
                     if (compute == EMU_COMPUTE_64F) {
                         double v = alpha * acc;
                         if (beta != 0) v += beta * load(C, ctype, ci);
+                        if (bias) v += load((uintptr_t)bias, ctype, i);
                         store(C, ctype, ci, v);
                     } else {
                         float v = (float)alpha * accf;
                         if (beta != 0) v += (float)beta * (float)load(C, ctype, ci);
+                        if (bias) v += (float)load((uintptr_t)bias, ctype, i);
                         store(C, ctype, ci, v);
                     }
                 }
         }
+        if (counting) {
+            if (bias) count_range((uintptr_t)bias, (size_t)m * (size_t)type_size(ctype), MEMFIT_READ);
+            count_gemm(transA, transB, m, n, k, a, atype, lda, strideA, b, btype, ldb, strideB, beta, c, ctype, ldc,
+                       strideC, batch, compute);
+        }
     }
     pthread_mutex_unlock(&emu_mu);
     return ok ? EMU_BLAS_SUCCESS : EMU_BLAS_EXECUTION_FAILED;
+}
+
+// ---------------------------------------------------------------- counts
+
+// memfit_emu_count turns counting on or off, forgetting what was counted.
+void memfit_emu_count(int on) {
+    pthread_mutex_lock(&emu_mu);
+    counting = on;
+    for (int i = 0; i < nfunctions; i++) {
+        function* f = functions[i];
+        f->launches = f->nblocks = f->read = f->written = f->accesses = 0;
+    }
+    ngemm_kinds = 0;
+    memset(gemm_kinds, 0, sizeof gemm_kinds);
+    memset(copy_calls, 0, sizeof copy_calls);
+    memset(copy_bytes, 0, sizeof copy_bytes);
+    pthread_mutex_unlock(&emu_mu);
+}
+
+// memfit_emu_kernel_count gives function i's name and counts (launches,
+// blocks, bytes read, bytes written, accesses); 0 past the last.
+int memfit_emu_kernel_count(int i, const char** name, uint64_t* out) {
+    pthread_mutex_lock(&emu_mu);
+    int ok = i >= 0 && i < nfunctions;
+    if (ok) {
+        function* f = functions[i];
+        *name = f->name;
+        out[0] = f->launches;
+        out[1] = f->nblocks;
+        out[2] = f->read;
+        out[3] = f->written;
+        out[4] = f->accesses;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    return ok;
+}
+
+// memfit_emu_gemm_count gives GEMM kind i: types (a, b, c, compute), then
+// calls, multiply-adds, bytes read, bytes written; 0 past the last.
+int memfit_emu_gemm_count(int i, int* types, uint64_t* out) {
+    pthread_mutex_lock(&emu_mu);
+    int ok = i >= 0 && i < ngemm_kinds;
+    if (ok) {
+        types[0] = gemm_kinds[i].atype;
+        types[1] = gemm_kinds[i].btype;
+        types[2] = gemm_kinds[i].ctype;
+        types[3] = gemm_kinds[i].compute;
+        out[0] = gemm_kinds[i].calls;
+        out[1] = gemm_kinds[i].fmas;
+        out[2] = gemm_kinds[i].read;
+        out[3] = gemm_kinds[i].written;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    return ok;
+}
+
+// memfit_emu_copy_count gives the calls and bytes of copy kind i (host to
+// device, device to host, device to device, memset); 0 past the last.
+int memfit_emu_copy_count(int i, uint64_t* calls, uint64_t* bytes) {
+    if (i < 0 || i >= 4) return 0;
+    pthread_mutex_lock(&emu_mu);
+    *calls = copy_calls[i];
+    *bytes = copy_bytes[i];
+    pthread_mutex_unlock(&emu_mu);
+    return 1;
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -328,7 +329,8 @@ func (b *Blas) Close() error {
 }
 
 // Gemm computes g by definition (emu.c), checking that every element of
-// every operand lies in one live allocation.
+// every operand lies in one live allocation. A bias is added as
+// cuBLASLt's epilogue adds it: in the compute type, before C's rounding.
 func (b *Blas) Gemm(g Gemm) error {
 	if !b.open {
 		return BlasStatus(1)
@@ -339,7 +341,7 @@ func (b *Blas) Gemm(g Gemm) error {
 		C.double(g.Alpha), C.uint64_t(g.A), C.int(g.AType), C.int(g.Lda), C.int64_t(g.StrideA),
 		C.uint64_t(g.B), C.int(g.BType), C.int(g.Ldb), C.int64_t(g.StrideB),
 		C.double(g.Beta), C.uint64_t(g.C), C.int(g.CType), C.int(g.Ldc), C.int64_t(g.StrideC),
-		C.int(g.Batch), C.int(g.Compute))
+		C.int(g.Batch), C.int(g.Compute), C.uint64_t(g.Bias))
 	if st != 0 {
 		return fmt.Errorf("%w [CUDA emulator]: %s", BlasStatus(st), C.GoString(C.memfit_emu_message()))
 	}
@@ -365,4 +367,56 @@ func HostFree(p unsafe.Pointer) error {
 	}
 	C.free(p)
 	return nil
+}
+
+// Counting reports whether this build counts launches: the emulator does.
+const Counting = true
+
+// CountLaunches turns the counting of launches, GEMMs and copies on or
+// off and forgets what was counted. While it is on, every launch records
+// the distinct 32-byte sectors its threads read and write (a GPU moves
+// global memory in such sectors; what a launch touches twice counts once,
+// so the bytes are the traffic it cannot avoid, a lower bound of its DRAM
+// traffic), every GEMM the sectors of its operands (C read only with a
+// non-zero beta), every copy its bytes.
+func CountLaunches(on bool) { C.memfit_emu_count(cbool(on)) }
+
+// LaunchCounts returns what was counted since CountLaunches, kernels
+// that were not launched left out.
+func LaunchCounts() Counts {
+	var c Counts
+	var out [5]C.uint64_t
+	for i := 0; ; i++ {
+		var name *C.char
+		if C.memfit_emu_kernel_count(C.int(i), &name, &out[0]) == 0 {
+			break
+		}
+		if out[0] == 0 {
+			continue
+		}
+		// One kernel looked up more than once (or in two modules) is one
+		// row.
+		k := KernelCount{Name: C.GoString(name), Launches: int64(out[0]), Blocks: int64(out[1]),
+			ReadBytes: int64(out[2]), WriteBytes: int64(out[3]), Accesses: int64(out[4])}
+		if j := slices.IndexFunc(c.Kernels, func(x KernelCount) bool { return x.Name == k.Name }); j >= 0 {
+			x := &c.Kernels[j]
+			x.Launches, x.Blocks, x.ReadBytes, x.WriteBytes, x.Accesses = x.Launches+k.Launches, x.Blocks+k.Blocks,
+				x.ReadBytes+k.ReadBytes, x.WriteBytes+k.WriteBytes, x.Accesses+k.Accesses
+			continue
+		}
+		c.Kernels = append(c.Kernels, k)
+	}
+	var types [4]C.int
+	for i := 0; C.memfit_emu_gemm_count(C.int(i), &types[0], &out[0]) != 0; i++ {
+		c.Gemms = append(c.Gemms, GemmCount{AType: DataType(types[0]), BType: DataType(types[1]), CType: DataType(types[2]),
+			Compute: ComputeType(types[3]), Calls: int64(out[0]), FMAs: int64(out[1]), ReadBytes: int64(out[2]), WriteBytes: int64(out[3])})
+	}
+	for i, kind := range []string{"HtoD", "DtoH", "DtoD", "memset"} {
+		var calls, bytes C.uint64_t
+		C.memfit_emu_copy_count(C.int(i), &calls, &bytes)
+		if calls > 0 {
+			c.Copies = append(c.Copies, CopyCount{Kind: kind, Calls: int64(calls), Bytes: int64(bytes)})
+		}
+	}
+	return c
 }

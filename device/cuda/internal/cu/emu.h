@@ -38,5 +38,9 @@ int memfit_emu_launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigne
                       void** params);
 int memfit_emu_gemm(int transA, int transB, int m, int n, int k, double alpha, uint64_t a, int atype, int lda,
                     int64_t strideA, uint64_t b, int btype, int ldb, int64_t strideB, double beta, uint64_t c,
-                    int ctype, int ldc, int64_t strideC, int batch, int compute);
+                    int ctype, int ldc, int64_t strideC, int batch, int compute, uint64_t bias);
+void memfit_emu_count(int on);
+int memfit_emu_kernel_count(int i, const char** name, uint64_t* out);
+int memfit_emu_gemm_count(int i, int* types, uint64_t* out);
+int memfit_emu_copy_count(int i, uint64_t* calls, uint64_t* bytes);
 #endif

@@ -60,6 +60,13 @@ extern "C" __global__ void k_deadlock(int* out) {
     else __syncwarp();
     GMEM(int, out, 0) = 1;
 }
+extern "C" __global__ void k_count_rw(float* out, const float* in, i64 n) {
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = GMEM(const float, in, i) + GMEM(const float, in, i);  // read twice, counted once
+        GMEM(float, out, i) = v;                                         // written
+        GMEM(float, out, n + i) += v;                                    // read and written
+    }
+}
 extern "C" __global__ void k_uninit(float* out) {
     __shared__ float sh[64];
     GMEM(float, out, threadIdx.x) = sh[threadIdx.x];
@@ -489,4 +496,135 @@ func f16ToF32(h uint16) float32 {
 		return v
 	}
 	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+}
+
+// TestLaunchCounts checks what the counts record: distinct 32-byte sectors
+// read and written per launch (a reference read twice counts once; a
+// compound assignment reads and writes), every access, launches and
+// blocks; a GEMM's operands column by column (a zero batch stride once);
+// copies' bytes.
+func TestLaunchCounts(t *testing.T) {
+	m := loadTestKernels(t)
+	const n = 100
+	in, out := alloc(t, 4*n), alloc(t, 8*n)
+	src := make([]float32, 2*n)
+	in.write(t, unsafe.Pointer(&src[0]))
+	out.write(t, unsafe.Pointer(&src[0]))
+	CountLaunches(true)
+	defer CountLaunches(false)
+	for range 2 {
+		if err := m.launch("k_count_rw", 3, 64, uint64(out.p), uint64(in.p), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &Blas{open: true}
+	a, bm, c := alloc(t, 4*12), alloc(t, 4*8), alloc(t, 4*12)
+	// 3×4 by 4×2, twice (B shared: stride 0), into two 3×2 blocks of C.
+	g := Gemm{M: 3, N: 2, K: 4, Alpha: 1, A: a.p, B: bm.p, C: c.p, AType: R32F, BType: R32F, CType: R32F,
+		Lda: 3, Ldb: 4, Ldc: 3, StrideA: 0, StrideB: 0, StrideC: 6, Batch: 2, Compute: Compute32F}
+	if err := b.Gemm(g); err != nil {
+		t.Fatal(err)
+	}
+	got := LaunchCounts()
+	var k *KernelCount
+	for i := range got.Kernels {
+		if got.Kernels[i].Name == "k_count_rw" {
+			k = &got.Kernels[i]
+		}
+	}
+	if k == nil {
+		t.Fatalf("no counts for k_count_rw: %+v", got.Kernels)
+	}
+	// Per launch: in's 400 bytes are 13 sectors; out's first 400 bytes
+	// written, the next 400 read and written: sectors 0-24 written, 12-24
+	// read (sector 12 holds the end of one range and the start of the
+	// other). Each block runs the loop over all of n: 3 blocks.
+	want := KernelCount{Name: "k_count_rw", Launches: 2, Blocks: 6, ReadBytes: 2 * (13 + 13) * 32, WriteBytes: 2 * 25 * 32, Accesses: 2 * 3 * 4 * n}
+	if *k != want {
+		t.Errorf("k_count_rw: %+v, want %+v", *k, want)
+	}
+	if len(got.Gemms) != 1 {
+		t.Fatalf("GEMM counts %+v, want one kind", got.Gemms)
+	}
+	// A (48 bytes: 2 sectors) and B (1) once each; C's two blocks of 24
+	// bytes: 48 bytes, 2 sectors, written only (beta 0).
+	wg := GemmCount{AType: R32F, BType: R32F, CType: R32F, Compute: Compute32F, Calls: 1, FMAs: 2 * 3 * 2 * 4, ReadBytes: 3 * 32, WriteBytes: 2 * 32}
+	if got.Gemms[0] != wg {
+		t.Errorf("GEMM counts %+v, want %+v", got.Gemms[0], wg)
+	}
+	if len(got.Copies) != 0 {
+		t.Errorf("copies %+v before any was made", got.Copies)
+	}
+	back := make([]float32, 2*n)
+	out.read(t, unsafe.Pointer(&back[0]))
+	if c := LaunchCounts().Copies; len(c) != 1 || c[0] != (CopyCount{Kind: "DtoH", Calls: 1, Bytes: 8 * n}) {
+		t.Errorf("copies %+v, want one DtoH of %d bytes", c, 8*n)
+	}
+	CountLaunches(true)
+	if c := LaunchCounts(); len(c.Kernels)+len(c.Gemms)+len(c.Copies) != 0 {
+		t.Errorf("after CountLaunches(true): %+v, want nothing", c)
+	}
+}
+
+// TestGemmBias checks the bias epilogue as cuBLASLt defines it: bias[i]
+// added to row i of every column of every batch in F32, after alpha·A·B,
+// then one rounding to C's type; C is not read. The reference sums in the
+// emulator's order, so the results are equal bit for bit.
+func TestGemmBias(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	b := &Blas{open: true}
+	for _, ty := range []DataType{R32F, R16BF, R16F} {
+		const m, n, k, batch = 6, 5, 9, 2
+		A := make([]float64, m*k*batch)
+		B := make([]float64, k*n)
+		bias := make([]float64, m)
+		for _, s := range [][]float64{A, B, bias} {
+			for i := range s {
+				s[i] = roundTo(ty, rng.Float64()*2-1)
+			}
+		}
+		C := make([]float64, m*n*batch)
+		for i := range C {
+			C[i] = math.NaN() // never read
+		}
+		size := int64(2)
+		if ty == R32F {
+			size = 4
+		}
+		da, db, dc, dbias := alloc(t, int64(len(A))*size), alloc(t, int64(len(B))*size), alloc(t, int64(len(C))*size), alloc(t, m*size)
+		for _, x := range []struct {
+			buf  buffer
+			vals []float64
+		}{{da, A}, {db, B}, {dc, C}, {dbias, bias}} {
+			raw := encode(ty, x.vals)
+			x.buf.write(t, unsafe.Pointer(&raw[0]))
+		}
+		g := Gemm{M: m, N: n, K: k, Alpha: 0.5, A: da.p, B: db.p, C: dc.p, AType: ty, BType: ty, CType: ty,
+			Lda: m, Ldb: k, Ldc: m, StrideA: m * k, StrideB: 0, StrideC: m * n, Batch: batch, Compute: Compute32F, Bias: dbias.p}
+		if err := b.Gemm(g); err != nil {
+			t.Fatal(err)
+		}
+		raw := make([]byte, int64(len(C))*size)
+		dc.read(t, unsafe.Pointer(&raw[0]))
+		got := decode(ty, raw)
+		for bi := range batch {
+			for j := range n {
+				for i := range m {
+					var acc float32
+					for l := range k {
+						acc += float32(float32(A[bi*m*k+i+l*m]) * float32(B[l+j*k])) // no fused multiply-add
+					}
+					want := roundTo(ty, float64(float32(float32(0.5)*acc)+float32(bias[i])))
+					if g := got[bi*m*n+i+j*m]; g != want {
+						t.Errorf("type %d: C[%d](%d,%d) = %v, want %v", ty, bi, i, j, g, want)
+					}
+				}
+			}
+		}
+		// A bias with beta is not cuBLASLt's epilogue.
+		g.Beta = 1
+		if err := b.Gemm(g); err == nil {
+			t.Errorf("type %d: a bias with beta 1 was taken", ty)
+		}
+	}
 }

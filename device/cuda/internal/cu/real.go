@@ -49,3 +49,13 @@ func Track(p DevicePtr, n int64) error { return nil }
 
 // Untrack ends what Track began.
 func Untrack(p DevicePtr) {}
+
+// Counting reports whether this build counts launches: only the emulator
+// does.
+const Counting = false
+
+// CountLaunches does nothing on a GPU.
+func CountLaunches(on bool) {}
+
+// LaunchCounts is empty on a GPU.
+func LaunchCounts() Counts { return Counts{} }

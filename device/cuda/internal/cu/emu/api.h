@@ -19,6 +19,7 @@ typedef struct {
 
 enum { MEMFIT_SHFL_IDX, MEMFIT_SHFL_UP, MEMFIT_SHFL_DOWN, MEMFIT_SHFL_XOR };
 enum { MEMFIT_VOTE_BALLOT, MEMFIT_VOTE_ALL, MEMFIT_VOTE_ANY };
+enum { MEMFIT_READ = 1, MEMFIT_WRITE = 2 };
 
 typedef struct {
     memfit_thread* const* current;  // the running thread
@@ -27,8 +28,9 @@ typedef struct {
     unsigned long long (*shfl)(int kind, unsigned mask, unsigned long long bits, int arg, int width);
     unsigned (*vote)(int kind, unsigned mask, int pred);
     // check fails the launch unless [p, p+n) lies in one live allocation;
-    // line is the source line of the access.
-    void (*check)(const void* p, unsigned long n, int line);
+    // line is the source line of the access, rw what it does (MEMFIT_READ,
+    // MEMFIT_WRITE or both), which the launch counts keep apart.
+    void (*check)(const void* p, unsigned long n, int line, int rw);
 } memfit_emu_api;
 
 #ifdef __cplusplus

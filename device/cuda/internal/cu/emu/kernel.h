@@ -50,14 +50,45 @@ extern "C" __attribute__((visibility("default"))) void memfit_emu_shared(char** 
 #define gridDim ((*memfit_api->current)->grid_dim)
 #define warpSize 32
 
-// GMEM is a checked reference to element i of global memory at p.
+// GMEM(type, p, i) is element i of global memory at p as a checked
+// reference: reading it, assigning to it, a compound assignment and taking
+// its address (for an atomic) each check the access against the live
+// allocations when they happen, saying whether it reads, writes or both,
+// so that the launch counts (memfit_emu_count) tell reads from writes. A
+// reference converts to its value wherever the value's type is wanted; a
+// template argument deduced from it is the reference's type, so kernels
+// cast (T)GMEM(…) there.
 template <class T>
-static inline T* memfit_gmem(const void* p, long long i, int line) {
-    T* a = (T*)p + i;
-    memfit_api->check((const void*)a, sizeof(T), line);
-    return a;
-}
-#define GMEM(type, p, i) (*memfit_gmem<type>((p), (long long)(i), __LINE__))
+struct memfit_ref {
+    using V = std::remove_cv_t<T>;
+    T* a;
+    int line;
+    V get(int rw) const {
+        memfit_api->check((const void*)a, sizeof(T), line, rw);
+        return *a;
+    }
+    operator V() const { return get(MEMFIT_READ); }
+    const memfit_ref& operator=(V v) const {
+        memfit_api->check((const void*)a, sizeof(T), line, MEMFIT_WRITE);
+        *a = v;
+        return *this;
+    }
+    const memfit_ref& operator=(const memfit_ref& o) const { return *this = (V)o; }
+    template <class U>
+    const memfit_ref& operator+=(U v) const { V x = get(MEMFIT_READ | MEMFIT_WRITE); *a = x + v; return *this; }
+    template <class U>
+    const memfit_ref& operator-=(U v) const { V x = get(MEMFIT_READ | MEMFIT_WRITE); *a = x - v; return *this; }
+    template <class U>
+    const memfit_ref& operator*=(U v) const { V x = get(MEMFIT_READ | MEMFIT_WRITE); *a = x * v; return *this; }
+    template <class U>
+    const memfit_ref& operator|=(U v) const { V x = get(MEMFIT_READ | MEMFIT_WRITE); *a = x | v; return *this; }
+    // The address is for an atomic read-modify-write.
+    T* operator&() const {
+        memfit_api->check((const void*)a, sizeof(T), line, MEMFIT_READ | MEMFIT_WRITE);
+        return a;
+    }
+};
+#define GMEM(type, p, i) (memfit_ref<type>{(type*)(p) + (long long)(i), __LINE__})
 
 static inline void __syncthreads() { memfit_api->syncthreads(); }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { memfit_api->syncwarp(mask); }

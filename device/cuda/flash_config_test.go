@@ -1,0 +1,80 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/memfit/memfit/device"
+)
+
+// TestFlashConfigs pins which kernels serve which heads and that every
+// tiled kernel's shared memory fits the 48 KiB a block gets without
+// asking.
+func TestFlashConfigs(t *testing.T) {
+	for _, c := range []struct {
+		dt     device.DType
+		d      int
+		suffix string
+	}{
+		{device.F32, 8, "_d64"}, {device.BF16, 64, "_d64"}, {device.F16, 65, "_d128"}, {device.F32, 128, "_d128"},
+		{device.F32, 129, ""}, {device.F64, 8, ""},
+	} {
+		f, ok := flashFor(c.dt, c.d)
+		if ok != (c.suffix != "") || f.suffix != c.suffix {
+			t.Errorf("flashFor(%v, %d) = %q, %v; want %q", c.dt, c.d, f.suffix, ok, c.suffix)
+		}
+	}
+	for _, f := range flashConfigs {
+		fwd, kv, q := f.sharedBytes()
+		for _, n := range []int{fwd, kv, q} {
+			if n > 48<<10 {
+				t.Errorf("tiles for heads of %d: %d bytes of shared memory, over 48 KiB", f.maxD, n)
+			}
+		}
+		for _, n := range []int{f.fwdRows, f.fwdCols, f.bwdRows, f.bwdCols} {
+			if n%16 != 0 || n == 0 {
+				t.Errorf("tiles for heads of %d: %d is not a positive multiple of 16", f.maxD, n)
+			}
+		}
+	}
+}
+
+// TestFlashGrid: one block per tile of rows of each head, at most maxGrid.
+func TestFlashGrid(t *testing.T) {
+	for _, c := range []struct{ heads, t, rows, want int }{
+		{96, 256, 64, 384}, {96, 256, 32, 768}, {1, 70, 32, 3}, {1, 1, 64, 1}, {4096, 8192, 16, maxGrid},
+	} {
+		if got := flashGrid(c.heads, c.t, c.rows); got != c.want {
+			t.Errorf("flashGrid(%d, %d, %d) = %d, want %d", c.heads, c.t, c.rows, got, c.want)
+		}
+	}
+}
+
+// TestReducePlan pins Reduce's choice of kernel and grid.
+func TestReducePlan(t *testing.T) {
+	view := func(shape ...int) device.View {
+		st := make([]int, len(shape))
+		s := 1
+		for i := len(shape) - 1; i >= 0; i-- {
+			st[i] = s
+			s *= shape[i]
+		}
+		return device.View{DType: device.F32, Shape: shape, Strides: st}
+	}
+	for _, c := range []struct {
+		in, out []int
+		kernel  string
+		grid    int
+	}{
+		{[]int{4096, 384}, []int{1, 384}, "k_reduce_cols", 48},
+		{[]int{4096, 384}, []int{384}, "k_reduce_cols", 48},
+		{[]int{4096, 384}, []int{4096, 1}, "k_reduce_block", 4096},
+		{[]int{16, 384}, []int{1, 384}, "k_reduce_thread", 2},
+		{[]int{100, 5}, []int{1, 5}, "k_reduce_block", 5},
+		{[]int{100000, 3}, []int{100000, 1}, "k_reduce_thread", 391},
+	} {
+		k, g := reducePlan(newRed(view(c.out...), view(c.in...)))
+		if k != c.kernel || g != c.grid {
+			t.Errorf("%v into %v: %s over %d blocks, want %s over %d", c.in, c.out, k, g, c.kernel, c.grid)
+		}
+	}
+}
