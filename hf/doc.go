@@ -33,6 +33,15 @@
 // it claims. Save replaces a directory's model as a whole, removing an
 // older sharded checkpoint once the new model.safetensors is in place.
 //
+// Options.Quantize stores chosen Linear weights in NF4 or Int8 as they
+// are read, one tensor at a time, so that an import holds the quantized
+// model plus one tensor, never the model in a float dtype; a checkpoint
+// in bitsandbytes' 4-bit layout (transformers' save of a load_in_4bit
+// model) loads into NF4 from its codes as stored, or into a float weight
+// dequantized. Save writes a model holding quantized weights in BF16
+// (SaveWith chooses), each weight dequantized and its adapter merged as
+// the writer reaches it.
+//
 // Every malformed file (a bad header, a missing tensor, a tensor memfit
 // would drop, a shape that contradicts config.json, a value out of
 // bounds, an unknown architecture) is an error naming the file and the

@@ -3,11 +3,14 @@ package hf_test
 import (
 	"fmt"
 	"log"
+	"os"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // Load a GPT-2 checkpoint in Hugging Face's layout and continue a prompt.
@@ -39,4 +42,47 @@ func ExampleLoad() {
 	}
 	fmt.Printf("%T %q %v\n", m, note, tokens)
 	// Output: *models.Llama "" [5 19 44 23 14 0 10 38]
+}
+
+// Options.Quantize stores the Linear weights it names in NF4 as they are
+// read (here every one but the LM head): the model never exists in F32.
+// A checkpoint in bitsandbytes' 4-bit layout (testdata/llama-nf4) loads
+// the same way, from its codes as stored. SaveWith writes it back with
+// its weights dequantized, in BF16 (Save's choice for such a model).
+func ExampleOptions_quantize() {
+	quantize := func(name string) device.DType {
+		if name == "head.weight" {
+			return device.Invalid
+		}
+		return device.NF4
+	}
+	out, err := os.MkdirTemp("", "memfit-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(out)
+	for _, dir := range []string{"testdata/llama-f32", "testdata/llama-nf4"} {
+		m, _, err := hf.Load(cpu.New(), dir, hf.Options{Quantize: quantize})
+		if err != nil {
+			log.Fatal(err)
+		}
+		n := 0
+		for _, p := range m.(models.Model).Parameters() {
+			if p.DType() == device.NF4 {
+				n++
+			}
+		}
+		tokens, err := m.Generate([]int{3, 1, 4, 1, 5}, 8, models.SampleOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(n, "nf4 weights;", tokens)
+		if err := hf.SaveWith(m.(models.Model), out, hf.SaveOptions{DType: safetensors.BF16}); err != nil {
+			log.Fatal(err)
+		}
+		nn.Release(m)
+	}
+	// Output:
+	// 14 nf4 weights; [19 44 5 19 46 10 38 48]
+	// 14 nf4 weights; [19 44 5 19 46 10 38 48]
 }

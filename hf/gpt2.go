@@ -156,6 +156,24 @@ type Options struct {
 	// checkpoint's files stay mapped until every parameter has been read
 	// or released. Such a model runs only once sharded.
 	Defer bool
+	// Quantize, when set, is asked about the weight of each Linear layer
+	// by the weight's name ("blocks.0.attn.q.weight"; an untied LM head,
+	// Llama's "head.weight", is one) and names the quantized dtype to
+	// store it in, device.NF4 or device.Int8, or device.Invalid to keep
+	// it in DType. A quantized weight is made from its host values as it
+	// is read (or, NF4 from a checkpoint in bitsandbytes' 4-bit layout,
+	// from its codes as stored) and is frozen: the import holds the
+	// quantized model plus one tensor, never the model in a float dtype
+	// (see quant.go). Not with Defer.
+	Quantize func(name string) device.DType
+}
+
+// check refuses options that do not go together.
+func (o Options) check() error {
+	if o.Defer && o.Quantize != nil {
+		return fmt.Errorf("hf: Options.Quantize with Defer: a deferred model is drawn as a sharding places it, in DType")
+	}
+	return nil
 }
 
 // GPT2Options is the name Options had when GPT-2 was the only import.
@@ -168,6 +186,9 @@ type GPT2Options = Options
 // naming the tensor, and nothing the size of the model is allocated for
 // a checkpoint that cannot fill it.
 func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, string, error) {
+	if err := o.check(); err != nil {
+		return nil, "", err
+	}
 	c, err := Open(path)
 	if err != nil {
 		return nil, "", err
@@ -183,12 +204,12 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 	if err := probe(c, func(dev device.Device) (*models.GPT, error) { return models.NewGPT(dev, mc) }, bind); err != nil {
 		return nil, "", err
 	}
-	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
+	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer || o.Quantize != nil
 	g, err := models.NewGPT(dev, mc)
 	if err != nil {
 		return nil, "", err
 	}
-	if err := fillAll(g, bind, files); err != nil {
+	if err := fillAll(g, bind, files, o.Quantize); err != nil {
 		return nil, "", err
 	}
 	return g, note, nil
@@ -241,6 +262,9 @@ type binding struct {
 	t    Tensor
 	name string // the tensor's name in the checkpoint
 	conv bool   // stored transposed (in × out)
+	// nf4 is the weight as bitsandbytes stores it 4-bit (t its packed
+	// codes), nil for a float tensor.
+	nf4 *device.NF4Parts
 }
 
 // bindParams pairs each parameter with the tensor find names for it
@@ -256,6 +280,25 @@ func bindParams(c *Checkpoint, params []*tensor.Tensor, find func(param string) 
 			return nil, nil, fmt.Errorf("hf: %s: no tensor %s for %s", c.Dir, want(p.Name()), p.Name())
 		}
 		t, _ := c.Tensor(hn)
+		bshape, parts, names, bnb, err := bnbWeight(c, hn)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case bnb && conv:
+			// transformers transposes a Conv1D weight before it
+			// quantizes it; memfit reads the 4-bit layout of Linear
+			// layers (Llama's) only.
+			return nil, nil, fmt.Errorf("hf: %s: tensor %s is a 4-bit Conv1D weight; memfit reads bitsandbytes' layout for Llama checkpoints", t.File, hn)
+		case bnb:
+			if !slices.Equal(bshape, p.Shape()) {
+				return nil, nil, fmt.Errorf("hf: %s: tensor %s has shape %v (its quant_state); config.json says %v", t.File, hn, bshape, p.Shape())
+			}
+			for _, n := range names {
+				used[n] = true
+			}
+			bs = append(bs, binding{p: p, t: t, name: hn, nf4: &parts})
+			continue
+		}
 		shape := p.Shape()
 		if conv {
 			shape = []int{shape[1], shape[0]}
@@ -292,10 +335,15 @@ func probe[M nn.Module](c *Checkpoint, build func(device.Device) (M, error), bin
 }
 
 // fillAll binds m's parameters (bind) and fills each from its tensor,
-// releasing m if anything fails.
-func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles) error {
+// releasing m if anything fails. With quantize (Options.Quantize), m's
+// parameters are deferred and get their memory one at a time
+// (materializeAll).
+func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles, quantize func(string) device.DType) error {
 	bs, err := bind(m)
-	for i := 0; err == nil && i < len(bs); i++ {
+	if err == nil && quantize != nil {
+		err = materializeAll(m, bs, files, quantize)
+	}
+	for i := 0; err == nil && quantize == nil && i < len(bs); i++ {
 		err = fill(bs[i], files)
 	}
 	if err != nil {
@@ -310,17 +358,7 @@ func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles
 // then.
 func fill(b binding, files *openFiles) error {
 	p, t, hn := b.p, b.t, b.name
-	want := t.Shape
-	read := func() ([]float32, error) {
-		vals, err := t.Float32s()
-		if err != nil {
-			return nil, fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
-		}
-		if b.conv {
-			vals = transpose(vals, want[0], want[1])
-		}
-		return vals, nil
-	}
+	read := b.values
 	if p.IsDeferred() {
 		dev := p.Device()
 		files.hold()
@@ -348,6 +386,28 @@ func fill(b binding, files *openFiles) error {
 		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
 	}
 	return nil
+}
+
+// values reads b's tensor as F32 values in the parameter's layout: 16-bit
+// values widened exactly, a Conv1D weight transposed, a 4-bit one
+// dequantized.
+func (b binding) values() ([]float32, error) {
+	t := b.t
+	if b.nf4 != nil {
+		vals := make([]float32, b.p.Len())
+		for i := range vals {
+			vals[i] = b.nf4.Value(i)
+		}
+		return vals, nil
+	}
+	vals, err := t.Float32s()
+	if err != nil {
+		return nil, fmt.Errorf("hf: %s: tensor %s: %v", t.File, b.name, err)
+	}
+	if b.conv {
+		vals = transpose(vals, t.Shape[0], t.Shape[1])
+	}
+	return vals, nil
 }
 
 // openFiles closes a checkpoint when the last of its holders is done:
@@ -383,17 +443,23 @@ func transpose(v []float32, rows, cols int) []float32 {
 // stored, as Hugging Face stores it), each through a temporary file and a
 // rename. LoRA adapters are merged into the weights they adapt
 // (nn.Export): the files hold a plain GPT-2 that computes what g does.
-func SaveGPT2(g *models.GPT, dir string) error {
+func SaveGPT2(g *models.GPT, dir string) error { return saveGPT2(g, dir, safetensors.F32) }
+
+// saveGPT2 is SaveGPT2 writing tensors of dtype dt (F32 or BF16).
+func saveGPT2(g *models.GPT, dir string, dt safetensors.DType) error {
 	c := g.Config
 	cfg := map[string]any{
 		"model_type": "gpt2", "architectures": []string{"GPT2LMHeadModel"},
 		"n_layer": c.Layers, "n_head": c.Heads, "n_embd": c.Dim, "n_positions": c.Context, "n_ctx": c.Context,
 		"vocab_size": c.Vocab, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "tie_word_embeddings": true,
 	}
+	if dt != safetensors.F32 {
+		cfg["torch_dtype"] = torchDType(dt)
+	}
 	var params []savedTensor
 	for _, p := range nn.Export(g) { // LoRA adapters merged
 		hn, conv := gpt2Name(p.Name)
 		params = append(params, savedTensor{name: "transformer." + hn, conv: conv, p: p})
 	}
-	return writeModel(dir, cfg, params)
+	return writeModel(dir, cfg, params, dt)
 }

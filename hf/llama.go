@@ -12,6 +12,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
+	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -162,6 +163,10 @@ func ReadLlamaConfig(c *Checkpoint) (LlamaConfig, string, error) {
 	if !ok || !ok2 || !ok3 || len(emb.Shape) != 2 || len(k.Shape) != 2 || len(up.Shape) != 2 {
 		return cfg, "", fmt.Errorf("hf: %s: no config.json, and no embed_tokens, layer 0 k_proj and up_proj tensors to infer the shape from", c.Dir)
 	}
+	if isBnb(c, "model.layers.0.self_attn.k_proj.weight") || isBnb(c, "model.layers.0.mlp.up_proj.weight") {
+		// The packed codes' shape is not the weight's.
+		return cfg, "", fmt.Errorf("hf: %s: no config.json, and the weights are 4-bit (bitsandbytes): the shape is not inferred from packed codes", c.Dir)
+	}
 	layers, err := countLayers(c, llamaLayerRE)
 	if err != nil {
 		return cfg, "", err
@@ -220,6 +225,9 @@ func LoadLlama(dev device.Device, path string) (*models.Llama, string, error) {
 // checkpoints are ignored, and any other tensor memfit would not use is
 // an error naming it.
 func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, string, error) {
+	if err := o.check(); err != nil {
+		return nil, "", err
+	}
 	c, err := Open(path)
 	if err != nil {
 		return nil, "", err
@@ -235,12 +243,12 @@ func LoadLlamaWith(dev device.Device, path string, o Options) (*models.Llama, st
 	if err := probe(c, func(dev device.Device) (*models.Llama, error) { return models.NewLlama(dev, mc) }, bind); err != nil {
 		return nil, "", err
 	}
-	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer
+	mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType, mc.Defer = o.Dropout, o.Seed, o.HeadChunkRows, o.DType, o.Defer || o.Quantize != nil
 	l, err := models.NewLlama(dev, mc)
 	if err != nil {
 		return nil, "", fmt.Errorf("hf: %s: %w", filepath.Join(c.Dir, configFile), err)
 	}
-	if err := fillAll(l, bind, files); err != nil {
+	if err := fillAll(l, bind, files, o.Quantize); err != nil {
 		return nil, "", err
 	}
 	return l, note, nil
@@ -279,7 +287,10 @@ func bindLlama(c *Checkpoint, params []*tensor.Tensor, tied bool) ([]binding, er
 // (LlamaForCausalLM) and model.safetensors (F32; lm_head.weight omitted
 // when the head is tied, as Hugging Face omits it), each through a
 // temporary file and a rename.
-func SaveLlama(l *models.Llama, dir string) error {
+func SaveLlama(l *models.Llama, dir string) error { return saveLlama(l, dir, safetensors.F32) }
+
+// saveLlama is SaveLlama writing tensors of dtype dt (F32 or BF16).
+func saveLlama(l *models.Llama, dir string, dt safetensors.DType) error {
 	c := l.Config
 	var scaling any
 	if s := c.RopeScaling; s.Type != "" && s.Type != "default" {
@@ -292,11 +303,11 @@ func SaveLlama(l *models.Llama, dir string) error {
 		"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "head_dim": c.HeadDim(),
 		"rms_norm_eps": c.NormEps, "rope_theta": c.RopeTheta, "rope_scaling": scaling,
 		"tie_word_embeddings": c.TiedHead, "vocab_size": c.Vocab, "max_position_embeddings": c.Context,
-		"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
+		"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "torch_dtype": torchDType(dt),
 	}
 	var params []savedTensor
 	for _, p := range nn.Export(l) { // LoRA adapters merged
 		params = append(params, savedTensor{name: llamaName(p.Name), p: p})
 	}
-	return writeModel(dir, cfg, params)
+	return writeModel(dir, cfg, params, dt)
 }

@@ -35,13 +35,21 @@ func Load(dev device.Device, path string, o Options) (models.Generator, string, 
 }
 
 // Save writes m in the layout of its family: SaveGPT2 for a *models.GPT,
-// SaveLlama for a *models.Llama.
-func Save(m models.Model, dir string) error {
+// SaveLlama for a *models.Llama; in BF16 when m holds quantized weights
+// (SaveOptions).
+func Save(m models.Model, dir string) error { return SaveWith(m, dir, SaveOptions{}) }
+
+// SaveWith is Save with options: the tensors' dtype.
+func SaveWith(m models.Model, dir string, o SaveOptions) error {
+	dt, err := o.dtypeFor(m)
+	if err != nil {
+		return err
+	}
 	switch m := m.(type) {
 	case *models.GPT:
-		return SaveGPT2(m, dir)
+		return saveGPT2(m, dir, dt)
 	case *models.Llama:
-		return SaveLlama(m, dir)
+		return saveLlama(m, dir, dt)
 	}
 	return fmt.Errorf("hf: %T has no Hugging Face layout (memfit writes GPT-2 and Llama)", m)
 }

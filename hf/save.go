@@ -24,7 +24,7 @@ type savedTensor struct {
 }
 
 // writeModel writes a model into dir as one whole: model.safetensors
-// (params in F32, sorted by name), then config.json (cfg), each through
+// (params in dt, F32 or BF16, sorted by name), then config.json (cfg), each through
 // atomicfile; then, if dir held a sharded checkpoint, the shards its index
 // listed and the index itself are removed. One tensor at a time is
 // converted as the writer reaches it: the export holds no second copy of
@@ -40,7 +40,7 @@ type savedTensor struct {
 // differs, never reading stale shards. The index goes last, after the
 // shards, so that an export that dies among the removals leaves an index
 // the next export reads again to finish them.
-func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
+func writeModel(dir string, cfg map[string]any, params []savedTensor, dt safetensors.DType) error {
 	cj, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return err
@@ -51,7 +51,7 @@ func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
 		if p.conv {
 			shape[0], shape[1] = shape[1], shape[0]
 		}
-		srcs[i] = safetensors.Source{Name: p.name, DType: safetensors.F32, Shape: shape, Fill: func(w io.Writer) error {
+		srcs[i] = safetensors.Source{Name: p.name, DType: dt, Shape: shape, Fill: func(w io.Writer) error {
 			vals, err := p.p.Float32s()
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.p.Name, err)
@@ -59,7 +59,7 @@ func writeModel(dir string, cfg map[string]any, params []savedTensor) error {
 			if p.conv {
 				vals = transpose(vals, p.p.Shape[0], p.p.Shape[1])
 			}
-			return safetensors.WriteFloat32s(w, vals)
+			return writeValues(w, dt, vals)
 		}}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

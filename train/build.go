@@ -7,6 +7,7 @@ import (
 	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/nn"
 )
 
 // kind is what the run's model is (models.KindOf), false for a name no
@@ -23,26 +24,38 @@ func (c Config) modelSpec() models.Spec {
 
 // buildModel makes the model a Config names, by name from models'
 // registry, for a dataset's shapes, as the techniques shaped it (b), or
-// imports it from -init.
+// imports it from -init. With -base nf4 or int8 the frozen Linear weights
+// are quantized as the model is made, one tensor at a time
+// (baseQuantizer): it never exists whole in a float dtype.
 func buildModel(dev device.Device, cfg Config, ds *dataset, b modelBuild) (Model, error) {
 	if err := checkModelSize(dev, cfg, ds, b); err != nil {
 		return nil, err
+	}
+	quant := cfg.baseQuantizer()
+	if b.defer_ {
+		quant = nil // -zero 3 refuses -base nf4 and int8 (Validate)
 	}
 	if cfg.Model.Init != "" {
 		// Deferred parameters are read block by block as they are
 		// sharded, as a new model's are drawn (below).
 		g, _, err := hf.Load(dev, cfg.Model.Init, hf.Options{Dropout: cfg.Model.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.Memory.LMHeadChunkRows,
-			DType: b.dtype, Defer: b.defer_})
+			DType: b.dtype, Defer: b.defer_, Quantize: quant})
 		if err != nil {
 			return nil, fmt.Errorf("-init %s: %v", cfg.Model.Init, err)
 		}
 		return g, nil
 	}
 	s := cfg.modelSpec()
-	s.InShape, s.Classes, s.DType, s.Defer = ds.inShape, ds.classes, b.dtype, b.defer_
+	s.InShape, s.Classes, s.DType, s.Defer = ds.inShape, ds.classes, b.dtype, b.defer_ || quant != nil
 	m, err := models.New(cfg.Model.Name, dev, s)
 	if err != nil {
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model.Name, displayPath(cfg.Data.Path), err)
+	}
+	if quant != nil {
+		if err := materializeBase(m, quant); err != nil {
+			nn.Release(m)
+			return nil, fmt.Errorf("-base %s: %v", cfg.Precision.Base, err)
+		}
 	}
 	return m, nil
 }
@@ -85,6 +98,10 @@ func checkModelSize(dev device.Device, cfg Config, ds *dataset, b modelBuild) er
 	dt := b.dtype
 	if dt == device.Invalid {
 		dt = device.F32
+	}
+	if q := cfg.baseQuant(); q != device.Invalid {
+		// A lower bound: the embeddings and norms stay in dt.
+		dt = q
 	}
 	if bytes := device.Bytes(dt, int(n)); bytes > capacity {
 		return fmt.Errorf("%s: its %d parameters alone are %s in %v, more than the device's %s (-mem-limit, or on cpu the machine's memory less a margin); -plan shows the whole step",

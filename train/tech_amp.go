@@ -102,10 +102,10 @@ func (t *Trainer) holdFrozenInAutocast() error {
 		return nil
 	}
 	for _, p := range t.frozen {
-		if p.RequiresGrad() {
+		if p.RequiresGrad() || p.DType().IsQuantized() { // -base nf4, int8: stored so already
 			continue
 		}
-		if err := p.ConvertTo(t.autocast); err != nil {
+		if err := p.ConvertTo(t.heldDType(p)); err != nil {
 			return fmt.Errorf("-freeze with -amp: %s: %v", p.Name(), err)
 		}
 	}
