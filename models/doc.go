@@ -48,7 +48,10 @@
 // order and SetBlockRunner replaces the nn.RunSequential that Forward runs
 // them with (package checkpoint's policies plug in there). For the MLP and
 // the CNN the blocks are the layers; for GPT and Llama, the transformer
-// blocks.
+// blocks. GPT and Llama are nn.TokenTiled too: SetTokenRunner makes their
+// blocks run the work they do row by row (norms, projections, MLP,
+// residual sums) through an nn.TokenRunner, package tile's over tiles of
+// the sequence, around attention, to the same values (tokens.go).
 //
 // # Parameter paths
 //

@@ -58,8 +58,9 @@ type GPTBlock struct {
 	LN1, LN2 *nn.LayerNorm
 	Attn     *nn.CausalSelfAttention
 	FC, Proj *nn.Linear
-	mlpIn    *nn.Fused // FC, GELU
-	mlpOut   *nn.Fused // Proj, dropout
+	mlpIn    *nn.Fused      // FC, GELU
+	mlpOut   *nn.Fused      // Proj, dropout
+	tokens   nn.TokenRunner // runs the token-wise pieces (tokens.go); nil: whole tensors
 }
 
 // NewGPT builds a GPT on dev. Weights are N(0, 0.02) (the projections into
@@ -227,12 +228,16 @@ func (g *GPT) Blocks() []nn.Module { return g.blocks }
 // nn.RunSequential): how activation checkpointing plugs in.
 func (g *GPT) SetBlockRunner(b nn.BlockRunner) { g.runner = b }
 
-// Forward maps x [B, T, Dim] to [B, T, Dim].
+// Forward maps x [B, T, Dim] to [B, T, Dim]. With a token runner
+// (SetTokenRunner) the projections, MLP and residual sums run through it
+// (tokens.go), to the same values.
 func (k *GPTBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+	if k.tokens != nil {
+		return k.tokens.RunBlock(r, x, k.forwardTokens)
+	}
 	// "blocks.N": what the block makes between its layers (residual sums,
 	// the MLP's activation) is labelled with it.
-	name := k.LN1.Weight.Name()
-	defer r.Enter(name[:max(strings.LastIndexByte(strings.TrimSuffix(name, ".weight"), '.'), 0)])()
+	defer r.Enter(k.path())()
 	a := k.LN1.Forward(r, x)
 	y := k.Attn.Forward(r, a)
 	a.Release()
@@ -247,6 +252,12 @@ func (k *GPTBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 	z.Release()
 	h.Release()
 	return out
+}
+
+// path is the block's path, "blocks.N".
+func (k *GPTBlock) path() string {
+	name := k.LN1.Weight.Name()
+	return name[:max(strings.LastIndexByte(strings.TrimSuffix(name, ".weight"), '.'), 0)]
 }
 
 // Parameters lists ln1, attn.qkv, attn.proj, ln2, mlp.fc and mlp.proj

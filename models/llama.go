@@ -99,6 +99,7 @@ type LlamaBlock struct {
 	AttnNorm, MLPNorm *nn.RMSNorm
 	Attn              *nn.GroupedQueryAttention
 	MLP               *nn.SwiGLU
+	tokens            nn.TokenRunner // runs the token-wise pieces (tokens.go); nil: whole tensors
 }
 
 // NewLlama builds a Llama on dev. Weights are N(0, 0.02) (the projections
@@ -253,14 +254,25 @@ func (l *Llama) Blocks() []nn.Module { return l.blocks }
 // nn.RunSequential): how activation checkpointing plugs in.
 func (l *Llama) SetBlockRunner(b nn.BlockRunner) { l.runner = b }
 
-// Forward maps x [B, T, Dim] to [B, T, Dim].
+// Forward maps x [B, T, Dim] to [B, T, Dim]. With a token runner
+// (SetTokenRunner) the norms, projections, rotary embeddings, MLP and
+// residual sums run through it (tokens.go), to the same values.
 func (k *LlamaBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
-	name := k.AttnNorm.Weight.Name() // blocks.N.attn_norm.weight
-	defer r.Enter(name[:max(strings.LastIndexByte(strings.TrimSuffix(name, ".weight"), '.'), 0)])()
+	if k.tokens != nil {
+		return k.tokens.RunBlock(r, x, k.forwardTokens)
+	}
+	defer r.Enter(k.path())()
 	a := k.AttnNorm.Forward(r, x)
 	y := k.Attn.Forward(r, a)
 	a.Release()
 	return k.mlp(r, y, x)
+}
+
+// path is the block's path, "blocks.N", which labels what it makes
+// between its layers.
+func (k *LlamaBlock) path() string {
+	name := k.AttnNorm.Weight.Name() // blocks.N.attn_norm.weight
+	return name[:max(strings.LastIndexByte(strings.TrimSuffix(name, ".weight"), '.'), 0)]
 }
 
 // mlp is the block after the attention: y, the attention's output (which

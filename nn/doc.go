@@ -34,6 +34,16 @@
 // function of Run.Seed and the layer's path, regenerated in backward rather
 // than stored, and identical when checkpointing recomputes a block.
 //
+// # Token-wise pieces
+//
+// A block whose work between attentions is row by row can run it through
+// a TokenRunner (tokens.go): Tokens describes a piece (a TokenFunc of
+// rows, its inputs, parameters and output widths), and the attention
+// layers have the halves such pieces meet at as methods
+// (GroupedQueryAttention.ProjectRows and AttendRows,
+// CausalSelfAttention.AttendRows). Package tile's runner runs pieces over
+// tiles of the sequence; models implement TokenTiled.
+//
 // # In-place ops
 //
 // With Run.InPlace (on in NewRun and Eval) layers write into tensors they

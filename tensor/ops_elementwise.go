@@ -117,13 +117,25 @@ func (s *Scope) Mul(a, b *Tensor) *Tensor {
 	out := s.binary(device.Mul, a, b)
 	if s.grad && (a.needsGrad() || b.needsGrad()) {
 		aShape, bShape := a.shape, b.shape
+		sums := s.rows // a broadcast parameter's sum over rows, when summed over tiles (rowsums.go)
 		s.record(out, "mul", []*Tensor{a, b}, []*Tensor{a, b}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 			sa, sb := saved[0], saved[1]
 			ga := s.Mul(g, sb)
 			gb := s.Mul(g, sa)
 			defer ga.Release()
 			defer gb.Release()
-			return []*Tensor{s.sumTo(ga, aShape), s.sumTo(gb, bShape)}
+			grads := []*Tensor{nil, nil}
+			for i, x := range []struct {
+				t, g  *Tensor
+				shape []int
+			}{{a, ga, aShape}, {b, gb, bShape}} {
+				if sums.has(x.t) {
+					sums.columns(s, x.t, x.g, x.g.dtype)
+					continue
+				}
+				grads[i] = s.sumTo(x.g, x.shape)
+			}
+			return grads
 		})
 	}
 	return s.own(out)

@@ -382,6 +382,7 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	gemmWith(out, cx, wt, 1, 0, device.Full, b, s)
 	wt.Release()
 	needX, needW, needB := cx.needsGrad(), cw.needsGrad(), b != nil && b.needsGrad()
+	sums := s.rows // the weight's and bias's sums over rows, when summed over tiles (rowsums.go)
 	s.record(out, "linear", []*Tensor{cx, cw, b}, []*Tensor{cx, cw}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sx, sw := saved[0], saved[1]
 		dev := g.st.dev
@@ -392,12 +393,19 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 			gemmInto(dx, g, sw, 1, 0, s)
 		}
 		if needW {
-			dw = mustAlloc(dev, g.dtype, sw.shape, s.cat)
 			gt := transposeView(g)
-			gemmInto(dw, gt, sx, 1, 0, s)
+			if sums.has(w) {
+				sums.product(s, w, gt, sx, g.dtype)
+			} else {
+				dw = mustAlloc(dev, g.dtype, sw.shape, s.cat)
+				gemmInto(dw, gt, sx, 1, 0, s)
+			}
 			gt.Release()
 		}
-		if needB {
+		switch {
+		case needB && sums.has(b):
+			sums.columns(s, b, g, accumDType(g.dtype))
+		case needB:
 			db = s.reduce(device.Sum, g, []int{0}, false, 1, accumDType(g.dtype))
 		}
 		return []*Tensor{dx, dw, db}

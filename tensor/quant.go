@@ -125,13 +125,17 @@ func (s *Scope) quantLinear(x, w, b *Tensor) *Tensor {
 	gemmWith(out, cx, wt, 1, 0, device.Full, b, s)
 	wt.Release()
 	needX, needB := cx.needsGrad(), b != nil && b.needsGrad()
+	sums := s.rows // the bias's sum over rows, when summed over tiles (rowsums.go)
 	s.record(out, "linear", []*Tensor{cx, w, b}, []*Tensor{w}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		var dx, db *Tensor
 		if needX {
 			dx = mustAlloc(g.st.dev, g.dtype, []int{rows, in}, s.cat)
 			gemmInto(dx, g, saved[0], 1, 0, s)
 		}
-		if needB {
+		switch {
+		case needB && sums.has(b):
+			sums.columns(s, b, g, accumDType(g.dtype))
+		case needB:
 			db = s.reduce(device.Sum, g, []int{0}, false, 1, accumDType(g.dtype))
 		}
 		return []*Tensor{dx, nil, db}

@@ -28,6 +28,8 @@ type Scope struct {
 	module string
 	// hooks packs what recording ops save for backward (SaveHooks).
 	hooks SavedHooks
+	// rows collects parameters' gradients summed over rows (SumRows).
+	rows *RowSums
 }
 
 // ScopeOption configures a Scope.
@@ -70,7 +72,7 @@ func (s *Scope) AutocastDType() DType { return s.autocast }
 // With returns a child scope with the options applied, sharing nothing but
 // the modes it does not override; its tensors are owned by the child.
 func (s *Scope) With(opts ...ScopeOption) *Scope {
-	c := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: true, hooks: s.hooks}
+	c := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: true, hooks: s.hooks, rows: s.rows}
 	for _, o := range opts {
 		o(c)
 	}
@@ -85,7 +87,7 @@ func (s *Scope) With(opts ...ScopeOption) *Scope {
 // nothing; close s.
 func (s *Scope) WithModes(opts ...ScopeOption) *Scope {
 	h := s.owning()
-	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h, module: s.module, hooks: s.hooks}
+	v := &Scope{grad: s.grad, autocast: s.autocast, cat: s.cat, track: s.track, home: h, module: s.module, hooks: s.hooks, rows: s.rows}
 	for _, o := range opts {
 		o(v)
 	}

@@ -104,6 +104,11 @@ type PrecisionConfig struct {
 	// Weights is the parameters' dtype: f32, or bf16 (no F32 master copy;
 	// updates computed in F32 and rounded stochastically, seeded).
 	Weights string `json:"weights,omitempty"`
+	// Base is the storage of the frozen Linear weights (a LoRA base, the
+	// layers -freeze froze): nf4 or int8 (quantized; "+head" appended
+	// quantizes an untied LM head too), bf16 or f32; "" is the autocast
+	// dtype under -amp, else the parameters' (tech_base.go).
+	Base string `json:"base,omitempty"`
 }
 
 // MemoryConfig holds the memory techniques' options.
@@ -124,6 +129,10 @@ type MemoryConfig struct {
 	// once (stepbw.go).
 	StepInBackward bool           `json:"step_in_backward,omitempty"`
 	Offload        OffloadOptions `json:"offload"`
+	// Tile runs the token-wise work of each block (norms, projections,
+	// MLP, LoRA paths) over tiles of this many tokens, forward and
+	// recomputed in backward (package tile); 0: off (tech_tile.go).
+	Tile int `json:"tile,omitempty"`
 }
 
 // LoRAOptions are the low-rank adapters' (package lora): Rank 0 is none;

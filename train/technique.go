@@ -84,6 +84,7 @@ func init() {
 		accumulation,
 		mixedPrecision,
 		checkpointing,
+		tiling,
 		optimizerState,
 		chunkedHead,
 		packing,
@@ -91,6 +92,7 @@ func init() {
 		lowRank,
 		stepInBackward,
 		bf16Weights,
+		quantizedBase,
 		offloading,
 		dataParallel,
 	}

@@ -98,6 +98,23 @@ func TestRulesAreEnforced(t *testing.T) {
 			c.Parallel.Engine, c.Parallel.Zero, c.Memory.Freeze, c.Memory.UnfreezeAt = "mpi", 1, []string{"layers.0.*"}, 3
 		}, []string{"-zero 1", "-unfreeze-at 3"}},
 		{"zero 3 adafactor", func(c *Config) { c.Parallel.Engine, c.Parallel.Zero, c.Optim.Name = "mpi", 3, "adafactor" }, []string{"-zero 3", "-optim adafactor", "use -zero 1 or 2"}},
+		{"base nf4 zero 3", func(c *Config) {
+			c.Precision.Base, c.Memory.LoRA.Rank, c.Parallel.Engine, c.Parallel.Zero = "nf4", 4, "mpi", 3
+		}, []string{"-base nf4", "-zero 3", "flattens"}},
+		{"base int8 zero 3", func(c *Config) {
+			c.Precision.Base, c.Memory.LoRA.Rank, c.Parallel.Engine, c.Parallel.Zero = "int8", 4, "mpi", 3
+		}, []string{"-base int8", "-zero 3"}},
+		{"base nf4 unfreeze", func(c *Config) {
+			c.Precision.Base, c.Memory.Freeze, c.Memory.UnfreezeAt = "nf4", []string{"layers.0.*"}, 3
+		}, []string{"-base nf4", "-unfreeze-at 3", "cannot train again"}},
+		{"base int8 unfreeze", func(c *Config) {
+			c.Precision.Base, c.Memory.Freeze, c.Memory.UnfreezeAt = "int8", []string{"layers.0.*"}, 3
+		}, []string{"-base int8", "-unfreeze-at 3"}},
+		{"base f32 bf16 weights", func(c *Config) { c.Precision.Base, c.Memory.LoRA.Rank, c.Precision.Weights = "f32", 4, "bf16" }, []string{"-base f32", "-weights bf16"}},
+		{"base head chunked", func(c *Config) {
+			c.Model.Name, c.Precision.Base, c.Memory.LoRA.Rank = "llama", "nf4+head", 4
+		}, []string{"-base nf4+head", "-lm-head chunked", "use -lm-head full"}},
+		{"base bf16 without amp", func(c *Config) { c.Precision.Base, c.Memory.LoRA.Rank = "bf16", 4 }, []string{"-base bf16", "needs -amp bf16"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Default()
@@ -119,7 +136,7 @@ func TestRulesAreEnforced(t *testing.T) {
 	for _, tech := range techniques {
 		n += len(tech.refuses) + len(tech.needs)
 	}
-	if n != 18 {
-		t.Errorf("%d rules declared, 18 tested: add a case for the new one", n)
+	if n != 25 {
+		t.Errorf("%d rules declared, 25 tested: add a case for the new one", n)
 	}
 }

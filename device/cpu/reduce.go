@@ -162,66 +162,70 @@ func reduceRowOf[T float](l *loop, src device.View, op device.ReduceOp) float64 
 
 // reduceColumns reduces every row of l onto the same dst row: only leading
 // dimensions are reduced, as in a bias gradient summed over the batch.
-// Each goroutine folds a fixed block of rows into its own accumulator of
-// one row, in T (float32 for every 16-bit dtype, so a bf16 sum is rounded
-// once, not at every add); the blocks are then combined in order and
-// folded into dst, so the result depends only on the thread count.
+// Each column is folded over the rows in order, starting from dst's value
+// (the identity Reduce writes first), in an accumulator in T (float32 for
+// every 16-bit dtype, so a bf16 sum is rounded once, not at every add);
+// goroutines take fixed ranges of columns. So the result is the same
+// whatever the thread count, and a reduction cut into consecutive runs of
+// rows, each continuing from the sum of the runs before it, gives the
+// same bits as one over all the rows: how package tile sums a parameter's
+// gradient over tiles of tokens exactly as over the whole sequence.
 func reduceColumns[T float](d *Device, op device.ReduceOp, l *loop, src, dst device.View) {
 	rows, n := l.rows(), l.n
 	parts := 1
 	if d.threads > 1 && rows*n >= parallelMin {
-		parts = min(d.threads, rows)
+		parts = max(1, min(d.threads, n/columnGrain))
 	}
-	// Part p's accumulator is [p·n, (p+1)·n) of one set's accumulator.
-	accSet := getScratch[T]()
-	defer putScratch(accSet)
-	accAll := accSet.accum(parts * n)
 	fold := func(p int) {
-		acc := accAll[p*n : (p+1)*n]
-		if id := T(identity(op)); id != 0 {
-			for i := range acc {
-				acc[i] = id
-			}
+		// Part p's columns, cut at multiples of columnGrain so that the
+		// vector adds of foldInto run on whole registers.
+		c0, c1 := n*p/parts/columnGrain*columnGrain, n*(p+1)/parts/columnGrain*columnGrain
+		if p == parts-1 {
+			c1 = n
 		}
 		sc := getScratch[T]()
 		defer putScratch(sc)
 		var offs [maxOps]int
-		for r := rows * p / parts; r < rows*(p+1)/parts; r++ {
-			l.rowOffsets(r, offs[:l.nops])
-			for c := 0; c < n; c += chunk {
-				m := min(chunk, n-c)
-				foldInto(op, acc[c:c+m], load(src, offs[0]+c*l.istr[0], m, l.istr[0], sc.a[:]))
+		for c := c0; c < c1; c += chunk {
+			m := min(chunk, c1-c)
+			acc := sc.c[:m]
+			copy(acc, load(dst, l.base[1]+c*l.istr[1], m, l.istr[1], sc.b[:]))
+			if l.nouter == 1 {
+				// The rows are one run of equal strides (the common
+				// [rows, n] case): no per-row division.
+				off, step := l.base[0]+c*l.istr[0], l.ostr[0][0]
+				for range rows {
+					foldInto(op, acc, load(src, off, m, l.istr[0], sc.a[:]))
+					off += step
+				}
+			} else {
+				for r := 0; r < rows; r++ {
+					l.rowOffsets(r, offs[:l.nops])
+					foldInto(op, acc, load(src, offs[0]+c*l.istr[0], m, l.istr[0], sc.a[:]))
+				}
 			}
+			store(dst, l.base[1]+c*l.istr[1], l.istr[1], acc)
 		}
 	}
 	if parts == 1 {
 		fold(0)
-	} else {
-		var wg sync.WaitGroup
-		for p := range parts {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fold(p)
-			}()
-		}
-		wg.Wait()
+		return
 	}
-	acc := accAll[:n]
+	var wg sync.WaitGroup
 	for p := 1; p < parts; p++ {
-		foldInto(op, acc, accAll[p*n:(p+1)*n])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fold(p)
+		}()
 	}
-	sc := getScratch[T]()
-	defer putScratch(sc)
-	for c := 0; c < n; c += chunk {
-		m := min(chunk, n-c)
-		y := load(dst, l.base[1]+c*l.istr[1], m, l.istr[1], sc.b[:])
-		out := sc.c[:m]
-		copy(out, y)
-		foldInto(op, out, acc[c:c+m])
-		store(dst, l.base[1]+c*l.istr[1], l.istr[1], out)
-	}
+	fold(0)
+	wg.Wait()
 }
+
+// columnGrain is the least number of columns a goroutine of reduceColumns
+// takes: one AVX-512 register of float32.
+const columnGrain = 16
 
 // foldInto combines x into acc element by element.
 func foldInto[T float](op device.ReduceOp, acc, x []T) {

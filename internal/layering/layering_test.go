@@ -31,6 +31,7 @@ var rank = map[string]int{
 	"accumulate":        5,
 	"freeze":            5,
 	"offload":           5,
+	"tile":              5,
 	"parallel":          6,
 	"hf":                6,
 	"lora":              6,
