@@ -340,3 +340,15 @@ type HostMemory interface {
 	// FreeHost returns memory AllocHost gave.
 	FreeHost(b []byte) error
 }
+
+// Storeless is implemented by a device that accounts memory but stores
+// no values (the meta device, which plans): work that only makes values
+// for it, on the host, can be skipped.
+type Storeless interface{ Storeless() }
+
+// StoresValues reports whether d keeps what is written to it (not a
+// Storeless device, through any wrapper).
+func StoresValues(d Device) bool {
+	_, ok := As[Storeless](d)
+	return !ok
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tensor"
 )
@@ -178,7 +179,11 @@ func (p *Rotary) Apply(r *Run, x *tensor.Tensor, pos int) *tensor.Tensor {
 		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [..., time, %d] (at position %d)", x, p.HeadDim, pos)})
 	}
 	t := x.Shape()[n-2]
-	cv, sv := p.Tables(pos, t)
+	var cv, sv []float64
+	if device.StoresValues(x.Device()) {
+		// A planning device needs the tables' bytes, not their values.
+		cv, sv = p.Tables(pos, t)
+	}
 	shape := []int{t, p.HeadDim}
 	cos, sin := table(x, shape, cv), table(x, shape, sv)
 	defer cos.Release()
@@ -216,14 +221,17 @@ func (p *Rotary) positionTables(x *tensor.Tensor, positions []int32) (cos, sin *
 		shape[i] = 1
 	}
 	shape[0], shape[n-2], shape[n-1] = x.Shape()[0], x.Shape()[n-2], p.HeadDim
-	cv, sv := p.TablesAt(positions)
+	var cv, sv []float64
+	if device.StoresValues(x.Device()) {
+		cv, sv = p.TablesAt(positions)
+	}
 	return table(x, shape, cv), table(x, shape, sv)
 }
 
 // table makes a cos or sin table of shape on x's device in x's dtype.
 func table(x *tensor.Tensor, shape []int, v []float64) *tensor.Tensor {
 	c, err := tensor.New(x.Device(), x.DType(), shape, memory.Activation)
-	if err == nil {
+	if err == nil && v != nil {
 		err = c.SetFloat64s(v)
 	}
 	if err != nil {

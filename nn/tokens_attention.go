@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -46,7 +47,11 @@ func (a *GroupedQueryAttention) ProjectRows(r *Run, x *tensor.Tensor, positions 
 		y3 := r.Reshape(y, n, heads, dh)
 		y.Release()
 		if cos == nil {
-			cv, sv := a.Rotary.TablesAt(positions)
+			var cv, sv []float64
+			if device.StoresValues(y3.Device()) {
+				// A planning device needs the tables' bytes only.
+				cv, sv = a.Rotary.TablesAt(positions)
+			}
 			shape := []int{n, 1, dh}
 			cos, sin = table(y3, shape, cv), table(y3, shape, sv)
 		}

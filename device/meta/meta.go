@@ -12,6 +12,9 @@ type Device struct {
 
 var _ device.Device = (*Device)(nil)
 
+// Storeless: the meta device keeps no values (device.StoresValues).
+func (d *Device) Storeless() {}
+
 // New returns a meta device that refuses to hold more than capacity bytes
 // (0: unlimited), like a real device of that size.
 func New(capacity int64) *Device {
