@@ -52,8 +52,16 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 		if needX {
 			xd.SetRequiresGrad(true).SetGradCategory(memory.Temporary)
 		}
+		// Backward needs the recomputed output's graph, not its values,
+		// and the output's gradient only until the nodes below have taken
+		// it: neither stays for the whole of the segment's backward.
 		y := fn(pass.In(s), xd)
-		y.Backward(tensor.WithGrad(g))
+		root := y.Root()
+		if y != xd { // a segment that returns its input's handle: the leaf stays
+			y.Release()
+		}
+		defer root.Release()
+		root.Backward(tensor.WithGradTaken(g))
 		grads := make([]*tensor.Tensor, len(inputs))
 		if needX {
 			grads[0] = xd.TakeGrad()

@@ -42,6 +42,12 @@ type Attention struct {
 	// (B·T values, each in [0, i]). The kernels skip the keys before a
 	// block's earliest start. nil: every key up to i.
 	Starts []int32
+	// Tiled says the caller found the device's kernels tiled for these
+	// heads (AttentionTiled): they then take the StartsBytes of
+	// Workspace only, their scores living in on-chip tiles. Callers set
+	// it from the device as they see it (behind Without, say), so that
+	// the meta device standing for another accounts what that one takes.
+	Tiled bool
 }
 
 // Workspace is the temporary bytes one fused attention call with a's
@@ -49,8 +55,12 @@ type Attention struct {
 // AttentionWorkspace, after StartsBytes for a copy of a.Starts at the
 // front (where a device whose memory the host cannot address reads them;
 // the CPU reads them in place and takes the bytes all the same, so that
-// every device takes what the meta device accounts).
+// every device takes what the meta device accounts). With a.Tiled it is
+// StartsBytes alone.
 func (a Attention) Workspace(shape []int, dt DType, backward bool) int64 {
+	if a.Tiled {
+		return a.StartsBytes(shape)
+	}
 	return a.StartsBytes(shape) + AttentionWorkspace(shape, dt, backward)
 }
 
@@ -84,6 +94,38 @@ func (a Attention) CheckStarts(shape []int) {
 
 // CapAttention names AttentionKernels for Has and Without.
 const CapAttention = "attention"
+
+// TiledAttention is the capability of attention kernels that, for some
+// heads, keep each tile of scores and probabilities in on-chip memory
+// and normalise them online (FlashAttention's tiling: the CUDA device's
+// k_flash kernels), so that a call needs no workspace beyond the copy of
+// its starts. The slot kernels (the CPU's) hold a block's [Br, T] scores
+// per slot instead: AttentionWorkspace.
+type TiledAttention interface {
+	// AttentionTiled reports whether the fused kernels run heads of d
+	// elements of dtype dt tiled.
+	AttentionTiled(dt DType, d int) bool
+}
+
+// CapTiledAttention names TiledAttention for Has and Without.
+const CapTiledAttention = "tiled_attention"
+
+// TiledHeadDim is the longest head the tiled kernels take: the CUDA
+// device's tiles (shared memory of 48 KiB a block) hold heads of up to
+// 128 elements, in f32, f16 or bf16. The meta device, standing for it in
+// plans, answers AttentionTiled by this rule.
+const TiledHeadDim = 128
+
+// AttentionTiled reports whether d's fused attention kernels (it must
+// have them: AttentionOf) run heads of headDim elements of dtype dt
+// tiled, taking only the starts' bytes of workspace (Attention.Tiled).
+func AttentionTiled(d Device, dt DType, headDim int) bool {
+	if AttentionOf(d) == nil {
+		return false
+	}
+	t, ok := capable(d, CapTiledAttention).(TiledAttention)
+	return ok && t.AttentionTiled(dt, headDim)
+}
 
 // AttentionBlock is the number of query rows a fused attention kernel
 // treats at a time, and AttentionSlots the most (batch, head) pairs whose

@@ -94,7 +94,7 @@ const (
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapAdam8bitStep, CapStochasticRound, CapQuantGemm, CapDequantize}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapTiledAttention, CapAdam8bitStep, CapStochasticRound, CapQuantGemm, CapDequantize}
 
 // AttentionOf returns d's fused attention kernels, or nil when d lacks
 // them (or hides them): the tensor package then composes attention from
@@ -115,6 +115,7 @@ var capabilityTypes = map[string]reflect.Type{
 	CapAdam8bitStep:    reflect.TypeFor[Adam8bitStepper](),
 	CapStochasticRound: reflect.TypeFor[StochasticRounder](),
 	CapAttention:       reflect.TypeFor[AttentionKernels](),
+	CapTiledAttention:  reflect.TypeFor[TiledAttention](),
 	CapQuantGemm:       reflect.TypeFor[QuantGemmer](),
 	CapDequantize:      reflect.TypeFor[Dequantizer](),
 }

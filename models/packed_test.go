@@ -299,7 +299,7 @@ func TestPackedMetaMatchesCPU(t *testing.T) {
 			for _, autocast := range []tensor.DType{0, tensor.BF16} {
 				t.Run(fmt.Sprintf("%s/composed=%v/autocast=%v", pm.name, composed, autocast), func(t *testing.T) {
 					var got [2][memory.NumCategories]memory.Stat
-					for i, dev := range []device.Device{cpu.New(), meta.New(0)} {
+					for i, dev := range []device.Device{cpu.New(), device.Without(meta.New(0), device.Lacks("cpu")...)} {
 						if composed {
 							dev = device.Without(dev, device.CapAttention)
 						}

@@ -152,23 +152,30 @@ func (a *GroupedQueryAttention) project(r *Run, x *tensor.Tensor, pos int, posit
 // RepeatKV repeats each of the KVHeads heads of kv [B, KVHeads, T, Dh]
 // Heads/KVHeads times, as Hugging Face's repeat_kv ([B, Heads, T, Dh],
 // head h reading kv head h/(Heads/KVHeads)). With KVHeads == Heads it is
-// a new handle on kv. Expand makes a view and Contiguous copies it once;
-// the gradient sums the copies back.
+// a new handle on kv. Expand makes a view and Contiguous copies it once,
+// token by token ([B, T, Heads, Dh] in memory, the result a view of it):
+// attention's output is laid out as its values, so the heads' outputs
+// then join into [B, T, Dim] without a copy, and a block keeps one
+// tensor of them, not two. The gradient sums the copies back.
 func (a *GroupedQueryAttention) RepeatKV(r *Run, kv *tensor.Tensor) *tensor.Tensor {
 	if a.KVHeads == a.Heads {
 		return identity(r, kv)
 	}
 	s := kv.Shape()
 	b, n, t, dh := s[0], s[1], s[2], s[3]
-	u := r.Reshape(kv, b, n, 1, t, dh)
-	e := r.Expand(u, b, n, a.Heads/n, t, dh)
+	kt := r.Permute(kv, 0, 2, 1, 3) // [B, T, KVHeads, Dh]
+	u := r.Reshape(kt, b, t, n, 1, dh)
+	kt.Release()
+	e := r.Expand(u, b, t, n, a.Heads/n, dh)
 	u.Release()
 	// A copy, not a view with a zero stride over the repeats, which the
 	// attention kernels do not take.
 	c := r.Contiguous(e)
 	e.Release()
-	out := r.Reshape(c, b, a.Heads, t, dh)
+	h := r.Reshape(c, b, t, a.Heads, dh)
 	c.Release()
+	out := r.Permute(h, 0, 2, 1, 3)
+	h.Release()
 	return out
 }
 

@@ -138,9 +138,12 @@ func (a *Activations) Stats() Stats { return a.stats }
 // Live is the number of storages held on the host now: 0 between steps.
 func (a *Activations) Live() int { return len(a.entries) }
 
-// Pack implements tensor.SavedHooks.
+// Pack implements tensor.SavedHooks. A leaf that wants a gradient stays
+// where it is: whoever reads that gradient holds the leaf, and with it
+// its storage on the device (a tiled block's input leaf, say), so a host
+// copy would only be a second one.
 func (a *Activations) Pack(t *tensor.Tensor) tensor.Packed {
-	if t.Category() != memory.Activation || t.Device() == a.host {
+	if t.Category() != memory.Activation || t.Device() == a.host || (t.IsLeaf() && t.RequiresGrad()) {
 		return nil
 	}
 	key := t.StorageKey()

@@ -406,3 +406,34 @@ func TestActivationsPrefetchAborted(t *testing.T) {
 		t.Errorf("left: %d storages, host %d bytes, device activations %d bytes", a.Live(), host.Memory().Stats().Requested.Current, dev.Memory().Stats().Category(memory.Activation).Current)
 	}
 }
+
+// A saved leaf that wants a gradient stays on the device (whoever reads
+// its gradient holds it there): only the results of ops move, and the
+// gradients are the same.
+func TestActivationsKeepLeaves(t *testing.T) {
+	dev, host := cpu.New(), cpu.New()
+	a, _ := offload.NewActivations(host, 0)
+	// A leaf counted as an activation: a tiled block's input leaf, say.
+	x, err := tensor.FromFloat32(dev, []float32{1, 2, 3, 4}, []int{4}, memory.Activation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	x.SetRequiresGrad(true)
+	err = tensor.Step(func(s *tensor.Scope) error {
+		y := s.Mul(x, x) // saves the leaf: stays
+		z := s.Mul(y, y) // saves y: moves
+		s.Sum(z, false).Backward()
+		return nil
+	}, tensor.SaveHooks(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.Packed != 1 || st.PackedB != 16 {
+		t.Errorf("%d storages (%d bytes) moved to the host, want y's one of 16", st.Packed, st.PackedB)
+	}
+	// d(x⁴)/dx = 4x³.
+	if got, want := x.Grad().Float64s(), []float64{4, 32, 108, 256}; !slices.Equal(got, want) {
+		t.Errorf("gradient %v, want %v", got, want)
+	}
+}

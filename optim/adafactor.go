@@ -127,6 +127,25 @@ func (adafactorRule) elementsPer(string) int { return 0 }
 func (adafactorRule) shardAlignment() int { return 0 }
 
 func (r adafactorRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
+	r.updateWith(s, p, g, bufs, h, nil)
+}
+
+// updateRounded is roundingRule's: a matrix of BF16 weights is updated
+// row chunk by row chunk as updateMatrix goes (a [128256, 4096]
+// embedding would otherwise take two 2 GiB F32 copies); a vector, small,
+// is left to the copy.
+func (r adafactorRule) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs, rnd rounding) bool {
+	if !factored(p) {
+		return false
+	}
+	r.updateWith(s, p, g, bufs, h, &rnd)
+	return true
+}
+
+// updateWith is the update; with rnd, p and g are BF16 and every chunk of
+// them is widened to F32 as it is read (exactly), every chunk of p
+// rounded back by rnd as it is written.
+func (r adafactorRule) updateWith(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs, rnd *rounding) {
 	t := float64(h.t)
 	b2 := 1 - math.Pow(t, r.decay)
 	alpha := h.lr
@@ -141,19 +160,32 @@ func (r adafactorRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tens
 		r.updateVector(s, p, g, bufs[0], m, b2, alpha, h)
 		return
 	}
-	r.updateMatrix(s, p, g, bufs[0], bufs[1], m, b2, alpha, h)
+	r.updateMatrix(s, p, g, bufs[0], bufs[1], m, b2, alpha, h, rnd)
 }
 
-// rms is the root mean square of x's elements, read on the host.
+// rms is the root mean square of x's elements (widened to F32 chunk by
+// chunk), read on the host.
 func rms(s *tensor.Scope, x *tensor.Tensor) float64 {
 	var ss float64
 	chunked(s, []*tensor.Tensor{x}, func(v []*tensor.Tensor) {
-		sq := s.Square(v[0])
+		w := widen(s, v[0])
+		sq := s.Square(w)
 		sum := s.Sum(sq, false)
 		ss += sum.Item()
+		if w != v[0] {
+			release(w)
+		}
 		release(sq, sum)
 	})
 	return math.Sqrt(ss / float64(max(x.Len(), 1)))
+}
+
+// widen returns x in F32: x itself, or its exact F32 copy.
+func widen(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	if x.DType() == tensor.F32 {
+		return x
+	}
+	return s.Cast(x, tensor.F32)
 }
 
 // scaledSquare is g²·scale² + ε₁ for a chunk of the gradient.
@@ -225,7 +257,7 @@ func squareSum(s *tensor.Scope, u *tensor.Tensor) float64 {
 	return x
 }
 
-func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.Tensor, b2, alpha float64, h stepArgs) {
+func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.Tensor, b2, alpha float64, h stepArgs, rnd *rounding) {
 	sh := p.Shape()
 	R, C := sh[len(sh)-2], sh[len(sh)-1]
 	B := p.Len() / max(R*C, 1)
@@ -246,6 +278,15 @@ func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.T
 		}
 		return s.Narrow(t, 0, lo, n)
 	}
+	// grad is rows [lo, lo+n) of the gradient in F32.
+	grad := func(lo, n int) *tensor.Tensor {
+		gc := narrow(g2, lo, n)
+		w := widen(s, gc)
+		if w != gc {
+			release(gc)
+		}
+		return w
+	}
 	// Statistics: rows chunk by chunk, columns summed over the chunks.
 	for b := range B {
 		colSum, err := tensor.New(p.Device(), tensor.F32, []int{C}, memory.Temporary)
@@ -254,7 +295,7 @@ func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.T
 		}
 		for r0 := 0; r0 < R; r0 += k {
 			n := min(k, R-r0)
-			gc, rc := narrow(g2, b*R+r0, n), narrow(r2, b*R+r0, n)
+			gc, rc := grad(b*R+r0, n), narrow(r2, b*R+r0, n)
 			sq := r.scaledSquare(s, gc, h.gradScale)
 			rm := s.Mean(sq, false, 1)
 			s.MulScalarInPlace(rc, b2).Release()
@@ -280,7 +321,7 @@ func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.T
 			csq := s.Sqrt(cb)
 			for r0 := 0; r0 < R; r0 += k {
 				n := min(k, R-r0)
-				gc, rc := narrow(g2, b*R+r0, n), narrow(r2, b*R+r0, n)
+				gc, rc := grad(b*R+r0, n), narrow(r2, b*R+r0, n)
 				rn := s.Div(rc, mean)
 				rs := s.Sqrt(rn)
 				rcol := s.Reshape(rs, n, 1)
@@ -302,7 +343,14 @@ func (r adafactorRule) updateMatrix(s *tensor.Scope, p, g, row, col, m *tensor.T
 	clipDiv := math.Max(1, math.Sqrt(ss/float64(p.Len()))/r.clip)
 	pass(func(b, r0, n int, u *tensor.Tensor) {
 		pc, mc := narrow(p2, b*R+r0, n), narrow(m2, b*R+r0, n)
-		r.apply(s, pc, u, mc, clipDiv, alpha, h.wd)
+		if rnd == nil {
+			r.apply(s, pc, u, mc, clipDiv, alpha, h.wd)
+		} else {
+			w := widen(s, pc)
+			r.apply(s, w, u, mc, clipDiv, alpha, h.wd)
+			rnd.round(pc, w, (b*R+r0)*C)
+			release(w)
+		}
 		release(pc, mc)
 	})
 }

@@ -628,6 +628,9 @@ func (o *Optimizer) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*
 	seed := o.roundSeed ^ nameHash(org.name) ^ (uint64(h.t) * 0x9e3779b97f4a7c15)
 	base := int64(org.offset)
 	if chunk >= n {
+		if rr, ok := o.rule.(roundingRule); ok && rr.updateRounded(s, p, g, bufs, h, rounding{seed: seed, base: base}) {
+			return
+		}
 		w, wg := s.Cast(p, tensor.F32), s.Cast(g, tensor.F32)
 		o.rule.update(s, w, wg, bufs, h)
 		wg.Release()
@@ -660,6 +663,30 @@ func (o *Optimizer) updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*
 			b.Release()
 		}
 	}
+}
+
+// rounding is how a BF16 parameter's update is rounded back: element i
+// of the parameter takes the bits of stream seed at base+i
+// (device.StochasticRoundBF16), whatever the chunk it is written in.
+type rounding struct {
+	seed uint64
+	base int64
+}
+
+// round writes w, the F32 update of elements [at, at+w.Len()) of a
+// parameter, into dst, the parameter's BF16 view of them.
+func (r rounding) round(dst, w *tensor.Tensor, at int) {
+	device.StochasticRoundBF16(dst.Device(), dst.View(), w.View(), r.seed, r.base+int64(at))
+}
+
+// A roundingRule updates a BF16 parameter whose state spans it whole
+// (Adafactor's factored statistics) by itself, a chunk at a time: each
+// chunk of the parameter and the gradient it reads widened to F32, each
+// chunk of the parameter it writes rounded back with rnd, so that the
+// bits are those of the update on a whole F32 copy without the copy. It
+// reports false for a parameter it leaves to the copy.
+type roundingRule interface {
+	updateRounded(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs, rnd rounding) bool
 }
 
 // nameHash is FNV-1a of a parameter's name.

@@ -98,6 +98,10 @@ func (t *Tensor) needsGrad() bool { return t.requiresGrad || t.node != nil }
 // result of recorded ops on one.
 func (t *Tensor) RequiresGrad() bool { return t.needsGrad() }
 
+// IsLeaf reports whether t was made directly rather than by a recorded
+// op (it has no graph behind it).
+func (t *Tensor) IsLeaf() bool { return t.node == nil }
+
 // SetRequiresGrad marks a leaf tensor (one made directly, not by a
 // recorded op) as wanting a gradient in backward.
 func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
@@ -210,6 +214,7 @@ type BackwardOption func(*backwardConfig)
 type backwardConfig struct {
 	retain bool
 	grad   *Tensor
+	taken  bool // grad is handed over: released once the root's node has run
 }
 
 // RetainGraph keeps saved tensors so that backward can run again.
@@ -218,12 +223,80 @@ func RetainGraph() BackwardOption { return func(c *backwardConfig) { c.retain = 
 // WithGrad starts backward from g instead of ones (for non-scalar roots).
 func WithGrad(g *Tensor) BackwardOption { return func(c *backwardConfig) { c.grad = g } }
 
+// WithGradTaken is WithGrad handing g over: backward releases the handle
+// g as soon as the root's node has run, instead of the caller after
+// Backward returns, so that its memory goes as soon as the nodes below
+// have what they need of it. A backward function (Function) that runs a
+// nested Backward with the gradient it was given — checkpointing's
+// recomputed segment, a tiled block's graph — frees that gradient early
+// so; the engine's own release of the handle afterwards does nothing, as
+// Release is idempotent.
+func WithGradTaken(g *Tensor) BackwardOption {
+	return func(c *backwardConfig) { c.grad, c.taken = g, true }
+}
+
 // Backward computes the gradient of t with respect to every leaf that
 // requires one and adds it into the leaf's Grad (allocated as
 // memory.Gradient on first use). Each node's saved tensors are released as
 // soon as the node has run, unless RetainGraph is given.
 func (t *Tensor) Backward(opts ...BackwardOption) {
 	t.mustLive("Backward")
+	t.root().backward(opts)
+}
+
+// Root is what backward needs of a tensor whose values nothing reads any
+// more: the node that made it, its shape and dtype. It holds the graph
+// behind the tensor, not the tensor's storage, so a result whose
+// gradient arrives much later (a recomputed segment's output, a tiled
+// block's) need not keep its memory until then. A leaf has no graph: its
+// Root refers to the leaf itself, which must stay alive for Backward to
+// add into its gradient.
+type Root struct {
+	node  *node
+	leaf  *Tensor // the tensor itself when it is a leaf (not held)
+	shape []int
+	dtype DType
+	dev   device.Device
+}
+
+// Root returns t's root for a Backward after t is released (unless t is
+// a leaf); the caller releases it.
+func (t *Tensor) Root() *Root {
+	t.mustLive("Root")
+	r := t.root()
+	if r.node != nil {
+		r.node.retain()
+	}
+	return r
+}
+
+// root is t's root, holding nothing of it (t's own references stand).
+func (t *Tensor) root() *Root {
+	r := &Root{node: t.node, shape: t.shape, dtype: t.dtype, dev: t.st.dev}
+	if t.node == nil {
+		r.leaf = t
+	}
+	return r
+}
+
+// Backward is the Backward of the tensor r was taken from.
+func (r *Root) Backward(opts ...BackwardOption) {
+	if r.node == nil && r.leaf == nil {
+		panic(errorf("backward", "a released Root"))
+	}
+	r.backward(opts)
+}
+
+// Release drops r's hold on the graph; it is idempotent.
+func (r *Root) Release() {
+	if r.node != nil {
+		r.node.release()
+		r.node = nil
+	}
+	r.leaf = nil
+}
+
+func (r *Root) backward(opts []BackwardOption) {
 	backwardCalls.Add(1)
 	var cfg backwardConfig
 	for _, o := range opts {
@@ -232,18 +305,22 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 	bs := backwardScope()
 	var seed *Tensor
 	if cfg.grad != nil {
-		if !slices.Equal(cfg.grad.shape, t.shape) {
-			panic(errorf("backward", "gradient of shape %v for a tensor of shape %v", cfg.grad.shape, t.shape))
+		if !slices.Equal(cfg.grad.shape, r.shape) {
+			panic(errorf("backward", "gradient of shape %v for a tensor of shape %v", cfg.grad.shape, r.shape))
 		}
-		seed = cfg.grad.share()
+		seed = cfg.grad
+		if !cfg.taken {
+			seed = cfg.grad.share()
+		}
 	} else {
-		if t.Len() != 1 {
-			panic(errorf("backward", "%s is not a scalar; give its gradient with WithGrad", t.describe()))
+		if numel(r.shape) != 1 {
+			panic(errorf("backward", "%v %v is not a scalar; give its gradient with WithGrad", r.dtype, r.shape))
 		}
-		seed = mustAlloc(t.st.dev, t.dtype, t.shape, memory.Temporary)
-		t.st.dev.Fill(seed.view(), 1)
+		seed = mustAlloc(r.dev, r.dtype, r.shape, memory.Temporary)
+		r.dev.Fill(seed.view(), 1)
 	}
-	if t.node == nil {
+	if r.node == nil {
+		t := r.leaf
 		if t.requiresGrad {
 			accumulateLeaf(bs, t, seed)
 			if t.gradReady != nil {
@@ -254,14 +331,14 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 		return
 	}
 
-	// Count, for every node reachable from t, how many edges lead into it,
-	// so that a node runs only once all its output gradients have arrived.
-	// Leaves with an OnGradReady hook are counted the same way.
+	// Count, for every node reachable from the root, how many edges lead
+	// into it, so that a node runs only once all its output gradients have
+	// arrived. Leaves with an OnGradReady hook are counted the same way.
 	pending := map[*node]int{}
 	var leafPending map[*Tensor]int
 	contributed := map[*Tensor]bool{} // hooked leaves this pass added to
-	stack := []*node{t.node}
-	seen := map[*node]bool{t.node: true}
+	stack := []*node{r.node}
+	seen := map[*node]bool{r.node: true}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -282,8 +359,8 @@ func (t *Tensor) Backward(opts ...BackwardOption) {
 			}
 		}
 	}
-	grads := map[*node]*Tensor{t.node: seed}
-	ready := []*node{t.node}
+	grads := map[*node]*Tensor{r.node: seed}
+	ready := []*node{r.node}
 	defer func() {
 		// On a panic (shape error in a backward function, OOM) release
 		// what is in flight so nothing leaks.

@@ -469,3 +469,91 @@ func TestLinearCrossEntropyChunkRows(t *testing.T) {
 		}
 	}
 }
+
+// A 16-bit weight's gradient summed in parts of vocabulary rows (one pass
+// over the chunks each) has the bits of the whole sum rounded once, and
+// so do the loss and the other gradients: with uneven parts, parts of one
+// row, a bias, a tied head (the embedding adding its rows after), and a
+// weight cast in blocks (parts then hold whole blocks).
+func TestLinearCrossEntropySumsInParts(t *testing.T) {
+	for _, p := range []struct {
+		name     string
+		c        lmHeadCase
+		dtype    tensor.DType
+		partRows int // rows of F32 sum a part may hold
+	}{
+		{"uneven", lmHeadCases[0], tensor.BF16, 15},
+		{"row-by-row", lmHeadCases[0], tensor.BF16, 1},
+		{"bias", lmHeadCases[3], tensor.BF16, 16},
+		{"ignore+smoothing", lmHeadCases[5], tensor.F16, 20},
+		{"tied", lmHeadCases[8], tensor.BF16, 7},
+		{"cast-in-blocks", lmHeadCases[7], tensor.F16, 3000},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			run := func(parts bool) lmHeadRun {
+				if parts {
+					defer tensor.SetLMHeadSumBytes(int64(4 * p.partRows * p.c.dim))()
+				}
+				return runLMHead(t, cpu.New(), p.c, p.dtype, tensor.BF16, true)
+			}
+			want, got := run(false), run(true)
+			if math.Float64bits(got.loss) != math.Float64bits(want.loss) {
+				t.Errorf("loss %v, whole %v", got.loss, want.loss)
+			}
+			for i := range want.grads {
+				for j := range want.grads[i] {
+					if math.Float64bits(got.grads[i][j]) != math.Float64bits(want.grads[i][j]) {
+						t.Fatalf("gradient %d element %d: %v, summed whole %v", i, j, got.grads[i][j], want.grads[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// Summed in parts, a 16-bit weight's gradient costs the gradient and one
+// part's F32 sum at the peak, not the whole F32 sum and its rounded copy.
+func TestLinearCrossEntropyPartsPeak(t *testing.T) {
+	const rows, dim, vocab, chunk = 64, 512, 20000, 16
+	peak := func(partBytes int64) int64 {
+		defer tensor.SetLMHeadSumBytes(partBytes)()
+		dev := meta.New(0)
+		x := mustNew(t, dev, []int{rows, dim}, memory.Activation).SetRequiresGrad(true)
+		defer x.Release()
+		s := tensor.NewScope(tensor.NoGrad())
+		w := s.Keep(s.Cast(mustNew(t, dev, []int{vocab, dim}, memory.Parameter), tensor.BF16)).SetRequiresGrad(true)
+		s.Close()
+		defer w.Release()
+		tg, err := tensor.FromInt32(dev, make([]int32, rows), []int{rows}, memory.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Release()
+		mem := dev.Memory()
+		base := mem.Stats().Requested.Current
+		mem.ResetPeak()
+		err = tensor.Step(func(s *tensor.Scope) error {
+			l := s.LinearCrossEntropy(x, w, nil, tg, tensor.CrossEntropyOptions{}, chunk)
+			l.Backward()
+			return nil
+		}, tensor.Autocast(tensor.BF16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mem.Stats().Requested.Peak - base
+	}
+	grad, sum := int64(vocab*dim*2), int64(vocab*dim*4)
+	whole := peak(tensor.LMHeadSumBytes)
+	parts := peak(sum / 4)
+	// The whole sum's peak is at its rounding, after the last chunk;
+	// the parts' while a chunk's logits and their gradient exist, with
+	// the small tensors (x's gradient and cast, the per-row losses).
+	logits, small := int64(2*chunk*vocab*2), int64(4*rows*dim*4)
+	if saved := whole - parts; saved < sum-sum/4-logits-small {
+		t.Errorf("in four parts the peak is %d bytes, whole %d: %d less, want at least three parts (%d) less a chunk's logits (%d) and the small tensors", parts, whole, saved, sum-sum/4, logits)
+	}
+	if parts > grad+sum/4+logits+small {
+		t.Errorf("in four parts the peak is %d bytes: above the gradient (%d), a part (%d), a chunk's logits and the small tensors", parts, grad, sum/4)
+	}
+	t.Logf("peak over the step: %d bytes summed whole, %d in four parts", whole, parts)
+}

@@ -70,7 +70,7 @@ func (s *Scope) SegmentedAttention(q, k, v *Tensor, seg *Segments, scale, dropou
 	defer pq.Release()
 	defer pk.Release()
 	defer pv.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil()}
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil(), Tiled: device.AttentionTiled(dev, target, q.shape[3])}
 	out := mustAllocLike(dev, target, pv, s.cat)
 	lse := mustAlloc(dev, accumDType(target), append([]int(nil), q.shape[:3]...), s.cat)
 	kern.CausalAttention(out.view(), lse.view(), pq.view(), pk.view(), pv.view(), a)
@@ -153,7 +153,7 @@ func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, sc
 	defer q.Release()
 	defer k.Release()
 	defer v.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil()}
+	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil(), Tiled: device.AttentionTiled(dev, target, d/heads)}
 	out := mustAllocLike(dev, target, v, s.cat)
 	lse := mustAlloc(dev, accumDType(target), []int{b, heads, t}, s.cat)
 	kern.CausalAttention(out.view(), lse.view(), q.view(), k.view(), v.view(), a)

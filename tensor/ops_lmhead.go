@@ -20,6 +20,20 @@ const LMHeadChunkBytes = 32 << 20
 // for GPT-2's tied head) never exists whole. A smaller one is cast once.
 const LMHeadCastBytes = 8 << 20
 
+// LMHeadSumBytes bounds the F32 sum LinearCrossEntropy makes of a 16-bit
+// weight's gradient (a weight whose own gradient is F32 takes the sum in
+// place). A larger one is summed in parts of vocabulary rows, one pass
+// over the chunks of rows each, every part rounded into the weight's
+// gradient as soon as it is complete: the peak is then the 16-bit
+// gradient and one part (Llama 3 8B's untied head: 2.94 GiB of the whole
+// sum and its rounding, 1.96 GiB in two parts). Each pass after the first
+// recomputes the chunks' logits (one product of the head's forward more)
+// and takes the weight's gradient only.
+const LMHeadSumBytes = 1 << 30
+
+// lmHeadSumBytes is LMHeadSumBytes, smaller in tests.
+var lmHeadSumBytes int64 = LMHeadSumBytes
+
 // LinearCrossEntropyChunkRows is the number of rows LinearCrossEntropy
 // takes per chunk for vocab classes in logits of dtype when it is not
 // told: as many as keep a chunk's logits and their gradient within
@@ -135,28 +149,67 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 				panic(r)
 			}
 		}()
-		// dx and dw are made once the first chunk's logits are gone
-		// (grads), so that with one chunk the peak is the composed
-		// path's: logits and their gradient, then their gradient and
-		// the products'.
-		grads := func() {
-			if needX && dx == nil {
-				dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+		if needW && !ownsGrad(w) && 4*int64(vocab)*int64(in) > lmHeadSumBytes {
+			// A 16-bit weight's F32 sum, in parts.
+			var wg, dp *Tensor // w's gradient in w's dtype; a part's F32 sum
+			defer func() {
+				if r := recover(); r != nil {
+					wg.Release()
+					dp.Release()
+					panic(r)
+				}
+			}()
+			for i, part := range sumParts(vocab, in, sw.rows) {
+				dp = nil
+				grads := func() {
+					if needX && dx == nil {
+						dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+					}
+					if dp == nil {
+						dp, fresh = mustAlloc(dev, accumDType(w.dtype), []int{part[1], in}, s.cat), true
+					}
+				}
+				for lo := 0; lo < rows; lo += chunkRows {
+					n := min(chunkRows, rows-lo)
+					linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dp, &db, grads, &fresh, lo, n, ignore, smoothing, part[0], i == 0, s)
+				}
+				grads()
+				if fresh {
+					dev.Fill(dp.view(), 0)
+				}
+				if wg == nil {
+					wg = mustAlloc(dev, w.dtype, w.shape, s.cat)
+				}
+				dst := rowsOf(wg, part[0], part[1])
+				dev.Copy(dst.view(), dp.view()) // rounded as a whole cast rounds it
+				dst.Release()
+				dp.Release()
 			}
-			if needW && dw == nil {
-				dw, fresh = gradInto(w, s)
+			dw = wg
+		} else {
+			// dx and dw are made once the first chunk's logits are gone
+			// (grads), so that with one chunk the peak is the composed
+			// path's: logits and their gradient, then their gradient and
+			// the products'.
+			grads := func() {
+				if needX && dx == nil {
+					dx = mustAlloc(dev, sx.dtype, sx.shape, s.cat)
+				}
+				if needW && dw == nil {
+					dw, fresh = gradInto(w, s)
+				}
 			}
-		}
-		for lo := 0; lo < rows; lo += chunkRows {
-			n := min(chunkRows, rows-lo)
-			linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, s)
-		}
-		grads()
-		if dw != nil {
-			if fresh { // no rows, so no chunk wrote it
-				dev.Fill(dw.view(), 0)
+			for lo := 0; lo < rows; lo += chunkRows {
+				n := min(chunkRows, rows-lo)
+				linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, 0, true, s)
 			}
-			dw.st.version.Add(1)
+			grads()
+			if dw != nil {
+				if fresh { // no rows, so no chunk wrote it
+					dev.Fill(dw.view(), 0)
+				}
+				dw.st.version.Add(1)
+			}
 		}
 		if !needB && db != nil {
 			db.Release()
@@ -167,12 +220,29 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	return s.own(out)
 }
 
+// sumParts cuts a [vocab, in] weight's F32 gradient sum into parts of at
+// most lmHeadSumBytes, as {first row, rows}: whole blocks of the weight's
+// blockRows rows each where the weight is cast in blocks.
+func sumParts(vocab, in, blockRows int) [][2]int {
+	rowBytes := 4 * int64(max(in, 1))
+	per := max(1, int(lmHeadSumBytes/rowBytes))
+	if blockRows < vocab {
+		per = max(blockRows, per/blockRows*blockRows)
+	}
+	var out [][2]int
+	for v0 := 0; v0 < vocab; v0 += per {
+		out = append(out, [2]int{v0, min(per, vocab-v0)})
+	}
+	return out
+}
+
 // linearCrossEntropyChunkBackward adds rows [lo, lo+n)'s contributions to
-// *dx (the rows themselves), *dw (written while *fresh, which it then
-// clears, else added to) and *db (made on the first chunk when there is a
-// bias); grads makes *dx and *dw, where wanted, once the chunk's logits
-// are released.
-func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, s *Scope) {
+// *dw (written while *fresh, which it then clears, else added to), which
+// holds the weight's gradient from vocabulary row v0 on (as many rows as
+// it has), and, with first, to *dx (the rows themselves) and *db (made on
+// the first chunk when there is a bias); grads makes *dx and *dw, where
+// wanted, once the chunk's logits are released.
+func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, dv0 int, first bool, s *Scope) {
 	dev := sx.st.dev
 	logits := chunkLogits(sx, sw, sb, lo, n, s)
 	defer logits.Release()
@@ -185,9 +255,9 @@ func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Ten
 	// products, dw's rows of a block are that block's alone.
 	for v0 := 0; v0 < sw.vocab; v0 += sw.rows {
 		vn := min(sw.rows, sw.vocab-v0)
-		wb := sw.block(v0, vn)
-		dlb := colsOf(dl, v0, vn)
-		if *dx != nil {
+		if first && *dx != nil {
+			wb := sw.block(v0, vn)
+			dlb := colsOf(dl, v0, vn)
 			rx := rowsOf(*dx, lo, n)
 			beta := 1.0
 			if v0 == 0 {
@@ -195,25 +265,36 @@ func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Ten
 			}
 			gemmInto(rx, dlb, wb, 1, beta, s)
 			rx.Release()
+			dlb.Release()
+			wb.Release()
 		}
-		wb.Release()
+		// The block's rows of *dw, where *dw has them.
+		a := max(v0, dv0)
+		z := v0 + vn
 		if *dw != nil {
+			z = min(z, dv0+(*dw).shape[0])
+		}
+		if *dw != nil && a < z {
 			beta := 1.0
 			if *fresh {
 				beta = 0 // a new gradient: the first chunk writes it
 			}
+			dlb := colsOf(dl, a, z-a)
 			rx := rowsOf(sx, lo, n)
-			dwb := rowsOf(*dw, v0, vn)
+			dwb := rowsOf(*dw, a-dv0, z-a)
 			dlt := transposeView(dlb)
 			gemmInto(dwb, dlt, rx, 1, beta, s)
 			dlt.Release()
 			dwb.Release()
 			rx.Release()
+			dlb.Release()
 		}
-		dlb.Release()
 	}
 	if *dw != nil {
 		*fresh = false
+	}
+	if !first {
+		return
 	}
 	if sb != nil {
 		part := s.reduce(device.Sum, dl, []int{0}, false, 1, accumDType(dl.dtype))

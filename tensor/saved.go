@@ -172,10 +172,13 @@ func (t *Tensor) Alias(like *Tensor) *Tensor {
 // that no copy makes a Go buffer of its size.
 var bounce = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
-// copyBuffer copies n bytes from src (on sdev) to dst (on ddev).
+// copyBuffer copies n bytes from src (on sdev) to dst (on ddev). Into a
+// device that stores no values (a planning one) there is nothing to copy:
+// a plan's offloaded activations would otherwise go through the bounce
+// buffer, zeroed chunk by chunk, for every byte they move.
 func copyBuffer(ddev device.Device, dst device.Buffer, sdev device.Device, src device.Buffer, n int64) {
 	switch {
-	case n == 0:
+	case n == 0 || !device.StoresValues(ddev):
 	case dst.Host != nil && src.Host != nil:
 		copy(dst.Host[:n], src.Host[:n])
 	case dst.Host != nil:

@@ -315,8 +315,12 @@ func backwardTile(pass *nn.Run, autocast tensor.DType, p nn.Tokens, tl nn.Rows, 
 // gradients reach them from the inner graph, as a checkpointed segment's
 // do): the block's pieces then find the gradient terms of x that the
 // pieces after them have given, and add theirs onto it in the order a
-// pass of whole tensors adds them. The graph is differentiated once:
-// RetainGraph cannot run it again.
+// pass of whole tensors adds them. The node keeps the inner graph's root
+// (tensor.Root), not the block's output, whose memory goes with its last
+// reader; backward hands the output's gradient over to the inner graph
+// (tensor.WithGradTaken), so it goes once the last piece has taken its
+// rows. The graph is differentiated once: RetainGraph cannot run it
+// again.
 func (t *Runner) RunBlock(r *nn.Run, x *tensor.Tensor, fn func(r *nn.Run, x *tensor.Tensor) *tensor.Tensor) *tensor.Tensor {
 	if !r.Grad() || !x.RequiresGrad() {
 		return fn(r, x)
@@ -327,30 +331,43 @@ func (t *Runner) RunBlock(r *nn.Run, x *tensor.Tensor, fn func(r *nn.Run, x *ten
 	xl.SetRequiresGrad(true).SetGradCategory(memory.Temporary)
 	y := fn(r.In(inner), xl)
 	inner.Keep(xl)
-	inner.Keep(y)
-	k := &nested{root: y, leaf: xl}
+	k := &nested{root: y.Root(), leaf: xl}
 	res := r.Detach(y)
-	return r.WithModes(tensor.SaveHooks(k)).Function("tile_block", res, []*tensor.Tensor{x}, []*tensor.Tensor{y}, func(_ *tensor.Scope, g *tensor.Tensor, saved []*tensor.Tensor) []*tensor.Tensor {
-		if saved[0] == nil {
+	if y != xl { // a block that returns its input's handle keeps it as the leaf
+		y.Release()
+	}
+	// The node saves the leaf (which the hooks keep anyway, for its
+	// gradient) so that its hooks hold the inner graph for as long as
+	// the node lives.
+	return r.WithModes(tensor.SaveHooks(k)).Function("tile_block", res, []*tensor.Tensor{x}, []*tensor.Tensor{xl}, func(_ *tensor.Scope, g *tensor.Tensor, _ []*tensor.Tensor) []*tensor.Tensor {
+		root := k.take()
+		if root == nil {
 			panic(&tensor.Error{Op: "tile_block", Msg: "a block run through a token runner is differentiated once (its graph is not kept for RetainGraph)"})
 		}
-		saved[0].Backward(tensor.WithGrad(g))
+		defer root.Release()
+		root.Backward(tensor.WithGradTaken(g))
 		return []*tensor.Tensor{xl.TakeGrad()}
 	})
 }
 
 // nested keeps the inner graph of RunBlock alive for the node that
 // differentiates it, as the node's saved-tensor hooks: the node keeps it
-// in place of its one saved tensor, hands the inner graph's root to
-// backward (Unpack) and frees the graph and the leaf when it is done or
-// dropped unused (Release), so neither outlives the node.
-type nested struct{ root, leaf *tensor.Tensor }
+// in place of its one saved tensor (the leaf), its backward takes the
+// inner graph's root, and Release frees the root (when the node is
+// dropped unused) and the leaf, so neither outlives the node.
+type nested struct {
+	root *tensor.Root
+	leaf *tensor.Tensor
+}
 
 func (k *nested) Pack(*tensor.Tensor) tensor.Packed { return k }
 
-// Unpack hands the root, with its graph, to the backward that runs it
-// (which releases it after).
-func (k *nested) Unpack() *tensor.Tensor {
+// Unpack hands backward a handle on the leaf, the tensor the node saved.
+func (k *nested) Unpack() *tensor.Tensor { return k.leaf.Alias(k.leaf) }
+
+// take hands the root to the backward that runs it (which releases it),
+// once.
+func (k *nested) take() *tensor.Root {
 	root := k.root
 	k.root = nil
 	return root

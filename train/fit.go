@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -30,6 +31,12 @@ type fitAxis struct {
 	// show names the flags -fit's choice states even unchanged (the
 	// others it states when it changes them).
 	show []string
+	// keepsState, set for an exact axis none of whose options changes
+	// the bytes of the parameters or of the optimizer state, clears the
+	// technique's setting in c: configurations alike after it have the
+	// same model state, so one plan's bytes of it bound the others'
+	// peaks (fitWith skips them when that alone exceeds the budget).
+	keepsState func(c *Config)
 }
 
 // Choice is a configuration Fit found, with its predicted peak.
@@ -185,11 +192,20 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 		choices = append(choices, Choice{Config: c, Cost: cost})
 	}
 	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Cost < choices[j].Cost })
+	// The parameters and optimizer state a plan held after its steps,
+	// by the configuration with the axes that keep them cleared: a lower
+	// bound of the peak of every candidate alike but for those axes.
+	held := map[string]int64{}
 	for _, c := range choices {
-		p, err := planWith(ctx, c.Config, ds)
+		key := stateKey(c.Config, exact)
+		if h, ok := held[key]; ok && h > budget {
+			continue
+		}
+		p, h, err := planState(ctx, c.Config, ds)
 		if err != nil {
 			return Choice{}, false, err
 		}
+		held[key] = h
 		c.Peak = p
 		if need(c.Config, p) <= budget {
 			return c, true, nil
@@ -199,6 +215,22 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 		}
 	}
 	return Choice{}, false, nil
+}
+
+// stateKey is c with the exact axes' settings that keep the model state
+// cleared (fitAxis.keepsState), as text: configurations with equal keys
+// hold the same parameters and optimizer state.
+func stateKey(c Config, exact []*fitAxis) string {
+	for _, a := range exact {
+		if a.keepsState != nil {
+			a.keepsState(&c)
+		}
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a Config is plain data
+	}
+	return string(b)
 }
 
 // need is what a plan needs of the budget: the device's peak, and on a

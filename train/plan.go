@@ -89,8 +89,24 @@ func PlanContext(ctx context.Context, cfg Config) (PeakBytes, error) {
 	return planWith(ctx, cfg, ds)
 }
 
+// planned, when set (by tests), sees every configuration planned.
+var planned func(Config)
+
 // planWith plans cfg on ds; a cancelled ctx stops it between ops.
 func planWith(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, error) {
+	p, _, err := planState(ctx, cfg, ds)
+	return p, err
+}
+
+// planState is planWith, with the bytes of parameters and optimizer state
+// held after the last step: what every moment of a later step holds at
+// least (a lower bound of the peak), and the same for every configuration
+// whose parameters and optimizer state are the same (-fit skips those
+// when it exceeds the budget).
+func planState(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, int64, error) {
+	if planned != nil {
+		planned(cfg)
+	}
 	cfg.Output.Resume, cfg.Output.Save, cfg.Output.Metrics, cfg.Output.Quiet = "", "", "", true
 	// The meta device has every capability; it hides those the target
 	// device lacks and those the run leaves out, so that it takes the
@@ -108,7 +124,7 @@ func planWith(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, error) {
 	var comm parallel.Comm
 	if cfg.Parallel.Engine != "off" && cfg.Parallel.Ranks > 0 {
 		if comm, err = parallel.NewMeta(0, cfg.Parallel.Ranks); err != nil {
-			return PeakBytes{}, err
+			return PeakBytes{}, 0, err
 		}
 	}
 	mem := dev.Memory()
@@ -117,7 +133,7 @@ func planWith(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, error) {
 	stop.arm()
 	t, err := assemble(cfg, dev, ds, &shapeBatches{ds: ds, cfg: cfg}, comm, nil)
 	if err != nil {
-		return PeakBytes{}, err
+		return PeakBytes{}, 0, err
 	}
 	defer t.Close()
 	if cfg.Generate.Tokens > 0 {
@@ -125,21 +141,22 @@ func planWith(ctx context.Context, cfg Config, ds *dataset) (PeakBytes, error) {
 		// 0 each time, and every token costs what any other would.
 		mem.ResetPeak()
 		if _, err := t.GenerateText(); err != nil {
-			return PeakBytes{}, err
+			return PeakBytes{}, 0, err
 		}
 		t.notePeaks(mem.Stats())
-		return t.runPeaks, nil
+		return t.runPeaks, 0, nil
 	}
 	for i := 0; i < planSteps; i++ {
 		b, _ := t.train.Next(context.Background())
 		mem.ResetPeak()
 		if _, err := t.tryStep(b); err != nil {
-			return PeakBytes{}, err
+			return PeakBytes{}, 0, err
 		}
 		t.step++
 		t.notePeaks(mem.Stats())
 	}
-	return t.runPeaks, nil
+	st := mem.Stats()
+	return t.runPeaks, st.Category(memory.Parameter).Current + st.Category(memory.OptimizerState).Current, nil
 }
 
 // WritePlan renders a prediction as a table.

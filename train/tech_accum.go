@@ -49,6 +49,7 @@ var accumulation = &technique{
 		cost: func(c, orig Config) float64 {
 			return 1 + 0.05*math.Log2(float64(c.Memory.Accum)/float64(orig.Memory.Accum))
 		},
-		show: []string{"accum"},
+		keepsState: func(c *Config) { c.Memory.Accum = 1 }, // micro-batches change no parameter or state byte
+		show:       []string{"accum"},
 	},
 }

@@ -62,7 +62,8 @@ var checkpointing = &technique{
 			}
 			return 1
 		},
-		show: []string{"checkpoint"},
+		keepsState: func(c *Config) { c.Memory.Checkpoint = "" }, // recomputing changes activations only
+		show:       []string{"checkpoint"},
 	},
 	build: func(t *Trainer) (any, error) {
 		spec, _ := ParseCheckpoint(t.Config.Memory.Checkpoint)

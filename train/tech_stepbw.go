@@ -62,6 +62,7 @@ var stepInBackward = &technique{
 			}
 			return 1
 		},
+		keepsState: func(c *Config) { c.Memory.StepInBackward = false }, // frees gradients; the state is the same
 	},
 	build: func(t *Trainer) (any, error) {
 		if !t.Config.Memory.StepInBackward {

@@ -80,6 +80,7 @@ var tiling = &technique{
 			}
 			return 1
 		},
+		keepsState: func(c *Config) { c.Memory.Tile = 0 }, // tiles change activations and temporaries only
 	},
 	build: func(t *Trainer) (any, error) {
 		if t.Config.Memory.Tile == 0 {

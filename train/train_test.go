@@ -491,3 +491,46 @@ func TestScalerUpdatesOncePerWindow(t *testing.T) {
 		t.Errorf("scaler saw %d clean + %d skipped steps over 6 windows of 4 micro-batches: it must update once per window", st.GoodSteps, st.Skipped)
 	}
 }
+
+// TestFitSkipsWhatTheStateExceeds: where a plan's parameters and optimizer
+// state alone exceed the budget, -fit plans no other candidate that
+// differs from it only in settings that keep them (micro-batches,
+// checkpointing, tiles, the step inside backward), and still says what
+// the smallest plan was.
+func TestFitSkipsWhatTheStateExceeds(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Model.Dropout = 0
+	var exact []*fitAxis
+	for _, tc := range techniques {
+		if tc.fit != nil && tc.fit.tier == 0 {
+			exact = append(exact, tc.fit)
+		}
+	}
+	seen := map[string]int{}
+	planned = func(c Config) { seen[stateKey(c, exact)]++ }
+	defer func() { planned = nil }()
+	_, err := Fit(cfg, 1<<10)
+	if err == nil || !strings.Contains(err.Error(), "nothing fits") {
+		t.Fatalf("Fit(1 KiB): %v", err)
+	}
+	if len(seen) == 0 {
+		t.Fatal("nothing planned")
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Errorf("%d plans of one model state over the budget: %s", n, k)
+		}
+	}
+	// The search offers several settings of those axes: they were skipped.
+	c := cfg.Resolved()
+	cands := 1
+	for _, a := range exact {
+		if a.keepsState != nil {
+			cands *= len(a.options(c))
+		}
+	}
+	if cands < 2 {
+		t.Fatalf("the exact axes that keep the state offer %d candidates: nothing to skip", cands)
+	}
+	t.Logf("%d model states planned once each; %d candidates of each", len(seen), cands)
+}

@@ -297,9 +297,19 @@ func split[T float](b []byte, n int) ([]T, []byte) {
 	return floats[T](b[:k]), b[k:]
 }
 
+// checkUntiled panics for a call marked tiled: the CPU's kernels are slot
+// kernels (it lacks device.CapTiledAttention), so a caller that set Tiled
+// did not ask device.AttentionTiled.
+func checkUntiled(a device.Attention) {
+	if a.Tiled {
+		panic("cpu: attention: a call marked Tiled: the CPU's kernels hold a block's scores per slot (device.AttentionTiled is false here)")
+	}
+}
+
 // CausalAttention writes out and lse (see device.AttentionKernels).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
+	checkUntiled(a)
 	ws := d.workspace(a.Workspace(q.Shape, q.DType, false))
 	defer d.Free(ws)
 	if q.DType == device.F64 {
@@ -377,6 +387,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 // device.AttentionKernels).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
+	checkUntiled(a)
 	ws := d.workspace(a.Workspace(q.Shape, q.DType, true))
 	defer d.Free(ws)
 	if q.DType == device.F64 {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"sort"
 	"testing"
 )
@@ -219,5 +220,32 @@ func TestNarrowingFromF64RoundsOnce(t *testing.T) {
 	}
 	if got := F16FromF64(-(1 + 0x1p-11 + 0x1p-30)); got != 0xbc01 {
 		t.Errorf("F16FromF64(-(1+2^-11+2^-30)) = %#04x, want 0xbc01", got)
+	}
+}
+
+// BF16FromF64 rounds the bits of a float64 whose result is a normal
+// bfloat16 directly: the same bits as through float32 rounded to odd, for
+// float64s of every exponent and sign, mantissas at and around the
+// halfway points, and the edges of the direct path (the smallest normal
+// bfloat16 and the largest, where rounding carries into infinity).
+func TestBF16FromF64Direct(t *testing.T) {
+	viaF32 := func(f float64) uint16 { return BF16FromF32(f32Odd(f)) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(b uint64) {
+		f := math.Float64frombits(b)
+		if got, want := BF16FromF64(f), viaF32(f); got != want {
+			t.Fatalf("BF16FromF64(%#016x = %g) = %#04x, through float32 %#04x", b, f, got, want)
+		}
+	}
+	for range 1 << 20 {
+		check(rng.Uint64())
+	}
+	half := uint64(1) << 44 // the cut bits' halfway point
+	for e := uint64(0); e < 2048; e++ {
+		for _, m := range []uint64{0, 1, half - 1, half, half + 1, 3 * half, 1<<45 - 1, 1<<52 - 1, 1<<52 - half, rng.Uint64() & (1<<52 - 1)} {
+			for _, s := range []uint64{0, 1 << 63} {
+				check(s | e<<52 | m)
+			}
+		}
 	}
 }

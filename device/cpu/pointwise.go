@@ -694,13 +694,15 @@ func (d *Device) Random(dst device.View, dist device.Distribution, a, b float64,
 	l.run(d.threads, func(pos int, offs []int, m int) {
 		sc := getScratch[float64]()
 		y := sc.a[:m]
-		for i := range y {
-			idx := uint64(pos + i)
-			switch dist {
-			case device.Uniform:
-				y[i] = a + (b-a)*uniform01(seed, idx)
-			case device.Normal:
+		switch dist {
+		case device.Uniform:
+			for i := range y {
+				y[i] = a + (b-a)*uniform01(seed, uint64(pos+i))
+			}
+		case device.Normal:
+			for i := range y {
 				// Box-Muller on two independent draws of the same element.
+				idx := uint64(pos + i)
 				u1 := uniform01(seed, 2*idx)
 				u2 := uniform01(seed, 2*idx+1)
 				y[i] = a + b*math.Sqrt(-2*math.Log(1-u1))*math.Cos(2*math.Pi*u2)

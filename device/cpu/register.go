@@ -12,6 +12,10 @@ import (
 // stays unlimited.
 func init() {
 	device.InHostMemory("cpu")
+	// Its attention kernels hold a block's [Br, T] scores per slot
+	// (device.AttentionWorkspace), where the meta device, standing for
+	// a device with tiled kernels too, would take none.
+	device.Lacking("cpu", device.CapTiledAttention)
 	device.Register("cpu", func(o device.Options) (device.Device, error) {
 		c := o.Capacity
 		if c == 0 {

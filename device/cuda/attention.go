@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/memfit/memfit/device"
@@ -11,16 +12,27 @@ import (
 
 var _ device.AttentionKernels = (*Device)(nil)
 
+var _ device.TiledAttention = (*Device)(nil)
+
+// AttentionTiled is device.TiledAttention: the tiled kernels (k_flash_*)
+// take f32, f16 and bf16 heads of up to device.TiledHeadDim elements
+// (flashFor).
+func (d *Device) AttentionTiled(dt device.DType, hd int) bool {
+	_, ok := flashFor(dt, hd)
+	return ok
+}
+
 // CausalAttention is device.AttentionKernels' forward: kernels.cu's tiled
-// k_flash_fwd for f32, f16 and bf16 heads (flashFor), else k_attention,
+// k_flash_fwd where the caller found the heads tiled (a.Tiled, from
+// AttentionTiled: f32, f16 and bf16 heads, flashFor), else k_attention,
 // one block per workspace slot; nothing of T×T size either way. Both take
 // a.Workspace bytes from the allocator, as the contract says (plans count
-// them); the tiled kernels use only its front, the copy of a.Starts.
+// them): the tiled kernels only the copy of a.Starts.
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, false)
-	defer d.Free(ws.Buf)
-	if f, ok := flashFor(q.DType, q.Shape[3]); ok {
+	defer d.freeWorkspace(ws)
+	if f, ok := d.tiles(q, a); ok {
 		g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
 		d.launch("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), g)
@@ -33,12 +45,12 @@ func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attenti
 
 // CausalAttentionBackward is device.AttentionKernels' backward: the tiled
 // k_flash_bwd_kv (dk and dv, one block per key tile) then k_flash_bwd_q
-// (dq, one block per query tile), or k_attention_bwd.
+// (dq, one block per query tile) under a.Tiled, or k_attention_bwd.
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
 	a.CheckStarts(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, true)
-	defer d.Free(ws.Buf)
-	if f, ok := flashFor(q.DType, q.Shape[3]); ok {
+	defer d.freeWorkspace(ws)
+	if f, ok := d.tiles(q, a); ok {
 		shape := func() *args {
 			return new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3]))
 		}
@@ -56,18 +68,37 @@ func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v dev
 	d.launch("k_attention_bwd"+computeSuffix(q), grid, g)
 }
 
+// tiles returns the tiled kernels' tiles under a.Tiled, or false where
+// the slot kernels run. A call marked tiled for heads the tiled kernels
+// do not take is a caller's bug (it did not ask AttentionTiled).
+func (d *Device) tiles(q device.View, a device.Attention) (flashTiles, bool) {
+	if !a.Tiled {
+		return flashTiles{}, false
+	}
+	f, ok := flashFor(q.DType, q.Shape[3])
+	if !ok {
+		panic(fmt.Sprintf("cuda: attention: %v heads of %d marked Tiled: the tiled kernels do not take them (device.AttentionTiled)", q.DType, q.Shape[3]))
+	}
+	return f, true
+}
+
 // attentionWorkspace takes a.Workspace bytes of temporaries, as the CPU
 // and the meta device do. With example boundaries their front holds a
 // copy of a.Starts, returned as an I32 view (else a view with no buffer,
 // which the kernels read as none). The rest is returned viewed as the
 // accumulator type, with the elements per slot and the grid (one block
-// per slot).
+// per slot); under a.Tiled there is no rest (and no buffer at all
+// without starts).
 func (d *Device) attentionWorkspace(q device.View, a device.Attention, backward bool) (ws, starts device.View, slot int64, grid int) {
 	acc := device.F32
 	if q.DType == device.F64 {
 		acc = device.F64
 	}
-	buf, err := d.Alloc(a.Workspace(q.Shape, q.DType, backward), memory.Temporary)
+	bytes := a.Workspace(q.Shape, q.DType, backward)
+	if bytes == 0 {
+		return ws, starts, 0, 0
+	}
+	buf, err := d.Alloc(bytes, memory.Temporary)
 	if err != nil {
 		panic(err)
 	}
@@ -76,8 +107,19 @@ func (d *Device) attentionWorkspace(q device.View, a device.Attention, backward 
 		d.Write(buf, 0, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a.Starts))), 4*len(a.Starts)))
 		starts = device.View{Buf: buf, DType: device.I32, Shape: []int{len(a.Starts)}, Strides: []int{1}}
 	}
+	if a.Tiled {
+		return device.View{Buf: buf}, starts, 0, 0
+	}
 	slots := min(q.Shape[0]*q.Shape[1], device.AttentionSlots)
 	n := device.AttentionWorkspace(q.Shape, q.DType, backward) / int64(acc.Size())
 	ws = device.View{Buf: buf, DType: acc, Offset: int(front) / acc.Size(), Shape: []int{int(n)}, Strides: []int{1}}
 	return ws, starts, n / int64(slots), slots
+}
+
+// freeWorkspace frees what attentionWorkspace took (nothing, for a tiled
+// call without starts).
+func (d *Device) freeWorkspace(ws device.View) {
+	if ws.Buf.Block != nil {
+		d.Free(ws.Buf)
+	}
 }

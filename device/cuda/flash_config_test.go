@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/meta"
 )
 
 // TestFlashConfigs pins which kernels serve which heads and that every
@@ -76,5 +77,23 @@ func TestReducePlan(t *testing.T) {
 		if k != c.kernel || g != c.grid {
 			t.Errorf("%v into %v: %s over %d blocks, want %s over %d", c.in, c.out, k, g, c.kernel, c.grid)
 		}
+	}
+}
+
+// The meta device answers device.TiledAttention as the tiled kernels'
+// tiles do (flashFor), so a plan for this device takes the workspace its
+// calls take: none but the starts' for every head the tiled kernels run.
+func TestMetaTilesAsCUDA(t *testing.T) {
+	m := meta.New(0)
+	for _, dt := range []device.DType{device.F32, device.F16, device.BF16, device.F64} {
+		for _, d := range []int{1, 8, 64, 65, 96, 127, device.TiledHeadDim, device.TiledHeadDim + 1, 160, 256} {
+			_, want := flashFor(dt, d)
+			if got := device.AttentionTiled(m, dt, d); got != want {
+				t.Errorf("heads of %d %v: the meta device says tiled %v, the tiles %v", d, dt, got, want)
+			}
+		}
+	}
+	if last := flashConfigs[len(flashConfigs)-1].maxD; last != device.TiledHeadDim {
+		t.Errorf("the largest tiles take heads of %d, device.TiledHeadDim is %d", last, device.TiledHeadDim)
 	}
 }

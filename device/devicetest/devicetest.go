@@ -791,6 +791,8 @@ var cases = []kcase{
 			e.each(func(dev device.Device, s func(*operand) device.View) {
 				ker := device.AttentionOf(dev)
 				qv, kv, vv := view(s(qkv), 0), view(s(qkv), 1), view(s(qkv), 2)
+				a := a
+				a.Tiled = device.AttentionTiled(dev, dt, d) // as the tensor package calls them
 				ker.CausalAttention(s(out), s(lse), qv, kv, vv, a)
 				ker.CausalAttentionBackward(s(dq), s(dk), s(dv), s(dout), s(out), s(lse), qv, kv, vv, a)
 			})

@@ -26,9 +26,12 @@ func TestComposedFallbacks(t *testing.T) {
 
 // TestMeta checks that the meta device accounts every case as the CPU
 // does, with its fused kernels and, through Without, with the fallbacks'
-// temporaries: plans traced on it stay exact either way.
+// temporaries: plans traced on it stay exact either way. It stands for
+// the CPU as a plan does, hiding what the CPU lacks (device.Lacks).
 func TestMeta(t *testing.T) {
-	t.Run("fused", func(t *testing.T) { devicetest.RunAccounting(t, cpu.New(), meta.New(0)) })
+	t.Run("fused", func(t *testing.T) {
+		devicetest.RunAccounting(t, cpu.New(), device.Without(meta.New(0), device.Lacks("cpu")...))
+	})
 	t.Run("composed", func(t *testing.T) {
 		devicetest.RunAccounting(t, device.Without(cpu.New()), device.Without(meta.New(0)))
 	})
@@ -36,9 +39,13 @@ func TestMeta(t *testing.T) {
 
 func TestCapabilities(t *testing.T) {
 	d := cpu.New()
+	lacks := device.Lacks("cpu")
+	if len(lacks) != 1 || lacks[0] != device.CapTiledAttention {
+		t.Errorf("the CPU device says it lacks %v, want tiled_attention alone", lacks)
+	}
 	for _, name := range device.Capabilities {
-		if !device.Has(d, name) {
-			t.Errorf("the CPU device lacks %s", name)
+		if got, want := device.Has(d, name), name != device.CapTiledAttention; got != want {
+			t.Errorf("the CPU device has %s: %v, want %v", name, got, want)
 		}
 		if device.Has(device.Without(d, name), name) {
 			t.Errorf("Without(%s) still has it", name)

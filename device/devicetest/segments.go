@@ -170,10 +170,12 @@ func runSegments(t *testing.T, ref, dev device.Device, values bool) {
 				}
 			}
 			// call runs forward and backward of r on s's device with a and
-			// heads q, k, v, checking that each takes a.Workspace bytes of
-			// temporaries and gives them back.
+			// heads q, k, v (tiled where the device's kernels are, as the
+			// tensor package calls them), checking that each takes
+			// a.Workspace bytes of temporaries and gives them back.
 			call := func(s *segSide, r attnRun, a device.Attention, q, k, v device.View) {
 				t.Helper()
+				a.Tiled = device.AttentionTiled(s.d, dt, d)
 				kern := device.AttentionOf(s.d)
 				mem := s.d.Memory()
 				for _, backward := range []bool{false, true} {

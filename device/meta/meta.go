@@ -97,9 +97,21 @@ func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, 
 	d.workspace(a.Workspace(q.Shape, q.DType, true))
 }
 
+// AttentionTiled is device.TiledAttention as the device with tiled
+// kernels (CUDA's) answers it: float heads other than F64 of up to
+// device.TiledHeadDim elements. A plan for a device without them (the
+// CPU) hides the capability (device.Lacking), and the kernels above then
+// take the slot kernels' workspace.
+func (d *Device) AttentionTiled(dt device.DType, hd int) bool {
+	return dt.IsFloat() && dt != device.F64 && hd <= device.TiledHeadDim
+}
+
 // workspace allocates and frees n bytes of temporaries, as a kernel that
-// takes a workspace does: the peak sees them.
+// takes a workspace does: the peak sees them (none for n = 0).
 func (d *Device) workspace(n int64) {
+	if n == 0 {
+		return
+	}
 	b, err := d.mem.Alloc(n, memory.Temporary)
 	if err != nil {
 		panic(err)
