@@ -63,8 +63,8 @@ var hints = [NumCategories][]suggestion{
 	Parameter:      {{"", "a smaller model"}, {"-freeze", "-freeze <modules>"}},
 	Gradient:       {{"-freeze", "-freeze <modules>"}, {"-amp", "-amp bf16"}},
 	OptimizerState: {{"-optim", "-optim sgd"}, {"-freeze", "-freeze <modules>"}, {"-offload optimizer", "-offload optimizer"}},
-	Activation:     {{"-checkpoint", "-checkpoint sqrt"}, {"-amp", "-amp bf16"}, {"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}, {"-offload activations", "-offload activations"}},
-	Temporary:      {{"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}},
+	Activation:     {{"-checkpoint", "-checkpoint sqrt"}, {"-amp", "-amp bf16"}, {"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}, {"-offload activations", "-offload activations"}, {"-tile", "-tile 2048"}},
+	Temporary:      {{"-accum", "-accum 4"}, {"-batch", "a smaller -batch"}, {"-tile", "-tile 2048"}},
 	Data:           {{"-prefetch", "lower -prefetch"}, {"-batch", "a smaller -batch"}},
 	KVCache:        {{"", "fewer tokens to -generate, or a shorter -prompt"}},
 }

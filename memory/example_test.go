@@ -41,7 +41,7 @@ func ExampleOOMError() {
 	}
 	// Output:
 	// activation 22.00 MiB free
-	// memory: out of memory: tried to allocate 40.00 MiB (device meta; 64.00 MiB capacity; 42.00 MiB allocated; 0 B reserved but unallocated; 22.00 MiB free; 42.00 MiB reserved); held by activation 30.00 MiB, parameter 12.00 MiB; try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations
+	// memory: out of memory: tried to allocate 40.00 MiB (device meta; 64.00 MiB capacity; 42.00 MiB allocated; 0 B reserved but unallocated; 22.00 MiB free; 42.00 MiB reserved); held by activation 30.00 MiB, parameter 12.00 MiB; try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch, -offload activations or -tile 2048
 }
 
 func ExampleParseBytes() {

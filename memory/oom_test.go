@@ -47,7 +47,7 @@ func TestOOMMessage(t *testing.T) {
 		FormatBytes(6*GiB-s.Reserved.Current) + " free",
 		FormatBytes(s.Reserved.Current) + " reserved)",
 		"activation 3.10 GiB, parameter 900.00 MiB, gradient 300.00 MiB, temporary 1000 B",
-		"try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations",
+		"try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch, -offload activations or -tile 2048",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("OOM message lacks %q:\n%s", want, msg)
@@ -69,12 +69,12 @@ func TestOOMHint(t *testing.T) {
 		largest Category
 		hint    string
 	}{
-		{Activation, "-checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations"},
+		{Activation, "-checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch, -offload activations or -tile 2048"},
 		{OptimizerState, "-optim sgd, -freeze <modules> or -offload optimizer"},
 		{Gradient, "-freeze <modules> or -amp"},
 		{Parameter, "a smaller model or -freeze"},
 		{Data, "lower -prefetch"},
-		{Temporary, "-accum 4 or a smaller -batch"},
+		{Temporary, "-accum 4, a smaller -batch or -tile 2048"},
 		{Other, ""},
 	} {
 		t.Run(tc.largest.String(), func(t *testing.T) {
@@ -111,12 +111,13 @@ func TestOOMHintLeavesOutWhatWasTried(t *testing.T) {
 		tried []string
 		want  string
 	}{
-		{nil, "; try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch or -offload activations"},
-		{[]string{"-accum"}, "; try: -checkpoint sqrt, -amp bf16, a smaller -batch or -offload activations"},
-		{[]string{"-accum", "-batch"}, "; try: -checkpoint sqrt, -amp bf16 or -offload activations"},
-		{[]string{"-accum", "-batch", "-checkpoint"}, "; try: -amp bf16 or -offload activations"},
-		{[]string{"-accum", "-batch", "-checkpoint", "-amp"}, "; try: -offload activations"},
-		{[]string{"-accum", "-batch", "-checkpoint", "-amp", "-offload activations"}, "; -accum, -batch, -checkpoint, -amp, -offload activations did not make it fit: try a smaller model or -batch"},
+		{nil, "; try: -checkpoint sqrt, -amp bf16, -accum 4, a smaller -batch, -offload activations or -tile 2048"},
+		{[]string{"-accum"}, "; try: -checkpoint sqrt, -amp bf16, a smaller -batch, -offload activations or -tile 2048"},
+		{[]string{"-accum", "-batch"}, "; try: -checkpoint sqrt, -amp bf16, -offload activations or -tile 2048"},
+		{[]string{"-accum", "-batch", "-checkpoint"}, "; try: -amp bf16, -offload activations or -tile 2048"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp"}, "; try: -offload activations or -tile 2048"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp", "-offload activations"}, "; try: -tile 2048"},
+		{[]string{"-accum", "-batch", "-checkpoint", "-amp", "-offload activations", "-tile"}, "; -accum, -batch, -checkpoint, -amp, -offload activations, -tile did not make it fit: try a smaller model or -batch"},
 	} {
 		t.Run(strings.Join(tc.tried, ","), func(t *testing.T) {
 			e := &OOMError{Requested: MiB, Size: MiB, Capacity: 64 * MiB, Device: "meta", Tried: tc.tried}

@@ -56,8 +56,13 @@ var tiling = &technique{
 		}
 		return fmt.Sprintf("tiles of %d tokens", c.Memory.Tile)
 	},
+	// An out-of-memory hint suggests -tile only where it could help: a
+	// run that tiles already, or one that cannot (no token sequences,
+	// dropout, a context no longer than one tile), counts as having
+	// tried it.
 	tried: func(c *Config) []string {
-		if c.Memory.Tile > 0 {
+		k, _ := c.kind()
+		if c.Memory.Tile > 0 || !k.Tokens || c.Model.Context <= tile.MinRows || c.Model.Dropout > 0 || c.Memory.LoRA.Dropout > 0 {
 			return []string{"-tile"}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/device/cpu"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tile"
@@ -215,5 +216,36 @@ func TestTileNeedsTokenTiledBlocks(t *testing.T) {
 	tr.Model = g
 	if err := p.adaptModel(tr); err == nil || !strings.Contains(err.Error(), "-tile 2048: models: gpt: token-wise pieces need Dropout 0") {
 		t.Errorf("adaptModel on a GPT with dropout: %v", err)
+	}
+}
+
+// An out-of-memory hint suggests -tile only to a run that could use it:
+// token sequences longer than one tile, no dropout, not tiled already.
+func TestOOMHintSuggestsTileWhereItHelps(t *testing.T) {
+	mlp := Default()
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		set     func(*Config)
+		suggest bool
+	}{
+		{"llama past one tile", tiled("llama"), func(*Config) {}, true},
+		{"gpt past one tile", tiled("gpt"), func(*Config) {}, true},
+		{"tiled already", tiled("llama"), func(c *Config) { c.Memory.Tile = 2048 }, false},
+		{"one tile of context", tiled("llama"), func(c *Config) { c.Model.Context = 2048 }, false},
+		{"dropout", tiled("gpt"), func(c *Config) { c.Model.Dropout = 0.1 }, false},
+		{"no tokens", mlp, func(*Config) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			tc.set(&cfg)
+			oom := &memory.OOMError{Requested: (1 << 20), Size: (1 << 20), Capacity: 64 * (1 << 20), Device: "cpu"}
+			oom.ByCategory[memory.Activation] = 60 * (1 << 20)
+			tr := &Trainer{Config: cfg, accum: 1}
+			tr.noteTried(oom, false)
+			if got := strings.Contains(oom.Error(), "-tile 2048"); got != tc.suggest {
+				t.Errorf("hint suggests -tile: %v, want %v:\n%v", got, tc.suggest, oom)
+			}
+		})
 	}
 }
