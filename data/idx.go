@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // IDX element type codes (the third byte of the magic number).
@@ -154,7 +156,7 @@ type readerAtCloser interface {
 // decompressed once into the cache (see CacheDir) and the copy is read.
 // Errors name path, also for problems found in the decompressed copy.
 func OpenIDX(path string, opts ...Option) (*IDX, error) {
-	f, err := os.Open(path)
+	f, _, err := regularfile.Open(path)
 	if err != nil {
 		return nil, openErr("idx", path, err)
 	}
@@ -164,7 +166,7 @@ func OpenIDX(path string, opts ...Option) (*IDX, error) {
 		if err != nil {
 			return nil, fileErr("idx", path, "%v", err)
 		}
-		if f, err = os.Open(cached); err != nil {
+		if f, _, err = regularfile.Open(cached); err != nil {
 			return nil, openErr("idx", path, err)
 		}
 	}
@@ -172,10 +174,6 @@ func OpenIDX(path string, opts ...Option) (*IDX, error) {
 	if err != nil {
 		f.Close()
 		return nil, openErr("idx", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fileErr("idx", path, "not a regular file")
 	}
 	h, err := parseIDX(f, st.Size())
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // ImageFolderOptions says how OpenImageFolder turns files into Images.
@@ -145,7 +147,7 @@ func (d *ImageFolder) Get(i int) (Example, error) {
 }
 
 func (d *ImageFolder) decode(path string) ([]float32, int, error) {
-	f, err := os.Open(path)
+	f, _, err := regularfile.Open(path)
 	if err != nil {
 		return nil, 0, openErr("imagefolder", path, err).Err
 	}

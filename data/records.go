@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // RecordFormat is the kind of a fine-tuning record, found from the first
@@ -167,7 +169,7 @@ var errStop = errors.New("stop")
 // each calls fn with every record as a JSON object, file by file.
 func (r *Records) each(fn func(rec map[string]json.RawMessage, at RecordPos) error) error {
 	for _, p := range r.files {
-		f, err := os.Open(p)
+		f, _, err := regularfile.Open(p)
 		if err != nil {
 			return openErr("records", p, err)
 		}
@@ -212,7 +214,7 @@ func recordFiles(path string) ([]string, error) {
 		}
 		if !st.IsDir() {
 			if !st.Mode().IsRegular() {
-				return nil, fileErr("records", root, "not a regular file")
+				return nil, openErr("records", root, &regularfile.NotRegularError{Mode: st.Mode()})
 			}
 			files = append(files, root)
 			continue

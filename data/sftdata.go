@@ -16,6 +16,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // The SFT cache file: a header, every example's tokens (uint32 each, the
@@ -163,7 +165,7 @@ func sftKey(recs *Records, enc Encoder, opt SFTOptions) (string, error) {
 		}
 	}
 	for _, p := range recs.files {
-		f, err := os.Open(p)
+		f, _, err := regularfile.Open(p)
 		if err != nil {
 			return "", openErr("sft", p, err)
 		}
@@ -301,7 +303,7 @@ func writeSFTCache(target string, recs *Records, enc Encoder, opt SFTOptions, vo
 // openSFTCache opens a cache file and, in one pass over its index, finds
 // the examples that are cut, those left out and the packed windows.
 func openSFTCache(path string, opt SFTOptions, vocab int) (*SFTDataset, error) {
-	f, err := os.Open(path)
+	f, _, err := regularfile.Open(path)
 	if err != nil {
 		return nil, openErr("sft", path, err)
 	}

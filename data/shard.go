@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // The llm.c token shard header: 256 little-endian int32, of which the
@@ -68,18 +70,11 @@ func OpenShards(pattern string, opt WindowOptions) (*TokenDataset, error) {
 		return nil, e
 	}
 	for _, p := range paths {
-		f, err := os.Open(p)
+		f, st, err := regularfile.Open(p)
 		if err != nil {
 			return fail(openErr("shard", p, err))
 		}
 		closers = append(closers, f)
-		st, err := f.Stat()
-		if err != nil {
-			return fail(openErr("shard", p, err))
-		}
-		if !st.Mode().IsRegular() {
-			return fail(fileErr("shard", p, "not a regular file"))
-		}
 		ntok, width, err := parseShard(f, st.Size())
 		if err != nil {
 			return fail(&Error{Format: "shard", Path: p, Record: -1, Err: err})

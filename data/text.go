@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // TextEncoder is what TokenizeCorpus needs of a tokenizer;
@@ -83,18 +85,11 @@ func TokenizeCorpus(paths []string, enc TextEncoder, opt WindowOptions, opts ...
 
 // hashFile adds a file's length and content to h.
 func hashFile(h io.Writer, p string) error {
-	f, err := os.Open(p)
+	f, st, err := regularfile.Open(p)
 	if err != nil {
 		return openErr("text", p, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return openErr("text", p, err)
-	}
-	if !st.Mode().IsRegular() {
-		return fileErr("text", p, "not a regular file")
-	}
 	fmt.Fprintf(h, "%d\n", st.Size())
 	if _, err := io.Copy(h, f); err != nil {
 		return &Error{Format: "text", Path: p, Record: -1, Err: err}
@@ -119,7 +114,7 @@ func writeTextShard(target string, paths []string, enc TextEncoder, vocab int) e
 		var n int64
 		buf := make([]byte, 0, 64<<10)
 		for _, p := range paths {
-			f, err := os.Open(p)
+			f, _, err := regularfile.Open(p)
 			if err != nil {
 				return openErr("text", p, err)
 			}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // WindowOptions says how a token dataset cuts its token stream into
@@ -254,18 +256,11 @@ func OpenCorpus(paths []string, opt WindowOptions) (*TokenDataset, error) {
 		return nil, err
 	}
 	for _, p := range paths {
-		f, err := os.Open(p)
+		f, st, err := regularfile.Open(p)
 		if err != nil {
 			return fail(openErr("corpus", p, err))
 		}
 		closers = append(closers, f)
-		st, err := f.Stat()
-		if err != nil {
-			return fail(openErr("corpus", p, err))
-		}
-		if !st.Mode().IsRegular() {
-			return fail(fileErr("corpus", p, "not a regular file"))
-		}
 		c.files = append(c.files, f)
 		c.names = append(c.names, p)
 		c.starts = append(c.starts, c.starts[len(c.starts)-1]+st.Size())

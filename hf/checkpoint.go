@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/memfit/memfit/internal/regularfile"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -101,7 +102,7 @@ func (c *Checkpoint) Close() error {
 // missing file is no error: b is nil.
 func readConfig(dir string) (b []byte, path string, err error) {
 	path = filepath.Join(dir, configFile)
-	b, err = safetensors.ReadFile(path, maxConfig)
+	b, err = regularfile.Read(path, maxConfig)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, path, nil
 	}

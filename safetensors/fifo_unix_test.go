@@ -32,14 +32,14 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 			t.Fatalf("Open(%s) blocked", c.path)
 		}
 		done2 := make(chan error, 1)
-		go func() { _, err := safetensors.ReadFile(c.path, 1<<20); done2 <- err }()
+		go func() { _, err := safetensors.ReadIndex(c.path); done2 <- err }()
 		select {
 		case err := <-done2:
 			if err == nil {
-				t.Errorf("ReadFile(%s) read it", c.path)
+				t.Errorf("ReadIndex(%s) read it", c.path)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("ReadFile(%s) blocked", c.path)
+			t.Fatalf("ReadIndex(%s) blocked", c.path)
 		}
 	}
 }

@@ -115,17 +115,6 @@ func TestWriteRefuses(t *testing.T) {
 	}
 }
 
-func TestReadFileLimit(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "config.json")
-	os.WriteFile(p, []byte(`{"n_layer": 2}`), 0o644)
-	if b, err := safetensors.ReadFile(p, 14); err != nil || string(b) != `{"n_layer": 2}` {
-		t.Errorf("%q, %v", b, err)
-	}
-	if _, err := safetensors.ReadFile(p, 13); err == nil || !strings.Contains(err.Error(), "over the limit") {
-		t.Errorf("a file over the limit: %v", err)
-	}
-}
-
 // shards writes a two-shard checkpoint of tensors a, b (shard 1) and c
 // (shard 2) and its index, edited by edit.
 func shards(t *testing.T, edit func(m map[string]string)) string {

@@ -7,9 +7,6 @@ import (
 	"os"
 )
 
-// nonBlocking: systems without unix's FIFO semantics open as usual.
-const nonBlocking = 0
-
 // mapData reads f whole: systems without mmap hold the file in memory.
 func mapData(f *os.File, size int) ([]byte, error) {
 	b := make([]byte, size)

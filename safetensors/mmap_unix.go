@@ -7,11 +7,6 @@ import (
 	"syscall"
 )
 
-// nonBlocking opens files without blocking: opening a FIFO for reading
-// waits for a writer, and one may be put in a file's place between the
-// stat and the open.
-const nonBlocking = syscall.O_NONBLOCK
-
 // mapData maps size bytes of f read-only.
 func mapData(f *os.File, size int) ([]byte, error) {
 	if size == 0 {

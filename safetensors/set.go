@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // IndexName is the file that lists a sharded checkpoint's tensors.
@@ -30,7 +32,7 @@ type Index struct {
 // absolute path is an error, so an index cannot make a reader open or an
 // export remove anything else). Errors name the index file.
 func ReadIndex(path string) (*Index, error) {
-	b, err := ReadFile(path, MaxIndex)
+	b, err := regularfile.Read(path, MaxIndex)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %v", err)
 	}

@@ -32,7 +32,7 @@ func TestFIFOs(t *testing.T) {
 				t.Skip("mkfifo:", err)
 			}
 			_, err := openWithin(t, filepath.Join(dir, tc.open))
-			wantError(t, err, tc.fifo, "not a regular file (a named pipe)")
+			wantError(t, err, tc.fifo, "a named pipe (FIFO), not a regular file")
 		})
 	}
 }

@@ -2,9 +2,9 @@ package tokenizer
 
 import (
 	"errors"
-	"fmt"
-	"io"
 	"os"
+
+	"github.com/memfit/memfit/internal/regularfile"
 )
 
 // Bounds on what a tokenizer is read from. Each is far above what real
@@ -45,34 +45,12 @@ const (
 )
 
 // readRegular reads path, which must be a regular file of at most limit
-// bytes. It opens without blocking (openFlags) and checks the open file,
-// so that a FIFO or a device named as a tokenizer file is refused rather
-// than waited on, and nothing can be swapped in between a check and the
-// open.
+// bytes (regularfile.Read: a FIFO or a device named as a tokenizer file is
+// refused rather than waited on); errors name the path once.
 func readRegular(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, openFlags, 0)
+	b, err := regularfile.Read(path, limit)
 	if err != nil {
 		return nil, &Error{Path: path, Err: unwrapPath(err)}
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, &Error{Path: path, Err: unwrapPath(err)}
-	}
-	if !st.Mode().IsRegular() {
-		return nil, errorf(path, "not a regular file (%s)", kind(st.Mode()))
-	}
-	if st.Size() > limit {
-		return nil, errorf(path, "%d bytes, more than the %d MiB a tokenizer file may have", st.Size(), limit>>20)
-	}
-	// The file may grow after the stat: read one byte past the limit to
-	// tell.
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, &Error{Path: path, Err: unwrapPath(err)}
-	}
-	if int64(len(b)) > limit {
-		return nil, errorf(path, "more than the %d MiB a tokenizer file may have", limit>>20)
 	}
 	return b, nil
 }
@@ -85,21 +63,4 @@ func readOptional(path string, limit int64) ([]byte, error) {
 		return nil, nil
 	}
 	return b, err
-}
-
-// kind names a file mode that is not a regular file.
-func kind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	}
-	return fmt.Sprintf("mode %v", m)
 }

@@ -230,11 +230,11 @@ func TestFileKinds(t *testing.T) {
 	}
 	f.Close()
 	_, err = openWithin(t, big)
-	wantError(t, err, "tokenizer.json", "10737418240 bytes, more than the 128 MiB")
+	wantError(t, err, "tokenizer.json", "10737418240 bytes, over the limit of 128 MiB")
 
 	if _, err := os.Stat("/dev/zero"); err == nil {
 		_, err = openWithin(t, "/dev/zero")
-		wantError(t, err, "zero", "not a regular file (a character device)")
+		wantError(t, err, "zero", "a character device, not a regular file")
 	}
 }
 

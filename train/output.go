@@ -11,6 +11,7 @@ import (
 
 	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/internal/atomicfile"
+	"github.com/memfit/memfit/internal/regularfile"
 	"github.com/memfit/memfit/memory/report"
 )
 
@@ -69,7 +70,7 @@ func ResolveOutput(path string, kind OutputKind) (target string, stream bool, er
 		}
 		return target, false, nil
 	case kind == FileOnly:
-		return "", false, fmt.Errorf("%s is not a regular file (%s): a checkpoint must be a file to resume from", path, describeMode(fi.Mode()))
+		return "", false, fmt.Errorf("%s is %s, not a regular file: a checkpoint must be a file to resume from", path, regularfile.Describe(fi.Mode()))
 	}
 	return path, true, nil // opening path follows its links to the stream
 }
@@ -92,20 +93,6 @@ func resolveLinks(path string) (string, error) {
 		path = dest
 	}
 	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
-}
-
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return m.Type().String()
 }
 
 // unwrapPath drops the *PathError wrapper, whose text repeats the path the
@@ -235,7 +222,7 @@ func (c Config) CheckPaths() error {
 	}
 	if c.Data.Path != "" && !strings.ContainsAny(c.Data.Path, "*?[") {
 		if fi, err := os.Stat(c.Data.Path); err == nil && !fi.IsDir() && !fi.Mode().IsRegular() {
-			return fmt.Errorf("-data %s is %s: want a regular file or a directory", c.Data.Path, describeMode(fi.Mode()))
+			return fmt.Errorf("-data %s is %s: want a regular file or a directory", c.Data.Path, regularfile.Describe(fi.Mode()))
 		}
 	}
 	if c.Output.Save != "" && c.Output.SaveFormat == "hf" {

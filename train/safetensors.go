@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/memfit/memfit/internal/regularfile"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -74,20 +75,10 @@ func notRegular(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	m := st.Mode()
-	switch {
-	case m.IsRegular():
+	if st.Mode().IsRegular() {
 		return "", nil
-	case m.IsDir():
-		return "a directory", nil
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)", nil
-	case m&os.ModeSocket != 0:
-		return "a socket", nil
-	case m&os.ModeDevice != 0:
-		return "a device", nil
 	}
-	return fmt.Sprintf("not a regular file (mode %v)", m), nil
+	return regularfile.Describe(st.Mode()), nil
 }
 
 func numel(shape []int) int {

@@ -181,11 +181,11 @@ func TestResumeRefusesNonRegularFiles(t *testing.T) {
 		}
 	}()
 	for _, c := range []struct{ path, want string }{
-		{dir, "is a directory"},
-		{fifo, "is a named pipe (FIFO)"},
+		{dir, "a directory"},
+		{fifo, "a named pipe (FIFO)"},
 	} {
-		resumeFails(t, tinyGPT(), c.path, c.want)
-		if _, _, err := ReadSafetensors(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+		resumeFails(t, tinyGPT(), c.path, "is "+c.want+", not a checkpoint file")
+		if _, _, err := ReadSafetensors(c.path); err == nil || !strings.Contains(err.Error(), c.want+", not a regular file") {
 			t.Errorf("ReadSafetensors(%s): %v, want %q", c.path, err, c.want)
 		}
 	}

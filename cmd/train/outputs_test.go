@@ -40,7 +40,7 @@ func TestOutputsCheckedBeforeTraining(t *testing.T) {
 		want string
 		root bool // meaningless as root, who writes anywhere
 	}{
-		{"save to a FIFO", []string{"-save", fifo}, "-save " + fifo + " is not a regular file (a FIFO)", false},
+		{"save to a FIFO", []string{"-save", fifo}, "-save " + fifo + " is a named pipe (FIFO), not a regular file", false},
 		{"save to a directory", []string{"-save", sub}, "-save " + sub + " is a directory", false},
 		{"summary to a directory", []string{"-summary", sub}, "-summary " + sub + " is a directory", false},
 		{"metrics to a directory", []string{"-metrics", jsonlDir}, "-metrics " + jsonlDir + " is a directory", false},
@@ -53,7 +53,7 @@ func TestOutputsCheckedBeforeTraining(t *testing.T) {
 		{"summary over the resume file", []string{"-resume", ckpt, "-summary", ckpt}, "-summary " + ckpt + " is also the -resume input", false},
 		{"metrics over the resume state", []string{"-resume", ckpt, "-metrics", ckpt + ".state.csv", "-summary", ckpt + ".state"}, "is also the -resume input", false},
 		{"summary and metrics one file", []string{"-summary", filepath.Join(dir, "o.jsonl"), "-metrics", filepath.Join(dir, "o.jsonl")}, "are the same file", false},
-		{"data is a FIFO", []string{"-data", fifo}, "-data " + fifo + " is a FIFO: want a regular file or a directory", false},
+		{"data is a FIFO", []string{"-data", fifo}, "-data " + fifo + " is a named pipe (FIFO): want a regular file or a directory", false},
 		{"val-split nan", []string{"-val-split", "nan"}, "-val-split NaN", false},
 		// Width 1024: the positions alone are 4 GB, and one example's step
 		// is far past any machine this runs on.
