@@ -363,6 +363,9 @@ func fill(b binding, files *openFiles) error {
 		dev := p.Device()
 		files.hold()
 		return p.DeferFrom(func(v device.View) error {
+			if b.streams(v) {
+				return b.copyChunks(dev, v)
+			}
 			vals, err := read()
 			if err != nil {
 				return err
@@ -378,12 +381,51 @@ func fill(b binding, files *openFiles) error {
 			return nil
 		}, files.done)
 	}
+	if v := p.View(); b.streams(v) {
+		return b.copyChunks(p.Device(), v)
+	}
 	vals, err := read()
 	if err != nil {
 		return err
 	}
 	if err := p.SetFloat32s(vals); err != nil {
 		return fmt.Errorf("hf: %s: tensor %s: %v", t.File, hn, err)
+	}
+	return nil
+}
+
+// fillChunk is how many elements copyChunks widens at a time: 16 MiB of
+// F32 on the host and as a temporary on the device.
+var fillChunk = 1 << 22 // a variable for the tests
+
+// streams reports whether b's tensor can be copied into v a chunk at a
+// time: stored as laid out (not transposed, not 4-bit) into dense
+// storage. Then no whole F32 copy of it exists on the host or the device
+// (Llama 3 8B's embedding would be 2.1 GB of each): the peak of a load
+// is the model and one chunk.
+func (b binding) streams(v device.View) bool {
+	return !b.conv && b.nf4 == nil && v.Contiguous() && int64(v.Len()) == b.t.Len() && b.t.Len() > int64(fillChunk)
+}
+
+// copyChunks copies b's tensor into v chunk by chunk, each widened to F32
+// exactly and rounded to v's dtype by the device's conversion, as
+// SetFloat32s does for the whole.
+func (b binding) copyChunks(dev device.Device, v device.View) error {
+	t := b.t
+	size := t.DType.Size()
+	n := v.Len()
+	for at := 0; at < n; at += fillChunk {
+		m := min(fillChunk, n-at)
+		vals, err := safetensors.Float32s(t.DType, t.Data[at*size:(at+m)*size])
+		if err != nil {
+			return fmt.Errorf("hf: %s: tensor %s: %v", t.File, b.name, err)
+		}
+		src, err := tensor.FromFloat32(dev, vals, []int{m}, memory.Temporary)
+		if err != nil {
+			return fmt.Errorf("hf: %s: tensor %s: %w", t.File, b.name, err)
+		}
+		dev.Copy(device.View{Buf: v.Buf, DType: v.DType, Offset: v.Offset + at, Shape: []int{m}, Strides: []int{1}}, src.View())
+		src.Release()
 	}
 	return nil
 }
