@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cuda/internal/cu"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -18,13 +19,18 @@ var _ device.TiledAttention = (*Device)(nil)
 // take f32, f16 and bf16 heads of up to device.TiledHeadDim elements
 // (flashFor).
 func (d *Device) AttentionTiled(dt device.DType, hd int) bool {
-	_, ok := flashFor(dt, hd)
+	_, ok := flashFor(dt, hd, d.tensorCores())
 	return ok
 }
 
+// tensorCores reports whether the GPU runs mma.sync on bf16 and f16
+// (compute capability 8.0 and later; the emulator reports 8.0).
+func (d *Device) tensorCores() bool { return d.major >= 8 }
+
 // CausalAttention is device.AttentionKernels' forward: kernels.cu's tiled
 // k_flash_fwd where the caller found the heads tiled (a.Tiled, from
-// AttentionTiled: f32, f16 and bf16 heads, flashFor), else k_attention,
+// AttentionTiled: f32, f16 and bf16 heads, flashFor; f16 and bf16 on
+// tensor cores where the GPU has them, k_flash_fwd_tc), else k_attention,
 // one block per workspace slot; nothing of T×T size either way. Both take
 // a.Workspace bytes from the allocator, as the contract says (plans count
 // them): the tiled kernels only the copy of a.Starts.
@@ -35,7 +41,7 @@ func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attenti
 	if f, ok := d.tiles(q, a); ok {
 		g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
-		d.launch("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), g)
+		d.launchBlock("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), f.threads(), g)
 		return
 	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
@@ -58,8 +64,8 @@ func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v dev
 			return g.heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
 		}
 		heads := q.Shape[0] * q.Shape[1]
-		d.launch("k_flash_bwd_kv"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdCols), tail(shape().heads(dk).heads(dv)))
-		d.launch("k_flash_bwd_q"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdRows), tail(shape().heads(dq)))
+		d.launchBlock("k_flash_bwd_kv"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdCols), f.threads(), tail(shape().heads(dk).heads(dv)))
+		d.launchBlock("k_flash_bwd_q"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdRows), f.threads(), tail(shape().heads(dq)))
 		return
 	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
@@ -75,11 +81,21 @@ func (d *Device) tiles(q device.View, a device.Attention) (flashTiles, bool) {
 	if !a.Tiled {
 		return flashTiles{}, false
 	}
-	f, ok := flashFor(q.DType, q.Shape[3])
+	f, ok := flashFor(q.DType, q.Shape[3], d.tensorCores())
 	if !ok {
 		panic(fmt.Sprintf("cuda: attention: %v heads of %d marked Tiled: the tiled kernels do not take them (device.AttentionTiled)", q.DType, q.Shape[3]))
 	}
 	return f, true
+}
+
+// launchBlock is launch with blocks of threads threads (the tiled
+// kernels' own: f.threads()).
+func (d *Device) launchBlock(name string, grid, threads int, a *args) {
+	if grid <= 0 {
+		return
+	}
+	f := d.kernel(name)
+	d.must("launch "+name, d.w.do(func() error { return cu.Launch(f, grid, threads, d.compute, a.words, a.starts) }))
 }
 
 // attentionWorkspace takes a.Workspace bytes of temporaries, as the CPU

@@ -57,11 +57,13 @@
 //     f32, f16 and bf16 data (double for f64) with warp shuffles: one block
 //     per row, or per 8 columns where the kept dimensions are innermost
 //     (bias and layer-norm parameter gradients);
-//   - causal attention as tiled kernels on CUDA cores for f32, f16 and
-//     bf16 heads of up to 128 elements (k_flash_*: query tiles per block,
-//     keys and values streamed through shared memory, online softmax,
-//     only the output and one log-sum-exp per row in global memory;
-//     backward in two kernels without atomics), else the slot kernels.
+//   - causal attention as tiled kernels for f32, f16 and bf16 heads of up
+//     to 128 elements (k_flash_*: query tiles per block, keys and values
+//     streamed through shared memory, online softmax, only the output and
+//     one log-sum-exp per row in global memory; backward in two kernels
+//     without atomics), on tensor cores (mma.sync, k_flash_*_tc_*) for
+//     f16 and bf16 heads on GPUs of compute capability 8.0 and later, on
+//     CUDA cores otherwise; else the slot kernels.
 //
 // # Errors
 //

@@ -7,34 +7,57 @@ import (
 	"github.com/memfit/memfit/device/meta"
 )
 
-// TestFlashConfigs pins which kernels serve which heads and that every
-// tiled kernel's shared memory fits the 48 KiB a block gets without
-// asking.
+// TestFlashConfigs pins which kernels serve which heads, with and without
+// tensor cores, and that every tiled kernel's shared memory fits the 48
+// KiB a block gets without asking.
 func TestFlashConfigs(t *testing.T) {
 	for _, c := range []struct {
-		dt     device.DType
-		d      int
-		suffix string
+		dt      device.DType
+		d       int
+		tc      bool
+		suffix  string
+		threads int
 	}{
-		{device.F32, 8, "_d64"}, {device.BF16, 64, "_d64"}, {device.F16, 65, "_d128"}, {device.F32, 128, "_d128"},
-		{device.F32, 129, ""}, {device.F64, 8, ""},
+		{device.F32, 8, false, "_d64", 256}, {device.BF16, 64, false, "_d64", 256}, {device.F16, 65, false, "_d128", 256},
+		{device.F32, 128, false, "_d128", 256}, {device.F32, 129, false, "", 0}, {device.F64, 8, false, "", 0},
+		{device.F32, 8, true, "_d64", 256}, {device.F32, 128, true, "_d128", 256},
+		{device.BF16, 8, true, "_tc_d64", 128}, {device.F16, 64, true, "_tc_d64", 128},
+		{device.BF16, 65, true, "_tc_d128", 128}, {device.F16, 128, true, "_tc_d128", 128},
+		{device.BF16, 129, true, "", 0}, {device.F64, 64, true, "", 0},
 	} {
-		f, ok := flashFor(c.dt, c.d)
-		if ok != (c.suffix != "") || f.suffix != c.suffix {
-			t.Errorf("flashFor(%v, %d) = %q, %v; want %q", c.dt, c.d, f.suffix, ok, c.suffix)
+		f, ok := flashFor(c.dt, c.d, c.tc)
+		if ok != (c.suffix != "") || f.suffix != c.suffix || ok && f.threads() != c.threads {
+			t.Errorf("flashFor(%v, %d, tensor cores %v) = %q over %d threads, %v; want %q over %d", c.dt, c.d, c.tc,
+				f.suffix, f.threads(), ok, c.suffix, c.threads)
 		}
 	}
-	for _, f := range flashConfigs {
+	for _, f := range append(append([]flashTiles{}, flashConfigs...), flashTCConfigs...) {
 		fwd, kv, q := f.sharedBytes()
 		for _, n := range []int{fwd, kv, q} {
 			if n > 48<<10 {
-				t.Errorf("tiles for heads of %d: %d bytes of shared memory, over 48 KiB", f.maxD, n)
+				t.Errorf("tiles %s: %d bytes of shared memory, over 48 KiB", f.suffix, n)
 			}
 		}
 		for _, n := range []int{f.fwdRows, f.fwdCols, f.bwdRows, f.bwdCols} {
 			if n%16 != 0 || n == 0 {
-				t.Errorf("tiles for heads of %d: %d is not a positive multiple of 16", f.maxD, n)
+				t.Errorf("tiles %s: %d is not a positive multiple of 16", f.suffix, n)
 			}
+		}
+		// A warp owns 16 query rows in forward and dq, 16 keys in dk and dv.
+		if f.tensorCores && (f.fwdRows != 16*flashTCWarps || f.bwdRows != 16*flashTCWarps || f.bwdCols != 16*flashTCWarps) {
+			t.Errorf("tiles %s: rows %d and %d, keys %d; a block of %d warps owns %d", f.suffix, f.fwdRows, f.bwdRows,
+				f.bwdCols, flashTCWarps, 16*flashTCWarps)
+		}
+	}
+	// Both sets take the same heads: whether a call is tiled (and so its
+	// workspace) does not depend on the GPU.
+	if len(flashTCConfigs) != len(flashConfigs) {
+		t.Fatalf("%d tensor-core tiles, %d CUDA-core tiles", len(flashTCConfigs), len(flashConfigs))
+	}
+	for i, f := range flashTCConfigs {
+		if f.maxD != flashConfigs[i].maxD {
+			t.Errorf("tensor-core tiles %s take heads of %d, CUDA-core tiles %s of %d", f.suffix, f.maxD,
+				flashConfigs[i].suffix, flashConfigs[i].maxD)
 		}
 	}
 }
@@ -87,7 +110,7 @@ func TestMetaTilesAsCUDA(t *testing.T) {
 	m := meta.New(0)
 	for _, dt := range []device.DType{device.F32, device.F16, device.BF16, device.F64} {
 		for _, d := range []int{1, 8, 64, 65, 96, 127, device.TiledHeadDim, device.TiledHeadDim + 1, 160, 256} {
-			_, want := flashFor(dt, d)
+			_, want := flashFor(dt, d, true)
 			if got := device.AttentionTiled(m, dt, d); got != want {
 				t.Errorf("heads of %d %v: the meta device says tiled %v, the tiles %v", d, dt, got, want)
 			}

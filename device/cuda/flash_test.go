@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/device"
@@ -71,6 +72,90 @@ func TestAttentionTiles(t *testing.T) {
 	}
 }
 
+// TestAttentionTensorCores: where the GPU has bf16 and f16 tensor cores
+// (the emulator reports compute capability 8.0), f16 and bf16 heads run
+// the tensor-core kernels (k_flash_*_tc_*) and f32 heads the CUDA-core
+// ones; the tensor-core kernels agree with the CPU and with the CUDA-core
+// kernels (the same kind of device told it has compute capability 7.5)
+// within the conformance suite's tolerances, for heads that are and are
+// not a multiple of 16, sequences that end inside a tile, dropout and
+// example boundaries.
+func TestAttentionTensorCores(t *testing.T) {
+	d := newTestDevice(t)
+	if !d.tensorCores() {
+		t.Skipf("%s has no bf16 tensor cores (compute capability 8.0)", d.GPU())
+	}
+	core := newTestDevice(t)
+	core.major, core.minor = 7, 5 // before its first kernel: the CUDA-core kernels
+	ref := cpu.New()
+	cases := []struct{ b, h, t, d int }{{1, 2, 77, 64}, {2, 1, 45, 96}, {1, 3, 130, 16}, {1, 1, 20, 8}, {1, 1, 70, 128}}
+	if !Emulated {
+		cases = append(cases, struct{ b, h, t, d int }{4, 6, 1024, 64}, struct{ b, h, t, d int }{2, 4, 512, 128})
+	}
+	for _, c := range cases {
+		for _, dt := range []device.DType{device.F16, device.BF16, device.F32} {
+			for _, p := range []float64{0, 0.2} {
+				for _, packed := range []bool{false, true} {
+					name := fmt.Sprintf("%dx%dx%dx%d/%v/dropout%v/packed%v", c.b, c.h, c.t, c.d, dt, p, packed)
+					t.Run(name, func(t *testing.T) {
+						a := device.Attention{Scale: 1 / math.Sqrt(float64(c.d)), Dropout: p, Seed: 5, Tiled: true}
+						if packed {
+							// Examples of 3, 30 and the rest of each row.
+							a.Starts = make([]int32, c.b*c.t)
+							for i := range a.Starts {
+								switch r := i % c.t; {
+								case r >= 33:
+									a.Starts[i] = 33
+								case r >= 3:
+									a.Starts[i] = 3
+								}
+							}
+						}
+						if d.CountsLaunches() {
+							d.ResetLaunchCounts()
+						}
+						got := runAttention(t, d, dt, c.b, c.h, c.t, c.d, a)
+						if d.CountsLaunches() {
+							f, _ := flashFor(dt, c.d, true)
+							want := map[string]bool{"k_flash_fwd" + f.suffix: true, "k_flash_bwd_kv" + f.suffix: true, "k_flash_bwd_q" + f.suffix: true}
+							if f.tensorCores != (dt != device.F32) {
+								t.Fatalf("%v heads: tensor cores %v", dt, f.tensorCores)
+							}
+							for _, k := range d.LaunchCounts().Kernels {
+								if strings.HasPrefix(k.Name, "k_flash") || strings.HasPrefix(k.Name, "k_attention") {
+									if !want[k.Name] || k.Launches != 1 {
+										t.Errorf("%s launched %d times; want one launch each of %v", k.Name, k.Launches, want)
+									}
+									delete(want, k.Name)
+								}
+							}
+							if len(want) > 0 {
+								t.Errorf("%v not launched", want)
+							}
+						}
+						cores := runAttention(t, core, dt, c.b, c.h, c.t, c.d, a)
+						a.Tiled = false // the CPU's slot kernels
+						want := runAttention(t, ref, dt, c.b, c.h, c.t, c.d, a)
+						tol := devicetest.Tolerance(dt)
+						for i, n := range []string{"out", "lse", "dq", "dk", "dv"} {
+							tl := tol
+							switch {
+							case n == "lse":
+								tl = devicetest.Tolerance(device.F32)
+							case i > 1:
+								tl = 2 * tol
+							}
+							compareRMS(t, n, got[i], want[i], tl)
+							compareRMS(t, n+" (against the CUDA-core kernels)", got[i], cores[i], tl)
+							compareRMS(t, n+" (of the CUDA-core kernels)", cores[i], want[i], tl)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
 // runAttention runs forward and backward on dev from seeded inputs and
 // returns out, lse, dq, dk and dv.
 func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd int, a device.Attention) [][]float64 {
@@ -97,11 +182,12 @@ func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd
 		if random {
 			for i := range k {
 				x := float32(2*rng.Float64() - 1)
-				if dt == device.BF16 {
-					bits := math.Float32bits(x)
-					bits += 0x7fff + (bits>>16)&1
-					binary.LittleEndian.PutUint16(raw[2*i:], uint16(bits>>16))
-				} else {
+				switch dt {
+				case device.BF16:
+					binary.LittleEndian.PutUint16(raw[2*i:], cpu.BF16FromF32(x))
+				case device.F16:
+					binary.LittleEndian.PutUint16(raw[2*i:], cpu.F16FromF32(x))
+				default:
 					binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 				}
 			}
@@ -128,9 +214,12 @@ func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd
 		dev.Read(raw, x.Buf, 0)
 		vals := make([]float64, m)
 		for i := range vals {
-			if x.DType == device.BF16 {
-				vals[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16))
-			} else {
+			switch x.DType {
+			case device.BF16:
+				vals[i] = float64(cpu.F32FromBF16(binary.LittleEndian.Uint16(raw[2*i:])))
+			case device.F16:
+				vals[i] = float64(cpu.F32FromF16(binary.LittleEndian.Uint16(raw[2*i:])))
+			default:
 				vals[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
 			}
 		}

@@ -1626,6 +1626,454 @@ extern "C" __global__ void k_flash_bwd_kv_d128 FA_KV_ARGS { flash_bwd_kv<FA_BWD_
 extern "C" __global__ void k_flash_bwd_q_d64 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR64, FA_BWD_BC64, 64> FA_Q_CALL; }
 extern "C" __global__ void k_flash_bwd_q_d128 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_Q_CALL; }
 
+// ---------------------------------------------------------------- tensor cores
+//
+// mma_16816 is one warp's D = A·B + C on tensor cores, PTX's
+// mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 with T bf16 (bf16 true) or
+// f16: A 16×16 and B 16×8 of T, C and D 16×8 float, every lane of the
+// warp calling it with its fragments. The layout (PTX ISA, "Matrix
+// Fragments for mma.m16n8k16 with floating point type"), with g = lane/4
+// and t = lane%4, two 16-bit elements per register, the lower column (A)
+// or row (B) in the low half: a[0] A[g][2t…2t+1], a[1] A[g+8][2t…],
+// a[2] A[g][2t+8…], a[3] A[g+8][2t+8…]; b[0] B[2t…2t+1][g], b[1]
+// B[2t+8…2t+9][g]; c[0], c[1] C[g][2t…2t+1], c[2], c[3] C[g+8][2t…]. It
+// needs compute capability 8.0: the Go side launches the kernels that
+// call it only there (flashFor). The emulator runs it as a warp
+// collective (memfit_mma_m16n8k16, which also says how it sums).
+__device__ __forceinline__ void mma_16816(float* d, const unsigned* a, const unsigned* b, const float* c, bool bf16) {
+#if defined(MEMFIT_HOST_CHECK)
+    memfit_mma_m16n8k16(bf16 ? MEMFIT_MMA_BF16 : MEMFIT_MMA_F16, d, a, b, c);
+#elif __CUDA_ARCH__ >= 800
+    if (bf16)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    asm volatile("trap;");
+#endif
+}
+
+// tc_pack puts two 16-bit elements in one register, the first in the low
+// half.
+__device__ __forceinline__ unsigned tc_pack(u16 lo, u16 hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+
+// tc_bits rounds v to bf16 or f16, as its bits.
+__device__ __forceinline__ u16 tc_bits(float v, bool bf16) { return bf16 ? f2bf(v) : f2h(v); }
+
+// quad_max and quad_sum reduce over the 4 lanes that hold one row of an
+// mma's C fragments (lanes 4g…4g+3).
+__device__ __forceinline__ float quad_max(float v) {
+    v = xmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return xmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---------------------------------------------------------------- tiled causal attention on tensor cores
+//
+// The tiled attention of f16 and bf16 heads on GPUs of compute capability
+// 8.0 and later (flashFor): the CUDA-core kernels' tiles, passes and
+// arithmetic, with every product — q·kᵀ, P·v, dout·vᵀ, dS·k, Pᵀ·dout,
+// dSᵀ·q — on tensor cores (mma_16816: 16-bit inputs as stored, float
+// sums). A block is FA_TC_WARPS warps, each owning 16 rows: query rows in
+// forward and dq, keys in dk and dv; its rows' operands (q, dout, or k
+// and v) stay in registers as A fragments, the streamed tiles in shared
+// memory as 16-bit values (rows padded by 8 elements, so that the 8 rows a
+// B fragment reads start in different banks). Scores, probabilities and
+// their gradients live in C fragments (a lane holds rows g and g+8,
+// columns 2t and 2t+1 of each 8-column tile) and become A fragments of the
+// next product where they are rounded to the input dtype, as the
+// CUDA-core kernels round them; row maxima and sums are 4-lane shuffles.
+// An mma whose rows all precede (or follow) every column it would meet
+// under the mask is skipped, the same for a whole warp. Heads need not be
+// a multiple of 16: tiles are zero past D. Loops over fragments have
+// compile-time bounds (KD, ND, NT) as well as the head's, so that a GPU's
+// compiler unrolls them and keeps the fragment arrays in registers.
+
+// tc_el is element (t, d) of a 16-bit [B, H, T, D] operand as bits, 0 past
+// T or D.
+__device__ __forceinline__ u16 tc_el(const Op& x, const Heads& s, i64 b, i64 h, i64 t, i64 d, i64 Tn, i64 D) {
+    return t < Tn && d < D ? (u16)GMEM(const u16, x.p, x.off + head_el(s, b, h, t, d)) : (u16)0;
+}
+
+// tc_frag_a loads the A fragments of rows r0…r0+15 of a head, kd chunks of
+// 16 elements.
+template <int KD>
+__device__ void tc_frag_a(unsigned (*a)[4], const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D, int kd) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    for (int kc = 0; kc < KD && kc < kd; kc++)
+        for (int r = 0; r < 4; r++) {
+            const i64 row = r0 + g + 8 * (r & 1), col = 16 * kc + 2 * t + 8 * (r >> 1);
+            a[kc][r] = tc_pack(tc_el(x, s, b, h, row, col, Tn, D), tc_el(x, s, b, h, row, col + 1, Tn, D));
+        }
+}
+
+// tc_load copies rows r0…r0+R-1 of a 16-bit head into the tile sh, up to
+// D rounded up to 16, zero past T and D.
+template <int R, int DM>
+__device__ void tc_load(u16 (*sh)[DM + 8], const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    const i64 Dp = (D + 15) / 16 * 16;
+    for (i64 e = threadIdx.x; e < R * Dp; e += blockDim.x) {
+        const i64 r = e / Dp, c = e % Dp;
+        sh[r][c] = tc_el(x, s, b, h, r0 + r, c, Tn, D);
+    }
+}
+
+// tc_frag_nk is a B fragment whose columns (n) are rows n0… of a tile and
+// whose rows (k) are its elements k0…: B = tileᵀ, as the keys of q·kᵀ.
+template <int DM>
+__device__ __forceinline__ void tc_frag_nk(unsigned* b, const u16 (*sh)[DM + 8], int n0, int k0) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    b[0] = tc_pack(sh[n0 + g][k0 + 2 * t], sh[n0 + g][k0 + 2 * t + 1]);
+    b[1] = tc_pack(sh[n0 + g][k0 + 2 * t + 8], sh[n0 + g][k0 + 2 * t + 9]);
+}
+
+// tc_frag_kn is a B fragment whose rows (k) are rows k0… of a tile and
+// whose columns (n) are its elements n0…: B = the tile, as the values of
+// P·v.
+template <int DM>
+__device__ __forceinline__ void tc_frag_kn(unsigned* b, const u16 (*sh)[DM + 8], int k0, int n0) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    b[0] = tc_pack(sh[k0 + 2 * t][n0 + g], sh[k0 + 2 * t + 1][n0 + g]);
+    b[1] = tc_pack(sh[k0 + 2 * t + 8][n0 + g], sh[k0 + 2 * t + 9][n0 + g]);
+}
+
+// tc_c2a makes the A fragment of columns 16kc…16kc+15 from the 16-bit C
+// fragments of column tiles 2kc (lo) and 2kc+1 (hi).
+__device__ __forceinline__ void tc_c2a(unsigned* a, const u16* lo, const u16* hi) {
+    a[0] = tc_pack(lo[0], lo[1]);
+    a[1] = tc_pack(lo[2], lo[3]);
+    a[2] = tc_pack(hi[0], hi[1]);
+    a[3] = tc_pack(hi[2], hi[3]);
+}
+
+// tc_abt computes c[nt] = a·tileᵀ for the column tiles lo ≤ nt < hi (rows
+// 8nt… of the tile), over kd chunks of 16; the other tiles are 0.
+template <int NT, int KD, int DM>
+__device__ __forceinline__ void tc_abt(float (*c)[4], const unsigned (*a)[4], const u16 (*sh)[DM + 8], int kd, int lo, int hi,
+                                       bool bf16) {
+    for (int nt = 0; nt < NT; nt++) {
+        for (int e = 0; e < 4; e++) c[nt][e] = 0;
+        if (nt < lo || nt >= hi) continue;
+        for (int kc = 0; kc < KD && kc < kd; kc++) {
+            unsigned bb[2];
+            tc_frag_nk<DM>(bb, sh, 8 * nt, 16 * kc);
+            mma_16816(c[nt], a[kc], bb, c[nt], bf16);
+        }
+    }
+}
+
+// tc_cols is how many column tiles of 8 from j0 reach a row at most last
+// (last < j0: none), at most NT.
+__device__ __forceinline__ int tc_cols(i64 j0, i64 last, int NT) {
+    if (last < j0) return 0;
+    const i64 n = (last - j0) / 8 + 1;
+    return n < NT ? (int)n : NT;
+}
+
+// tc_row_stats gives a lane's rows r0+g and r0+g+8 their log-sum-exp,
+// start and Δ = dout·out (each lane of the row's 4 sums every 4th
+// element).
+__device__ void tc_row_stats(float* lse_r, i64* start_r, float* delta_r, const Op& lse, const Op& seg, const Op& dout,
+                             const Heads& sdo, const Op& out, const Heads& so, i64 bh, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    for (int r = 0; r < 2; r++) {
+        const i64 i = r0 + g + 8 * r;
+        float s = 0;
+        if (i < Tn)
+            for (i64 d = t; d < D; d += 4) s += ld<float>(dout, head_el(sdo, b, h, i, d)) * ld<float>(out, head_el(so, b, h, i, d));
+        delta_r[r] = quad_sum(s);
+        lse_r[r] = i < Tn ? ld<float>(lse, bh * Tn + i) : 0.0f;
+        start_r[r] = i < Tn ? att_start(seg, b, Tn, i) : Tn;
+    }
+}
+
+// flash_fwd_tc is flash_fwd's 16-bit path: a first pass over the keys for
+// each row's maximum and sum, a second for the normalised probabilities,
+// dropped and rounded, times v.
+template <int BR, int BC, int DM>
+__device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
+                             Heads sv, double scale_, double p, u64 seed, Op seg) {
+    static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
+    constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
+    __shared__ u16 Ks[BC][DM + 8];
+    __shared__ u16 Vs[BC][DM + 8];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bool bf = q.dt == DT_BF16;
+    const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
+    const i64 nq = (Tn + BR - 1) / BR;
+    for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
+        const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
+        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        // The warp's rows r0…, the last of them that sees keys (-1: none).
+        const i64 r0 = i0 + 16 * w, last = r0 >= Tn ? -1 : (r0 + 15 < Tn - 1 ? r0 + 15 : Tn - 1);
+        unsigned qa[KD][4];
+        tc_frag_a<KD>(qa, q, sq, b, h, r0, Tn, D, kd);
+        float mrow[2], lrow[2], inv[2], o[ND][4];
+        i64 start[2];
+        for (int r = 0; r < 2; r++) {
+            const i64 i = r0 + g + 8 * r;
+            mrow[r] = ninf;
+            lrow[r] = 0;
+            inv[r] = 0;
+            start[r] = i < Tn ? att_start(seg, b, Tn, i) : Tn;
+        }
+        for (int e = 0; e < ND; e++)
+            for (int c = 0; c < 4; c++) o[e][c] = 0;
+        const i64 k0 = att_block_start(seg, b, Tn, i0, m), first = k0 / BC * BC;
+        for (int pass = 0; pass < 2; pass++) {
+            for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
+                __syncthreads();  // the last tile's products are done with Ks and Vs
+                tc_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
+                if (pass == 1) tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+                __syncthreads();
+                const int nlive = tc_cols(j0, last, NT);
+                float s[NT][4];
+                tc_abt<NT, KD, DM>(s, qa, Ks, kd, 0, nlive, bf);
+                for (int nt = 0; nt < NT; nt++)
+                    for (int e = 0; e < 4; e++) {
+                        const i64 i = r0 + g + 8 * (e >> 1), j = j0 + 8 * nt + 2 * t + (e & 1);
+                        s[nt][e] = (i < Tn && j <= i && j >= start[e >> 1]) ? s[nt][e] * scale : ninf;
+                    }
+                if (pass == 0) {
+                    for (int r = 0; r < 2; r++) {
+                        float mx = ninf;
+                        for (int nt = 0; nt < NT; nt++) mx = xmax(mx, xmax(s[nt][2 * r], s[nt][2 * r + 1]));
+                        const float mn = xmax(mrow[r], quad_max(mx));
+                        // Rows with no key yet keep a sum of 0 and factor 1.
+                        const float alpha = mn == ninf ? 1.0f : xexp(mrow[r] - mn);
+                        float sum = 0;
+                        for (int nt = 0; nt < NT; nt++)
+                            for (int c = 2 * r; c < 2 * r + 2; c++) sum += s[nt][c] == ninf ? 0.0f : xexp(s[nt][c] - mn);
+                        lrow[r] = lrow[r] * alpha + quad_sum(sum);
+                        mrow[r] = mn;
+                    }
+                    continue;
+                }
+                u16 pb[NT][4];
+                for (int nt = 0; nt < NT; nt++)
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1;
+                        const i64 i = r0 + g + 8 * r, j = j0 + 8 * nt + 2 * t + (e & 1);
+                        float x = 0;
+                        if (s[nt][e] != ninf) x = xexp(s[nt][e] - mrow[r]) * inv[r] * fa_drop(p, keep, seed, bh, Tn, i, j);
+                        pb[nt][e] = tc_bits(x, bf);
+                    }
+                for (int kc = 0; kc < NT / 2 && 2 * kc < nlive; kc++) {
+                    unsigned pa[4];
+                    tc_c2a(pa, pb[2 * kc], pb[2 * kc + 1]);
+                    for (int e = 0; e < ND && e < nd; e++) {
+                        unsigned vb[2];
+                        tc_frag_kn<DM>(vb, Vs, 16 * kc, 8 * e);
+                        mma_16816(o[e], pa, vb, o[e], bf);
+                    }
+                }
+            }
+            if (pass == 0)
+                for (int r = 0; r < 2; r++) inv[r] = 1.0f / lrow[r];
+        }
+        for (int r = 0; r < 2; r++) {
+            const i64 i = r0 + g + 8 * r;
+            if (i >= Tn) continue;
+            for (int e = 0; e < ND && e < nd; e++)
+                for (int c = 0; c < 2; c++) {
+                    const i64 d = 8 * e + 2 * t + c;
+                    if (d < D) st<float>(out, head_el(so, b, h, i, d), o[e][2 * r + c]);
+                }
+            if (t == 0) st<float>(lse, bh * Tn + i, mrow[r] + xlog(lrow[r]));
+        }
+    }
+}
+
+// flash_bwd_kv_tc is flash_bwd_kv on tensor cores: a warp's 16 keys
+// against the query tiles from the diagonal on, sᵀ = k·qᵀ and dPᵀ =
+// v·doutᵀ, then dv += P'ᵀ·dout and dk += dSᵀ·q.
+template <int BR, int BC, int DM>
+__device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
+                                Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
+                                u64 seed, Op seg) {
+    static_assert(BC == 16 * FA_TC_WARPS && BR % 16 == 0 && DM % 16 == 0, "a warp per 16 keys");
+    constexpr int KD = DM / 16, NT = BR / 8, ND = DM / 8;
+    __shared__ u16 Qs[BR][DM + 8];
+    __shared__ u16 dOs[BR][DM + 8];
+    __shared__ float lse_s[BR], delta_s[BR];
+    __shared__ i64 start_s[BR];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bool bf = q.dt == DT_BF16;
+    const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const i64 nk = (Tn + BC - 1) / BC;
+    for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
+        const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
+        const i64 b = bh / H, h = bh % H, c0 = j0 + 16 * w;
+        unsigned ka[KD][4], va[KD][4];
+        tc_frag_a<KD>(ka, k, sk, b, h, c0, Tn, D, kd);
+        tc_frag_a<KD>(va, v, sv, b, h, c0, Tn, D, kd);
+        float gk[ND][4], gv[ND][4];
+        for (int e = 0; e < ND; e++)
+            for (int c = 0; c < 4; c++) gk[e][c] = gv[e][c] = 0;
+        for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+            __syncthreads();  // the last tile's products are done with Qs, dOs and the statistics
+            for (int rg = w; rg < BR / 16; rg += FA_TC_WARPS) {
+                float lr[2], dr[2];
+                i64 sr[2];
+                tc_row_stats(lr, sr, dr, lse, seg, dout, sdo, out, so, bh, b, h, i0 + 16 * rg, Tn, D);
+                if (t == 0)
+                    for (int r = 0; r < 2; r++) {
+                        lse_s[16 * rg + g + 8 * r] = lr[r];
+                        delta_s[16 * rg + g + 8 * r] = dr[r];
+                        start_s[16 * rg + g + 8 * r] = sr[r];
+                    }
+            }
+            __syncthreads();
+            // Rows that all start after the tile's last key see none of it.
+            i64 first = Tn;
+            for (int r = 0; r < BR; r++) first = start_s[r] < first ? start_s[r] : first;
+            if (first > j0 + BC - 1) continue;
+            tc_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+            tc_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+            __syncthreads();
+            // Query tiles of 8 that reach the warp's keys (a query before
+            // its first key sees none) and lie before T.
+            int lo = c0 > i0 ? (int)((c0 - i0) / 8) : 0, hi = tc_cols(i0, Tn - 1, NT);
+            if (c0 >= Tn) lo = hi;
+            float s[NT][4], dp[NT][4];
+            tc_abt<NT, KD, DM>(s, ka, Qs, kd, lo, hi, bf);
+            tc_abt<NT, KD, DM>(dp, va, dOs, kd, lo, hi, bf);
+            u16 pb[NT][4], db[NT][4];
+            for (int nt = 0; nt < NT; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = 8 * nt + 2 * t + (e & 1);
+                    const i64 j = c0 + g + 8 * (e >> 1), i = i0 + r;
+                    float pij = 0, ds = 0, z = 1;
+                    if (i < Tn && j <= i && j >= start_s[r]) {
+                        pij = xexp(s[nt][e] * scale - lse_s[r]);
+                        z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                        ds = p > 0 ? pij * (z * dp[nt][e] - delta_s[r]) : pij * (dp[nt][e] - delta_s[r]);
+                    }
+                    pb[nt][e] = tc_bits(pij * z, bf);
+                    db[nt][e] = tc_bits(ds, bf);
+                }
+            for (int kc = 0; kc < BR / 16; kc++) {
+                if (2 * kc + 1 < lo || 2 * kc >= hi) continue;
+                unsigned pa[4], da[4];
+                tc_c2a(pa, pb[2 * kc], pb[2 * kc + 1]);
+                tc_c2a(da, db[2 * kc], db[2 * kc + 1]);
+                for (int e = 0; e < ND && e < nd; e++) {
+                    unsigned xb[2];
+                    tc_frag_kn<DM>(xb, dOs, 16 * kc, 8 * e);
+                    mma_16816(gv[e], pa, xb, gv[e], bf);
+                    tc_frag_kn<DM>(xb, Qs, 16 * kc, 8 * e);
+                    mma_16816(gk[e], da, xb, gk[e], bf);
+                }
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            const i64 j = c0 + g + 8 * r;
+            if (j >= Tn) continue;
+            for (int e = 0; e < ND && e < nd; e++)
+                for (int c = 0; c < 2; c++) {
+                    const i64 d = 8 * e + 2 * t + c;
+                    if (d >= D) continue;
+                    st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[e][2 * r + c]);
+                    st<float>(dv, head_el(sdv, b, h, j, d), gv[e][2 * r + c]);
+                }
+        }
+    }
+}
+
+// flash_bwd_q_tc is flash_bwd_q on tensor cores: a warp's 16 query rows
+// against the key tiles up to the diagonal, dq = scale·dS·k.
+template <int BR, int BC, int DM>
+__device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
+                               Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg) {
+    static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
+    constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
+    __shared__ u16 Ks[BC][DM + 8];
+    __shared__ u16 Vs[BC][DM + 8];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const bool bf = q.dt == DT_BF16;
+    const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
+    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const i64 nq = (Tn + BR - 1) / BR;
+    for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
+        const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
+        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        const i64 r0 = i0 + 16 * w, last = r0 >= Tn ? -1 : (r0 + 15 < Tn - 1 ? r0 + 15 : Tn - 1);
+        unsigned qa[KD][4], ga[KD][4];
+        tc_frag_a<KD>(qa, q, sq, b, h, r0, Tn, D, kd);
+        tc_frag_a<KD>(ga, dout, sdo, b, h, r0, Tn, D, kd);
+        float lse_r[2], delta_r[2];
+        i64 start[2];
+        tc_row_stats(lse_r, start, delta_r, lse, seg, dout, sdo, out, so, bh, b, h, r0, Tn, D);
+        float gq[ND][4];
+        for (int e = 0; e < ND; e++)
+            for (int c = 0; c < 4; c++) gq[e][c] = 0;
+        const i64 k0 = att_block_start(seg, b, Tn, i0, m);
+        for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
+            __syncthreads();
+            tc_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
+            tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+            __syncthreads();
+            const int nlive = tc_cols(j0, last, NT);
+            float s[NT][4], dp[NT][4];
+            tc_abt<NT, KD, DM>(s, qa, Ks, kd, 0, nlive, bf);
+            tc_abt<NT, KD, DM>(dp, ga, Vs, kd, 0, nlive, bf);
+            u16 db[NT][4];
+            for (int nt = 0; nt < NT; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1;
+                    const i64 i = r0 + g + 8 * r, j = j0 + 8 * nt + 2 * t + (e & 1);
+                    float ds = 0;
+                    if (i < Tn && j <= i && j >= start[r]) {
+                        const float pij = xexp(s[nt][e] * scale - lse_r[r]);
+                        const float z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                        ds = p > 0 ? pij * (z * dp[nt][e] - delta_r[r]) : pij * (dp[nt][e] - delta_r[r]);
+                    }
+                    db[nt][e] = tc_bits(ds, bf);
+                }
+            for (int kc = 0; kc < NT / 2 && 2 * kc < nlive; kc++) {
+                unsigned da[4];
+                tc_c2a(da, db[2 * kc], db[2 * kc + 1]);
+                for (int e = 0; e < ND && e < nd; e++) {
+                    unsigned kb[2];
+                    tc_frag_kn<DM>(kb, Ks, 16 * kc, 8 * e);
+                    mma_16816(gq[e], da, kb, gq[e], bf);
+                }
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            const i64 i = r0 + g + 8 * r;
+            if (i >= Tn) continue;
+            for (int e = 0; e < ND && e < nd; e++)
+                for (int c = 0; c < 2; c++) {
+                    const i64 d = 8 * e + 2 * t + c;
+                    if (d < D) st<float>(dq, head_el(sdq, b, h, i, d), scale * gq[e][2 * r + c]);
+                }
+        }
+    }
+}
+
+extern "C" __global__ void k_flash_fwd_tc_d64 FA_FWD_ARGS { flash_fwd_tc<FA_TC_FWD_BR64, FA_TC_FWD_BC64, 64> FA_FWD_CALL; }
+extern "C" __global__ void k_flash_fwd_tc_d128 FA_FWD_ARGS { flash_fwd_tc<FA_TC_FWD_BR128, FA_TC_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
+extern "C" __global__ void k_flash_bwd_kv_tc_d64 FA_KV_ARGS { flash_bwd_kv_tc<FA_TC_BWD_BR64, FA_TC_BWD_BC64, 64> FA_KV_CALL; }
+extern "C" __global__ void k_flash_bwd_kv_tc_d128 FA_KV_ARGS {
+    flash_bwd_kv_tc<FA_TC_BWD_BR128, FA_TC_BWD_BC128, FA_DMAX> FA_KV_CALL;
+}
+extern "C" __global__ void k_flash_bwd_q_tc_d64 FA_Q_ARGS { flash_bwd_q_tc<FA_TC_BWD_BR64, FA_TC_BWD_BC64, 64> FA_Q_CALL; }
+extern "C" __global__ void k_flash_bwd_q_tc_d128 FA_Q_ARGS { flash_bwd_q_tc<FA_TC_BWD_BR128, FA_TC_BWD_BC128, FA_DMAX> FA_Q_CALL; }
+
 // ---------------------------------------------------------------- 8-bit Adam
 //
 // device.Adam8bitBlock, bit for bit: one block of threads per block of

@@ -86,7 +86,6 @@ var typedKernels = []string{
 var plainKernels = []string{
 	"k_copy1", "k_copy2", "k_copy4", "k_copy8", "k_gather", "k_random", "k_all_finite", "k_check_index",
 	"k_adam", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant",
-	"k_flash_fwd_d64", "k_flash_fwd_d128", "k_flash_bwd_kv_d64", "k_flash_bwd_kv_d128", "k_flash_bwd_q_d64", "k_flash_bwd_q_d128",
 }
 
 // kernelNames lists every extern "C" entry point kernels.cu must define.
@@ -95,7 +94,7 @@ func kernelNames() []string {
 	for _, k := range typedKernels {
 		names = append(names, k+sfx32, k+sfx64)
 	}
-	return append(names, plainKernels...)
+	return append(append(names, plainKernels...), flashKernels()...)
 }
 
 // nvrtcOptions are the options NVRTC compiles the source with for a GPU of

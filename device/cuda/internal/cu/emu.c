@@ -339,7 +339,7 @@ int memfit_emu_memset32(uint64_t dst, uint32_t v, uint64_t count) {
 //
 // Each CUDA thread of a block is a fiber with its own stack; the scheduler
 // resumes them in turn, and a fiber gives the CPU back only at a barrier,
-// a warp shuffle or vote, or its end. So the threads of a block really
+// a warp shuffle, vote or matrix product, or its end. So the threads of a block really
 // interleave at barriers, and shared memory written by one thread is seen
 // by another only if a barrier orders them, as on a GPU.
 
@@ -404,6 +404,12 @@ typedef struct {
         int arrived, live;
         unsigned long long gen;
         unsigned long long slot[32];
+        // mma: each lane's fragments and the warp generation at which it
+        // arrived (tag), the generation whose product is done, the types.
+        unsigned a[32][4], b[32][2];
+        float c[32][4], d[32][4];
+        unsigned long long tag[32], done;
+        int type[32];
     } warp[MAX_THREADS / 32];
     void (*entry)(void**);
     void** params;
@@ -609,6 +615,78 @@ static unsigned emu_vote(int kind, unsigned mask, int pred) {
     return ballot;
 }
 
+static float bf16_to_f32(uint16_t h);
+static float f16_to_f32(uint16_t h);
+
+// mma_product computes the product of warp w's fragments into its d
+// (kernel.h: the layout, and the order of the sums).
+static void mma_product(int w) {
+    float A[16][16], Bm[16][8], C[16][8];
+    float (*cvt)(uint16_t) = B.warp[w].type[0] == MEMFIT_MMA_BF16 ? bf16_to_f32 : f16_to_f32;
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        const unsigned* a = B.warp[w].a[l];
+        const unsigned* b = B.warp[w].b[l];
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = cvt((uint16_t)(a[0] >> (16 * h)));
+            A[g + 8][2 * t + h] = cvt((uint16_t)(a[1] >> (16 * h)));
+            A[g][2 * t + 8 + h] = cvt((uint16_t)(a[2] >> (16 * h)));
+            A[g + 8][2 * t + 8 + h] = cvt((uint16_t)(a[3] >> (16 * h)));
+            Bm[2 * t + h][g] = cvt((uint16_t)(b[0] >> (16 * h)));
+            Bm[2 * t + 8 + h][g] = cvt((uint16_t)(b[1] >> (16 * h)));
+            C[g][2 * t + h] = B.warp[w].c[l][h];
+            C[g + 8][2 * t + h] = B.warp[w].c[l][2 + h];
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        for (int e = 0; e < 4; e++) {
+            int i = g + 8 * (e >> 1), j = 2 * t + (e & 1);
+            float acc = C[i][j];
+            for (int k = 0; k < 16; k++) {
+                float p = A[i][k] * Bm[k][j];  // exact: 16-bit significands
+                acc = acc + p;
+            }
+            B.warp[w].d[l][e] = acc;
+        }
+    }
+}
+
+// emu_mma is a warp collective: each lane leaves its fragments, and the
+// lane that completes the warp's barrier checks that the whole warp came
+// to this mma (32 live lanes, every one tagged with this generation, one
+// type) and computes every lane's D. A lane woken by a barrier that
+// another primitive, or a thread's end, completed finds no product for its
+// generation: the warp diverged.
+static void emu_mma(int type, const unsigned* a, const unsigned* b, const float* c, float* d) {
+    fiber* f = B.cur;
+    int idx = (int)(f - B.f), w = idx / 32, lane = idx % 32;
+    if (type != MEMFIT_MMA_BF16 && type != MEMFIT_MMA_F16) fail(CUDA_ERROR_LAUNCH_FAILED, "mma of an unknown type", 0);
+    unsigned long long g = B.warp[w].gen;
+    memcpy(B.warp[w].a[lane], a, sizeof B.warp[w].a[lane]);
+    memcpy(B.warp[w].b[lane], b, sizeof B.warp[w].b[lane]);
+    memcpy(B.warp[w].c[lane], c, sizeof B.warp[w].c[lane]);
+    B.warp[w].tag[lane] = g;
+    B.warp[w].type[lane] = type;
+    if (B.warp[w].arrived + 1 >= B.warp[w].live) {
+        char detail[160] = "";
+        if (B.warp[w].live < 32 || w * 32 + 32 > B.n)
+            snprintf(detail, sizeof detail, "mma.sync in a warp of %d live threads: it takes all 32 lanes", B.warp[w].live);
+        for (int l = 0; l < 32 && !detail[0]; l++) {
+            if (B.warp[w].tag[l] != g)
+                snprintf(detail, sizeof detail, "mma.sync not reached by lane %d of the warp (divergent)", l);
+            else if (B.warp[w].type[l] != type)
+                snprintf(detail, sizeof detail, "mma.sync of different types in lanes %d and %d", lane, l);
+        }
+        if (detail[0]) fail(CUDA_ERROR_LAUNCH_FAILED, detail, 0);
+        mma_product(w);
+        B.warp[w].done = g;
+    }
+    warp_barrier();
+    if (B.warp[w].done != g)
+        fail(CUDA_ERROR_LAUNCH_FAILED, "mma.sync not reached by every lane of the warp (divergent)", 0);
+    memcpy(d, B.warp[w].d[lane], sizeof B.warp[w].d[lane]);
+}
 
 static void emu_check(const void* p, unsigned long n, int line, int rw) {
     uintptr_t a = (uintptr_t)p;
@@ -635,6 +713,7 @@ static const memfit_emu_api api = {
     .shfl = emu_shfl,
     .vote = emu_vote,
     .check = emu_check,
+    .mma = emu_mma,
 };
 
 // ---------------------------------------------------------------- modules
@@ -733,6 +812,8 @@ static int run_block(function* fn, unsigned bx, unsigned by, unsigned bz, unsign
         B.warp[w].arrived = 0;
         B.warp[w].gen = 0;
         B.warp[w].live = n - w * 32 < 32 ? n - w * 32 : 32;
+        B.warp[w].done = ~0ull;
+        for (int l = 0; l < 32; l++) B.warp[w].tag[l] = ~0ull;
     }
     // Uninitialised shared memory reads as NaN (floats) or -1 (integers).
     if (fn->m->shared_stop > fn->m->shared_start) memset(fn->m->shared_start, 0xff, fn->m->shared_stop - fn->m->shared_start);

@@ -106,7 +106,8 @@ func (d Device) Name() (string, error) {
 	return "memfit CUDA emulator", nil
 }
 
-// ComputeCapability is 8.0: bf16 GEMMs and TF32 are available.
+// ComputeCapability is 8.0: bf16 GEMMs, TF32 and mma.sync on bf16 and f16
+// (kernel.h's memfit_mma_m16n8k16) are available.
 func (d Device) ComputeCapability() (major, minor int, err error) { return 8, 0, nil }
 
 // RetainPrimaryCtx returns the device's one context.

@@ -20,6 +20,8 @@ typedef struct {
 enum { MEMFIT_SHFL_IDX, MEMFIT_SHFL_UP, MEMFIT_SHFL_DOWN, MEMFIT_SHFL_XOR };
 enum { MEMFIT_VOTE_BALLOT, MEMFIT_VOTE_ALL, MEMFIT_VOTE_ANY };
 enum { MEMFIT_READ = 1, MEMFIT_WRITE = 2 };
+// The input types of a warp's matrix multiply-accumulate (mma).
+enum { MEMFIT_MMA_BF16, MEMFIT_MMA_F16 };
 
 typedef struct {
     memfit_thread* const* current;  // the running thread
@@ -31,6 +33,11 @@ typedef struct {
     // line is the source line of the access, rw what it does (MEMFIT_READ,
     // MEMFIT_WRITE or both), which the launch counts keep apart.
     void (*check)(const void* p, unsigned long n, int line, int rw);
+    // mma is PTX's mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T the
+    // 16-bit type): every lane of a whole warp calls it with its fragments
+    // of A (a[4]), B (b[2]) and C (c[4]) and receives its fragment of
+    // D = A·B + C (d[4]); kernel.h gives the layout.
+    void (*mma)(int type, const unsigned* a, const unsigned* b, const float* c, float* d);
 } memfit_emu_api;
 
 #ifdef __cplusplus

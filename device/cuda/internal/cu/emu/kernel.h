@@ -111,6 +111,28 @@ template <class T>
 static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) { return memfit_shfl(MEMFIT_SHFL_DOWN, mask, v, (int)d, width); }
 template <class T>
 static inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) { return memfit_shfl(MEMFIT_SHFL_XOR, mask, v, m, width); }
+// memfit_mma_m16n8k16 is the warp-wide tensor-core product PTX writes
+// mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32, T bf16 (type
+// MEMFIT_MMA_BF16) or f16 (MEMFIT_MMA_F16): D (16×8) = A (16×16) · B
+// (16×8) + C (16×8), A and B of T, C and D float. All 32 lanes of the warp
+// call it together (a lane that does not, or a warp of fewer than 32
+// threads, fails the launch); each holds fragments, with groupID g =
+// lane/4 and t = lane%4, two 16-bit elements per register, the lower
+// column (A) or row (B) in the low half:
+//
+//   a[0]: A[g][2t, 2t+1]    a[1]: A[g+8][2t, 2t+1]
+//   a[2]: A[g][2t+8, 2t+9]  a[3]: A[g+8][2t+8, 2t+9]
+//   b[0]: B[2t, 2t+1][g]    b[1]: B[2t+8, 2t+9][g]
+//   c[0], c[1]: C[g][2t, 2t+1]   c[2], c[3]: C[g+8][2t, 2t+1]   (d as c)
+//
+// The products of 16-bit values are exact in float; the emulator sums
+// D[i][j] = C[i][j] + A[i][0]·B[0][j] + … + A[i][15]·B[15][j] in that
+// order, rounding each addition to float (a GPU's order and internal
+// precision are its own: NVIDIA documents float accumulation only).
+static inline void memfit_mma_m16n8k16(int type, float* d, const unsigned* a, const unsigned* b, const float* c) {
+    memfit_api->mma(type, a, b, c, d);
+}
+
 static inline unsigned __ballot_sync(unsigned mask, int p) { return memfit_api->vote(MEMFIT_VOTE_BALLOT, mask, p); }
 static inline int __all_sync(unsigned mask, int p) { return (int)memfit_api->vote(MEMFIT_VOTE_ALL, mask, p); }
 static inline int __any_sync(unsigned mask, int p) { return (int)memfit_api->vote(MEMFIT_VOTE_ANY, mask, p); }
