@@ -7,7 +7,13 @@
 // norm, losses, reductions and exp/log/pow compute in F32. Parameters (the
 // master weights) stay F32 and receive F32 gradients; each weight is cast
 // once per scope and the copy reused by every product until the scope
-// closes (or the weight changes), counted as memory.Temporary.
+// closes (or the weight changes), counted as memory.Temporary. A linear
+// layer's F32 bias is cast with its weight and added by the product
+// itself, as the 16-bit output's dtype (as PyTorch's autocast casts it).
+// An F32 operand a product takes cast (a weight) gets its gradient from
+// the product in F32, never rounded to 16 bits, and added in place into
+// a gradient it already has (a later micro-batch's): no pass casts a
+// weight's gradient back.
 //
 // F16 has a narrow range, so small gradients underflow: GradScaler
 // multiplies the loss by a large factor before backward, divides the

@@ -1,6 +1,10 @@
 package tensor
 
-import "github.com/memfit/memfit/memory"
+import (
+	"slices"
+
+	"github.com/memfit/memfit/memory"
+)
 
 // gradInto returns the tensor a backward function accumulates t's
 // gradient into in place over several products, and whether it is new
@@ -37,4 +41,14 @@ func ownsGrad(t *Tensor) bool {
 // function has already accumulated into (gradInto).
 func isOwnGrad(g, leaf *Tensor) bool {
 	return leaf.grad != nil && g.st == leaf.grad.st
+}
+
+// inPlace reports whether a product writing t's gradient in dtype adds it
+// into t's own gradient, with Beta 1, rather than into a new tensor the
+// engine then adds: t owns its gradient (ownsGrad), which exists
+// already (a micro-batch after the first, a weight used twice) and is
+// of dtype. A first gradient is a new tensor the engine adopts as the
+// leaf's, as before.
+func inPlace(t *Tensor, dtype DType) bool {
+	return ownsGrad(t) && t.grad != nil && t.grad.dtype == dtype && t.grad.IsContiguous() && slices.Equal(t.grad.shape, t.shape)
 }

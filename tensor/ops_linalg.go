@@ -188,6 +188,34 @@ func (s *Scope) autocastPair(a, b *Tensor) (*Tensor, *Tensor, func()) {
 	}
 }
 
+// gradOperand returns the tensor a product records as its input for an
+// operand autocast gave it as cast: orig itself when the product can
+// write orig's gradient in orig's dtype from the 16-bit operands (an F32
+// C under 16-bit A and B, which device.Gemm takes), so that no pass casts
+// the gradient back and it is never rounded to 16 bits; else cast, whose
+// node casts the gradient back.
+func gradOperand(orig, cast *Tensor) *Tensor {
+	if cast != orig && orig.dtype == F32 && cast.dtype.IsLowPrecision() {
+		return orig
+	}
+	return cast
+}
+
+// autocastBias returns the bias a product of dtype adds: under autocast
+// an F32 bias cast to the product's 16-bit dtype once per scope, beside
+// the weight (autocast's cache), as PyTorch's autocast casts it, so that
+// a device adds it in the product's epilogue (cuBLASLt's takes a bias of
+// C's dtype only) instead of a pass writing the F32 bias into the 16-bit
+// C for the product to accumulate onto; else b. Only the forward reads
+// the cast: the bias's gradient is the output gradient's column sums,
+// made in F32 whatever the bias was added as.
+func (s *Scope) autocastBias(b *Tensor, dtype DType) *Tensor {
+	if b == nil || s.autocast == device.Invalid || !dtype.IsLowPrecision() || b.dtype != F32 {
+		return b
+	}
+	return s.castTo(b, dtype)
+}
+
 // castTo returns t in dtype: t itself, a cached cast of a leaf (reused by
 // every product in the scope, as autocast's weight cache), or a new cast.
 func (s *Scope) castTo(t *Tensor, dtype DType) *Tensor {
@@ -313,22 +341,34 @@ func (s *Scope) matMul(a, b *Tensor, alpha float64) *Tensor {
 	out := mustAlloc(ca.st.dev, ca.dtype, shape, s.cat)
 	gemmInto(out, ca, cb, alpha, 0, s)
 	aShape, bShape := ca.shape, cb.shape
-	needA, needB := ca.needsGrad(), cb.needsGrad()
-	s.record(out, "matmul", []*Tensor{ca, cb}, []*Tensor{ca, cb}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	// As Linear's: an operand autocast cast gets its gradient in its own
+	// dtype from the product.
+	ga, gb := gradOperand(a, ca), gradOperand(b, cb)
+	castA, castB := ga != ca, gb != cb
+	needA, needB := ga.needsGrad(), gb.needsGrad()
+	s.record(out, "matmul", []*Tensor{ga, gb}, []*Tensor{ca, cb}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sa, sb := saved[0], saved[1]
 		var da, db *Tensor
 		// dA = g·Bᵀ, dB = Aᵀ·g, summed over broadcast batches.
 		if needA {
+			dt := g.dtype
+			if castA {
+				dt = F32
+			}
 			bt := transposeView(sb)
-			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-1]...), aShape[len(aShape)-1]), s.cat)
+			full := mustAlloc(g.st.dev, dt, append(append([]int(nil), g.shape[:g.Dim()-1]...), aShape[len(aShape)-1]), s.cat)
 			gemmInto(full, g, bt, alpha, 0, s)
 			bt.Release()
 			da = s.sumTo(full, aShape)
 			full.Release()
 		}
 		if needB {
+			dt := g.dtype
+			if castB {
+				dt = F32
+			}
 			at := transposeView(sa)
-			full := mustAlloc(g.st.dev, g.dtype, append(append([]int(nil), g.shape[:g.Dim()-2]...), bShape[len(bShape)-2], g.shape[g.Dim()-1]), s.cat)
+			full := mustAlloc(g.st.dev, dt, append(append([]int(nil), g.shape[:g.Dim()-2]...), bShape[len(bShape)-2], g.shape[g.Dim()-1]), s.cat)
 			gemmInto(full, at, g, alpha, 0, s)
 			at.Release()
 			db = s.sumTo(full, bShape)
@@ -377,27 +417,51 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	cx, cw, done := s.autocastPair(x2, w)
 	defer done()
 	rows := x2.shape[0]
+	bias := s.autocastBias(b, cx.dtype)
+	if bias != b {
+		defer s.release(bias)
+	}
 	out := mustAlloc(cx.st.dev, cx.dtype, []int{rows, outDim}, s.cat)
 	wt := transposeView(cw)
-	gemmWith(out, cx, wt, 1, 0, device.Full, b, s)
+	gemmWith(out, cx, wt, 1, 0, device.Full, bias, s)
 	wt.Release()
-	needX, needW, needB := cx.needsGrad(), cw.needsGrad(), b != nil && b.needsGrad()
+	// An operand autocast cast gets its gradient in its own dtype straight
+	// from the product (gradOperand): an F32 weight's gradient is summed
+	// in F32 and never rounded to 16 bits on its way.
+	gx, gw := gradOperand(x2, cx), gradOperand(w, cw)
+	castX, castW := gx != cx, gw != cw
+	needX, needW, needB := gx.needsGrad(), gw.needsGrad(), b != nil && b.needsGrad()
 	sums := s.rows // the weight's and bias's sums over rows, when summed over tiles (rowsums.go)
-	s.record(out, "linear", []*Tensor{cx, cw, b}, []*Tensor{cx, cw}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	s.record(out, "linear", []*Tensor{gx, gw, b}, []*Tensor{cx, cw}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sx, sw := saved[0], saved[1]
 		dev := g.st.dev
 		var dx, dw, db *Tensor
 		if needX {
 			// Skipped below the lowest trainable layer: nothing wants it.
-			dx = mustAlloc(dev, g.dtype, sx.shape, s.cat)
+			dt := g.dtype
+			if castX {
+				dt = F32
+			}
+			dx = mustAlloc(dev, dt, sx.shape, s.cat)
 			gemmInto(dx, g, sw, 1, 0, s)
 		}
 		if needW {
+			dt := g.dtype
+			if castW {
+				dt = F32
+			}
 			gt := transposeView(g)
-			if sums.has(w) {
-				sums.product(s, w, gt, sx, g.dtype)
-			} else {
-				dw = mustAlloc(dev, g.dtype, sw.shape, s.cat)
+			switch {
+			case sums.has(w):
+				sums.product(s, w, gt, sx, dt, castW)
+			case castW && inPlace(w, dt):
+				// Added into the F32 gradient the weight has (Beta 1):
+				// no temporary of its size, no pass adding one.
+				dw = w.grad.share()
+				gemmInto(dw, gt, sx, 1, 1, s)
+				dw.st.version.Add(1)
+			default:
+				dw = mustAlloc(dev, dt, sw.shape, s.cat)
 				gemmInto(dw, gt, sx, 1, 0, s)
 			}
 			gt.Release()

@@ -120,16 +120,26 @@ func (s *Scope) quantLinear(x, w, b *Tensor) *Tensor {
 		defer s.release(cx)
 	}
 	rows := x2.shape[0]
+	bias := s.autocastBias(b, cx.dtype) // as Linear's
+	if bias != b {
+		defer s.release(bias)
+	}
 	out := mustAlloc(cx.st.dev, cx.dtype, []int{rows, outDim}, s.cat)
 	wt := transposeView(w)
-	gemmWith(out, cx, wt, 1, 0, device.Full, b, s)
+	gemmWith(out, cx, wt, 1, 0, device.Full, bias, s)
 	wt.Release()
-	needX, needB := cx.needsGrad(), b != nil && b.needsGrad()
+	gx := gradOperand(x2, cx) // as Linear's: dx in x's dtype from the product
+	castX := gx != cx
+	needX, needB := gx.needsGrad(), b != nil && b.needsGrad()
 	sums := s.rows // the bias's sum over rows, when summed over tiles (rowsums.go)
-	s.record(out, "linear", []*Tensor{cx, w, b}, []*Tensor{w}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	s.record(out, "linear", []*Tensor{gx, w, b}, []*Tensor{w}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		var dx, db *Tensor
 		if needX {
-			dx = mustAlloc(g.st.dev, g.dtype, []int{rows, in}, s.cat)
+			dt := g.dtype
+			if castX {
+				dt = F32
+			}
+			dx = mustAlloc(g.st.dev, dt, []int{rows, in}, s.cat)
 			gemmInto(dx, g, saved[0], 1, 0, s)
 		}
 		switch {
@@ -158,13 +168,19 @@ func (s *Scope) quantMatMul(a, b *Tensor, alpha float64) *Tensor {
 	out := mustAlloc(ca.st.dev, ca.dtype, shape, s.cat)
 	gemmInto(out, ca, b, alpha, 0, s)
 	aShape := ca.shape
-	needA := ca.needsGrad()
-	s.record(out, "matmul", []*Tensor{ca, b}, []*Tensor{b}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+	ga := gradOperand(a, ca) // as MatMul's
+	castA := ga != ca
+	needA := ga.needsGrad()
+	s.record(out, "matmul", []*Tensor{ga, b}, []*Tensor{b}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		if !needA {
 			return []*Tensor{nil, nil}
 		}
+		dt := g.dtype
+		if castA {
+			dt = F32
+		}
 		bt := transposeView(saved[0])
-		da := mustAlloc(g.st.dev, g.dtype, aShape, s.cat)
+		da := mustAlloc(g.st.dev, dt, aShape, s.cat)
 		gemmInto(da, g, bt, alpha, 0, s)
 		bt.Release()
 		return []*Tensor{da, nil}

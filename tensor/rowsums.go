@@ -82,8 +82,17 @@ func (p *RowSums) start(t *Tensor, dtype, round DType) (acc *Tensor, fresh bool)
 }
 
 // product adds a·b (a [M, K], b [K, N], K the rows) into t's sum: the
-// gradient a product op hands on in dtype.
-func (p *RowSums) product(s *Scope, t, a, b *Tensor, dtype DType) {
+// gradient a product op hands on in dtype. into says that the op, run
+// over all the rows at once, adds its product into t's own gradient
+// where that exists (inPlace): the sum then continues that gradient in
+// place too, which Gradient hands on as t's own.
+func (p *RowSums) product(s *Scope, t, a, b *Tensor, dtype DType, into bool) {
+	if r := p.sums[t]; into && r.acc == nil && inPlace(t, dtype) {
+		r.acc, r.round = t.grad.share(), dtype
+		gemmInto(r.acc, a, b, 1, 1, s)
+		r.acc.st.version.Add(1)
+		return
+	}
 	acc, fresh := p.start(t, accumDType(dtype), dtype)
 	beta := 1.0
 	if fresh {

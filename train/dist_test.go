@@ -131,9 +131,9 @@ func relDiff(a, b []float32) float64 {
 // more thing differs: a rank's gradient is of its own mean loss, twice a
 // micro-batch's share of the accumulated one, so at the same loss scale it
 // overflows sooner (the first step at 2¹⁶ skips on two ranks, not on one).
-// That case starts both at a scale neither overflows at; the default
-// scale's agreed skip is checked by "fp16 overflow": replicas stay
-// identical and every rank skips the same steps.
+// That case starts both at a scale neither overflows at; an agreed skip
+// is checked by "fp16 overflow", at a scale its first steps overflow at:
+// replicas stay identical and every rank skips the same steps.
 //
 // Issue 22's state formats (Adafactor, bf16 weights with Adam and 8-bit
 // AdamW) run at stages 0 to 2 (stage 3 refuses them), and stages 1 and 2
@@ -212,7 +212,14 @@ func TestDistEquivalence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			overflow := tc.name == "mlp fp16 overflow"
 			lowScale := func(tr *Trainer) {
-				if tr.Scaler != nil && !overflow {
+				switch {
+				case tr.Scaler != nil && overflow:
+					// A scale the first steps overflow at: the weights'
+					// gradients come F32 from the fp16 products, so only
+					// the fp16 activations' gradients can, and at the
+					// default 2¹⁶ this MLP's do not.
+					tr.Scaler = amp.NewGradScaler(amp.ScalerConfig{InitScale: 1 << 24, Agree: tr.Scaler.Agree()})
+				case tr.Scaler != nil:
 					tr.Scaler = amp.NewGradScaler(amp.ScalerConfig{InitScale: 256, Agree: tr.Scaler.Agree()})
 				}
 			}
@@ -248,7 +255,7 @@ func TestDistEquivalence(t *testing.T) {
 						}
 						if overflow {
 							if sums[r].SkippedSteps == 0 {
-								t.Errorf("rank %d: no overflow at the default scale", r)
+								t.Errorf("rank %d: no overflow at scale 2²⁴", r)
 							}
 							continue
 						}
