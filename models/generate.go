@@ -21,6 +21,7 @@ type KVCache struct {
 	keys, values []*tensor.Tensor // per block, [B, H, MaxLen, D/H]
 	batch, len   int              // rows, and tokens held per row
 	maxLen       int
+	dtype        tensor.DType
 }
 
 // KVCacheBytes is the size of a cache for batch rows of maxLen tokens of
@@ -32,18 +33,28 @@ func KVCacheBytes(c GPTConfig, batch, maxLen int, dtype tensor.DType) int64 {
 // NewKVCache allocates a cache for batch rows of at most maxLen tokens
 // (at most Context), in the dtype of the model's parameters.
 func (g *GPT) NewKVCache(batch, maxLen int) (*KVCache, error) {
+	return g.NewKVCacheDType(batch, maxLen, g.Tokens.Weight.DType())
+}
+
+// NewKVCacheDType is NewKVCache with the cache held in dtype (a float
+// type): under autocast, the autocast dtype, in which the products
+// compute the keys and values anyway (Generate's SampleOptions.Autocast).
+// Keys and values written into it are rounded to it.
+func (g *GPT) NewKVCacheDType(batch, maxLen int, dtype tensor.DType) (*KVCache, error) {
 	c := g.Config
-	return newKVCache("gpt", g.Tokens.Weight, c.Layers, batch, maxLen, c.Context, []int{c.Heads, c.Dim / c.Heads})
+	return newKVCache("gpt", g.Tokens.Weight.Device(), dtype, c.Layers, batch, maxLen, c.Context, []int{c.Heads, c.Dim / c.Heads})
 }
 
 // newKVCache allocates, per block, a key and a value tensor
-// [batch, heads[0], maxLen, heads[1]] on like's device in its dtype.
-func newKVCache(model string, like *tensor.Tensor, layers, batch, maxLen, context int, heads []int) (*KVCache, error) {
+// [batch, heads[0], maxLen, heads[1]] of dt on dev.
+func newKVCache(model string, dev device.Device, dt tensor.DType, layers, batch, maxLen, context int, heads []int) (*KVCache, error) {
 	if batch < 1 || maxLen < 1 || maxLen > context {
 		return nil, fmt.Errorf("models: %s: a KV cache of %d rows of %d tokens (want at least 1 row, and 1 to Context %d tokens)", model, batch, maxLen, context)
 	}
-	dev, dt := like.Device(), like.DType()
-	kv := &KVCache{batch: batch, maxLen: maxLen}
+	if !dt.IsFloat() {
+		return nil, fmt.Errorf("models: %s: a KV cache in %v (want f32, f64, f16 or bf16)", model, dt)
+	}
+	kv := &KVCache{batch: batch, maxLen: maxLen, dtype: dt}
 	shape := []int{batch, heads[0], maxLen, heads[1]}
 	for range layers {
 		for _, list := range []*[]*tensor.Tensor{&kv.keys, &kv.values} {
@@ -57,6 +68,9 @@ func newKVCache(model string, like *tensor.Tensor, layers, batch, maxLen, contex
 	}
 	return kv, nil
 }
+
+// DType is the dtype the cache holds keys and values in.
+func (kv *KVCache) DType() tensor.DType { return kv.dtype }
 
 // Len is the number of tokens the cache holds per row.
 func (kv *KVCache) Len() int { return kv.len }
@@ -88,7 +102,7 @@ func (g *GPT) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tens
 	p.Release()
 	for i, m := range g.blocks {
 		blk := m.(*GPTBlock)
-		y := blk.forwardCached(r, x, kv, i, pos)
+		y := blockScoped(r, func(r *nn.Run) *tensor.Tensor { return blk.forwardCached(r, x, kv, i, pos) })
 		x.Release()
 		x = y
 	}
@@ -98,6 +112,23 @@ func (g *GPT) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tens
 	logits := r.Linear(n, g.Tokens.Weight, nil)
 	n.Release()
 	return logits
+}
+
+// blockScoped runs f, one block's cached forward, in a scope of its own
+// when r autocasts, and returns its output owned by r's scope. A scope
+// holds the 16-bit copies autocast makes of the weights until it closes
+// (a training step's backward reads them again); a cached forward reads
+// each block's weights once, so the step's scope would hold a 16-bit
+// copy of every block's weights for nothing (half an f32 model: more
+// than the 16-bit KV cache saves). The block's scope frees its own.
+func blockScoped(r *nn.Run, f func(r *nn.Run) *tensor.Tensor) *tensor.Tensor {
+	if r.AutocastDType() == device.Invalid {
+		return f(r)
+	}
+	s := r.With()
+	defer s.Close()
+	y := f(r.In(s))
+	return r.Reshape(y, y.Shape()...) // a view of y's storage that r's scope owns
 }
 
 // check panics unless r records no graph and tokens [B, T] fit after the
@@ -228,7 +259,8 @@ func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, scale float64
 	return y
 }
 
-// SampleOptions choose how Generate picks each token.
+// SampleOptions choose how Generate picks each token, and the precision
+// it computes the logits in.
 type SampleOptions struct {
 	// Temperature divides the logits before sampling; 0 picks the most
 	// likely token (greedy decoding).
@@ -243,15 +275,26 @@ type SampleOptions struct {
 	Seed uint64
 	// Stop ends generation at any of these tokens (which is not returned).
 	Stop []int
+	// Autocast, when tensor.BF16 or tensor.F16, runs each step's forward
+	// under tensor.Autocast(Autocast), as training with it does: the
+	// products take 16-bit inputs with F32 accumulation, each block in
+	// a scope of its own, so that the 16-bit copies of F32 weights are
+	// one block's at a time. The KV cache is then held in Autocast too
+	// (NewKVCacheDType): its keys and values come out of 16-bit
+	// products, and it takes half an F32 cache's bytes. A model with
+	// F64 weights, which autocast leaves in F64, keeps an F64 cache.
+	// The zero value (device.Invalid) computes in the weights' dtype.
+	Autocast tensor.DType
 }
 
 // Generate continues prompt by n tokens (fewer when a stop token comes)
 // and returns them. It runs the prompt once and then one token per step
 // through a KV cache, records no graph, and holds, beyond the parameters,
-// the cache (KVCacheBytes) and one step's activations. prompt and n
-// together must fit in the context.
+// the cache (KVCacheBytes, in the parameters' dtype or o.Autocast's) and
+// one step's activations (under autocast, with one block's 16-bit copies
+// of its weights at a time). prompt and n together must fit in the context.
 func (g *GPT) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
-	return generate(g, "gpt", g.Config.Context, g.Config.Vocab, g.Tokens.Weight.Device(), prompt, n, o)
+	return generate(g, "gpt", g.Config.Context, g.Config.Vocab, g.Tokens.Weight, prompt, n, o)
 }
 
 // ContextLen is the longest sequence the model takes (Config.Context).
@@ -274,13 +317,14 @@ var (
 
 // cachedModel is what generate runs: a model with a KV cache.
 type cachedModel interface {
-	NewKVCache(batch, maxLen int) (*KVCache, error)
+	NewKVCacheDType(batch, maxLen int, dtype tensor.DType) (*KVCache, error)
 	ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *tensor.Tensor
 }
 
 // generate is Generate for any cachedModel of the given context and
-// vocabulary on dev (errors name model).
-func generate(m cachedModel, model string, context, vocab int, dev device.Device, prompt []int, n int, o SampleOptions) ([]int, error) {
+// vocabulary whose token embedding is emb (its device, and the dtype of
+// its weights); errors name model.
+func generate(m cachedModel, model string, context, vocab int, emb *tensor.Tensor, prompt []int, n int, o SampleOptions) ([]int, error) {
 	switch {
 	case len(prompt) == 0:
 		return nil, fmt.Errorf("models: %s: generate needs a prompt of at least one token", model)
@@ -290,6 +334,8 @@ func generate(m cachedModel, model string, context, vocab int, dev device.Device
 		return nil, fmt.Errorf("models: %s: a prompt of %d tokens and %d more exceed the context of %d", model, len(prompt), n, context)
 	case o.Temperature < 0 || math.IsNaN(o.Temperature) || o.TopK < 0 || o.TopP < 0 || o.TopP > 1 || math.IsNaN(o.TopP):
 		return nil, fmt.Errorf("models: %s: sampling with temperature %v, top-k %d, top-p %v (want temperature >= 0, top-k >= 0, 0 <= top-p <= 1)", model, o.Temperature, o.TopK, o.TopP)
+	case o.Autocast != device.Invalid && !o.Autocast.IsLowPrecision():
+		return nil, fmt.Errorf("models: %s: generate under autocast %v (want bf16 or f16, or none)", model, o.Autocast)
 	}
 	for i, t := range prompt {
 		if t < 0 || t >= vocab {
@@ -299,18 +345,23 @@ func generate(m cachedModel, model string, context, vocab int, dev device.Device
 	if n == 0 {
 		return nil, nil
 	}
-	kv, err := m.NewKVCache(1, len(prompt)+n)
+	dev := emb.Device()
+	kv, err := m.NewKVCacheDType(1, len(prompt)+n, kvDType(emb.DType(), o.Autocast))
 	if err != nil {
 		return nil, err
 	}
 	defer kv.Release()
+	var scope []tensor.ScopeOption
+	if o.Autocast != device.Invalid {
+		scope = append(scope, tensor.Autocast(o.Autocast))
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d666974)) // "memfit"
 	var out []int
 	next := prompt
 	for len(out) < n {
 		var row []float64
 		err := tensor.Catch(func() error {
-			s := tensor.NewScope()
+			s := tensor.NewScope(scope...)
 			defer s.Close()
 			ids := make([]int64, len(next))
 			for i, t := range next {
@@ -342,6 +393,16 @@ func generate(m cachedModel, model string, context, vocab int, dev device.Device
 		next = []int{t}
 	}
 	return out, nil
+}
+
+// kvDType is the dtype generation holds its KV cache in: autocast's when
+// autocast computes the model's products (its weights are not F64, which
+// autocast leaves alone), else the weights'.
+func kvDType(weights, autocast tensor.DType) tensor.DType {
+	if autocast != device.Invalid && weights != tensor.F64 {
+		return autocast
+	}
+	return weights
 }
 
 // sample picks a token from one row of logits.

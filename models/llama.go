@@ -299,8 +299,14 @@ func (k *LlamaBlock) Parameters() []*tensor.Tensor {
 // (at most Context), in the dtype of the model's parameters: KVHeads
 // heads per block (LlamaConfig.KVCacheBytes).
 func (l *Llama) NewKVCache(batch, maxLen int) (*KVCache, error) {
+	return l.NewKVCacheDType(batch, maxLen, l.Tokens.Weight.DType())
+}
+
+// NewKVCacheDType is NewKVCache with the cache held in dtype, as
+// GPT.NewKVCacheDType.
+func (l *Llama) NewKVCacheDType(batch, maxLen int, dtype tensor.DType) (*KVCache, error) {
 	c := l.Config
-	return newKVCache("llama", l.Tokens.Weight, c.Layers, batch, maxLen, c.Context, []int{c.KVHeads, c.HeadDim()})
+	return newKVCache("llama", l.Tokens.Weight.Device(), dtype, c.Layers, batch, maxLen, c.Context, []int{c.KVHeads, c.HeadDim()})
 }
 
 // ForwardCached maps tokens [B, T] that follow the cache's tokens to their
@@ -315,10 +321,12 @@ func (l *Llama) ForwardCached(r *nn.Run, tokens *tensor.Tensor, kv *KVCache) *te
 	x := l.Tokens.Forward(r, tokens)
 	for i, m := range l.blocks {
 		blk := m.(*LlamaBlock)
-		a := blk.AttnNorm.Forward(r, x)
-		y := attendCachedGQA(r, blk.Attn, a, kv.keys[i], kv.values[i], pos)
-		a.Release()
-		out := blk.mlp(r, y, x)
+		out := blockScoped(r, func(r *nn.Run) *tensor.Tensor {
+			a := blk.AttnNorm.Forward(r, x)
+			y := attendCachedGQA(r, blk.Attn, a, kv.keys[i], kv.values[i], pos)
+			a.Release()
+			return blk.mlp(r, y, x)
+		})
 		x.Release()
 		x = out
 	}
@@ -365,7 +373,7 @@ func attendCachedGQA(r *nn.Run, a *nn.GroupedQueryAttention, x, keys, values *te
 // token per step through a KV cache of KVHeads heads per block; no graph
 // is recorded.
 func (l *Llama) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
-	return generate(l, "llama", l.Config.Context, l.Config.Vocab, l.Tokens.Weight.Device(), prompt, n, o)
+	return generate(l, "llama", l.Config.Context, l.Config.Vocab, l.Tokens.Weight, prompt, n, o)
 }
 
 // Children are the token embedding, the blocks and the final RMSNorm. The

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/models"
 )
 
@@ -65,7 +66,9 @@ func (idCodec) Decode(t []int) string {
 // and returns the continuation as text: the prompt is encoded as the
 // training data is (bytes for a text file, token ids otherwise), run once,
 // and each new token costs one token's forward through a KV cache
-// (models.Generator: GPT, Llama). No graph is recorded.
+// (models.Generator: GPT, Llama). No graph is recorded. Unless o sets
+// Autocast, generation runs under the run's -amp (its products in 16
+// bits, the KV cache held in 16 bits), as the run's evaluations do.
 func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string, error) {
 	g, ok := t.Model.(models.Generator)
 	if !ok || t.codec == nil {
@@ -98,6 +101,9 @@ func (t *Trainer) Generate(prompt string, n int, o models.SampleOptions) (string
 			return "", fmt.Errorf("-generate %d: at most %d tokens fit in the context of %d after one of prompt", n, max-1, max)
 		}
 		return "", fmt.Errorf("-prompt of %d tokens and -generate %d exceed the model's context of %d: shorten the prompt to %d tokens or generate fewer", len(ids), n, max, max-n)
+	}
+	if o.Autocast == device.Invalid {
+		o.Autocast = t.autocast
 	}
 	out, err := g.Generate(ids, n, o)
 	if err != nil {
@@ -171,7 +177,7 @@ func (t *Trainer) evalSample() string {
 	for i := range prompt {
 		prompt[i] = int(in[i])
 	}
-	out, err := g.Generate(prompt, n, models.SampleOptions{})
+	out, err := g.Generate(prompt, n, models.SampleOptions{Autocast: t.autocast})
 	if err != nil {
 		return ""
 	}

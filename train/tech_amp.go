@@ -31,9 +31,7 @@ var mixedPrecision = &technique{
 		return bad("amp", c.Precision.AMP, "unknown mode (want off, fp16 or bf16)")
 	},
 	describe: func(c *Config) string {
-		if c.Generate.Tokens > 0 {
-			return ""
-		}
+		// Generation runs under -amp too (Trainer.Generate).
 		return "amp " + c.Precision.AMP
 	},
 	tried: func(c *Config) []string {
