@@ -13,7 +13,10 @@
 // An F32 operand a product takes cast (a weight) gets its gradient from
 // the product in F32, never rounded to 16 bits, and added in place into
 // a gradient it already has (a later micro-batch's): no pass casts a
-// weight's gradient back.
+// weight's gradient back. Layer norm's kernel writes the 16-bit copy of
+// its F32 input that it saves for backward as it reads the input, and
+// RMSNorm writes its result in 16 bits from its last multiply
+// (tensor.Scope.MulAs): neither casts in a pass of its own.
 //
 // F16 has a narrow range, so small gradients underflow: GradScaler
 // multiplies the loss by a large factor before backward, divides the

@@ -33,8 +33,11 @@ type SoftmaxKernels interface {
 type LayerNormKernels interface {
 	// LayerNorm normalises the last dimension: y = (x-mean)·rstd·gamma +
 	// beta; mean and rstd (one per row, F32, or F64 for F64 x) are
-	// written for backward.
-	LayerNorm(y, mean, rstd, x, gamma, beta View, eps float64)
+	// written for backward. Unless xc is the zero View, x is also
+	// written to xc (contiguous, x's shape) in xc's dtype, rounded as
+	// Copy rounds it: autocast's 16-bit copy of an F32 input saved for
+	// backward, made by the pass that reads x anyway.
+	LayerNorm(y, xc, mean, rstd, x, gamma, beta View, eps float64)
 	// LayerNormBackward writes dx and accumulates into dgamma and dbeta.
 	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma View)
 }
@@ -254,13 +257,17 @@ func SoftmaxBackward(d Device, dx, y, dy View, log bool) {
 	composedSoftmaxBackward(d, dx, y, dy, log)
 }
 
-// LayerNorm runs d's layer-norm kernel, or its composition.
-func LayerNorm(d Device, y, mean, rstd, x, gamma, beta View, eps float64) {
+// LayerNorm runs d's layer-norm kernel, or its composition (which
+// writes xc, when it is not the zero View, with Copy).
+func LayerNorm(d Device, y, xc, mean, rstd, x, gamma, beta View, eps float64) {
 	if k, ok := capable(d, CapLayerNorm).(LayerNormKernels); ok {
-		k.LayerNorm(y, mean, rstd, x, gamma, beta, eps)
+		k.LayerNorm(y, xc, mean, rstd, x, gamma, beta, eps)
 		return
 	}
 	composedLayerNorm(d, y, mean, rstd, x, gamma, beta, eps)
+	if xc.DType != Invalid {
+		d.Copy(xc, x)
+	}
 }
 
 // LayerNormBackward runs d's layer-norm backward kernel, or its

@@ -53,17 +53,16 @@ func (l *RMSNorm) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
 	ms2.Release()
 	n := r.Mul(xf, inv)
 	inv.Release()
-	y := r.Mul(n, l.Weight)
-	n.Release()
-	if ac := r.AutocastDType(); ac != device.Invalid && y.DType() != tensor.F64 && y.DType() != ac {
+	defer n.Release()
+	if ac := r.AutocastDType(); ac != device.Invalid && n.DType() != tensor.F64 && l.Weight.DType() != tensor.F64 && ac != tensor.F32 {
 		// Under autocast the consumers are 16-bit products (q, k and v;
 		// gate and up): one 16-bit result serves them all, where each
 		// would otherwise cast and save its own copy (as LayerNorm does).
-		c := r.Cast(y, ac)
-		y.Release()
-		y = c
+		// The product is rounded to it as it is written, and its
+		// gradient arrives in 16 bits: no cast pass either way.
+		return r.MulAs(n, l.Weight, ac)
 	}
-	return y
+	return r.Mul(n, l.Weight)
 }
 
 // Parameters is the gain.

@@ -84,9 +84,15 @@ func (s *Scope) sumTo(g *Tensor, shape []int) *Tensor {
 }
 
 func (s *Scope) binary(op device.BinaryOp, a, b *Tensor) *Tensor {
+	return s.binaryAs(op, a, b, promote(a.dtype, b.dtype))
+}
+
+// binaryAs is binary with the result in dtype: computed as in the
+// operands' promoted dtype and rounded once to dtype.
+func (s *Scope) binaryAs(op device.BinaryOp, a, b *Tensor, dtype DType) *Tensor {
 	dev := sameDevice(op.String(), a, b)
 	shape := broadcastShapes(op.String(), a.shape, b.shape)
-	out := mustAlloc(dev, promote(a.dtype, b.dtype), shape, s.cat)
+	out := mustAlloc(dev, dtype, shape, s.cat)
 	dev.Binary(op, out.view(), a.broadcastView(shape), b.broadcastView(shape))
 	return out
 }
@@ -113,15 +119,45 @@ func (s *Scope) Sub(a, b *Tensor) *Tensor {
 }
 
 // Mul returns a * b elementwise with broadcasting.
-func (s *Scope) Mul(a, b *Tensor) *Tensor {
-	out := s.binary(device.Mul, a, b)
+func (s *Scope) Mul(a, b *Tensor) *Tensor { return s.mul(a, b, promote(a.dtype, b.dtype)) }
+
+// MulAs returns a * b as Mul computes it, rounded once to dtype (a float
+// dtype): Cast(Mul(a, b), dtype) without the pass between them, nor the
+// cast of the gradient back. Its gradients are Mul's, each in the
+// incoming gradient's dtype promoted with both operands' dtypes, so an
+// F32 operand's gradient is an F32 product even when the gradient
+// arrives in 16 bits. RMSNorm under autocast writes its F32 product in
+// 16 bits this way.
+func (s *Scope) MulAs(a, b *Tensor, dtype DType) *Tensor {
+	if !dtype.IsFloat() {
+		panic(errorf("mul", "result dtype %v for %s and %s: want a float dtype", dtype, a.describe(), b.describe()))
+	}
+	return s.mul(a, b, dtype)
+}
+
+func (s *Scope) mul(a, b *Tensor, dtype DType) *Tensor {
+	out := s.binaryAs(device.Mul, a, b, dtype)
 	if s.grad && (a.needsGrad() || b.needsGrad()) {
 		aShape, bShape := a.shape, b.shape
+		aDT, bDT := a.dtype, b.dtype
+		// After MulAs, g may be narrower than the operands.
+		narrowed := dtype != promote(aDT, bDT)
 		sums := s.rows // a broadcast parameter's sum over rows, when summed over tiles (rowsums.go)
 		s.record(out, "mul", []*Tensor{a, b}, []*Tensor{a, b}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 			sa, sb := saved[0], saved[1]
-			ga := s.Mul(g, sb)
-			gb := s.Mul(g, sa)
+			// Each operand's gradient in g's dtype promoted with the
+			// other operand's; after MulAs, with its own too, so that a
+			// 16-bit g times a 16-bit operand is not rounded to 16 bits
+			// on its way to an F32 operand.
+			gradDT := func(other, own DType) DType {
+				d := promote(g.dtype, other)
+				if narrowed {
+					d = promote(d, own)
+				}
+				return d
+			}
+			ga := s.mul(g, sb, gradDT(sb.dtype, aDT))
+			gb := s.mul(g, sa, gradDT(sa.dtype, bDT))
 			defer ga.Release()
 			defer gb.Release()
 			grads := []*Tensor{nil, nil}

@@ -126,17 +126,18 @@ func (s *Scope) LayerNorm(x, gamma, beta *Tensor, eps float64) *Tensor {
 	mean := mustAlloc(dev, statDT, []int{rows}, s.cat)
 	rstd := mustAlloc(dev, statDT, []int{rows}, s.cat)
 	out := mustAlloc(dev, outDT, x.shape, s.cat)
-	device.LayerNorm(dev, out.view(), mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
 	// Under autocast an F32 input is saved rounded to the autocast dtype:
 	// backward recomputes x̂ = (x-mean)·rstd from it with an error of about
 	// |x̂|·2⁻⁹ (the mean and 1/std stay F32), and the F32 residual stream
 	// it came from is freed as soon as the next residual add consumes it.
-	saveX := c
+	// The kernel writes the copy as it reads x (no pass of its own).
+	saveX, xc := c, device.View{}
 	if s.grad && outDT != x.dtype && (x.needsGrad() || gamma.needsGrad()) {
 		saveX = mustAlloc(dev, outDT, x.shape, s.cat)
-		dev.Copy(saveX.view(), c.view())
 		defer saveX.Release()
+		xc = saveX.view()
 	}
+	device.LayerNorm(dev, out.view(), xc, mean.view(), rstd.view(), c.view(), gamma.view(), beta.view(), eps)
 	inDT := x.dtype // dx in x's dtype, rounded once (see softmax)
 	s.record(out, "layer_norm", []*Tensor{x, gamma, beta}, []*Tensor{saveX, mean, rstd, gamma}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 		sx, sm, sr, sg := saved[0], saved[1], saved[2], saved[3]

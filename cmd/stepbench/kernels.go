@@ -146,9 +146,13 @@ func (d *timedDevice) SoftmaxBackward(dx, y, dy device.View, log bool) {
 	device.SoftmaxBackward(d.Device, dx, y, dy, log)
 }
 
-func (d *timedDevice) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float64) {
-	defer d.add("layernorm "+dt(x)+"->"+dt(y), time.Now())
-	device.LayerNorm(d.Device, y, mean, rstd, x, gamma, beta, eps)
+func (d *timedDevice) LayerNorm(y, xc, mean, rstd, x, gamma, beta device.View, eps float64) {
+	key := "layernorm " + dt(x) + "->" + dt(y)
+	if xc.DType != device.Invalid {
+		key += "," + dt(xc)
+	}
+	defer d.add(key, time.Now())
+	device.LayerNorm(d.Device, y, xc, mean, rstd, x, gamma, beta, eps)
 }
 
 func (d *timedDevice) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma device.View) {

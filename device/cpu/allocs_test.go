@@ -84,7 +84,7 @@ func TestRowKernelsAllocateNothing(t *testing.T) {
 		logits, dlogits := view(dt, rows, wide), view(dt, rows, wide)
 		targets, loss, dloss := view(device.I32, rows, 1), view(device.F32, rows, 1), view(device.F32, rows, 1)
 		d.Fill(targets, 3)
-		x, y, dx := view(dt, 64, 1024), view(dt, 64, 1024), view(dt, 64, 1024)
+		x, y, dx, xc := view(dt, 64, 1024), view(dt, 64, 1024), view(dt, 64, 1024), view(device.F16, 64, 1024)
 		gamma, beta, dg, db := view(device.F32, 1, 1024), view(device.F32, 1, 1024), view(device.F32, 1, 1024), view(device.F32, 1, 1024)
 		gamma.Shape, gamma.Strides = []int{1024}, []int{1}
 		beta.Shape, beta.Strides = gamma.Shape, gamma.Strides
@@ -98,7 +98,8 @@ func TestRowKernelsAllocateNothing(t *testing.T) {
 			{"CrossEntropyBackward", func() { d.CrossEntropyBackward(dlogits, logits, targets, dloss, -1, 0.1) }},
 			{"Softmax", func() { d.Softmax(dlogits, logits, false) }},
 			{"SoftmaxBackward", func() { d.SoftmaxBackward(dx, y, x, false) }},
-			{"LayerNorm", func() { d.LayerNorm(y, mean, rstd, x, gamma, beta, 1e-5) }},
+			{"LayerNorm", func() { d.LayerNorm(y, device.View{}, mean, rstd, x, gamma, beta, 1e-5) }},
+			{"LayerNorm with a copy of x", func() { d.LayerNorm(y, xc, mean, rstd, x, gamma, beta, 1e-5) }},
 			{"LayerNormBackward", func() { d.LayerNormBackward(dx, dg, db, y, x, mean, rstd, gamma) }},
 		} {
 			c.fn() // warm the scratch sets and the workers

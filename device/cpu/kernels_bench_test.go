@@ -121,7 +121,7 @@ func BenchmarkRowKernels(b *testing.B) {
 		}{
 			{"CrossEntropy", func() { d.CrossEntropy(loss, logits, targets, -1, 0) }},
 			{"CrossEntropyBackward", func() { d.CrossEntropyBackward(dlogits, logits, targets, dloss, -1, 0) }},
-			{"LayerNorm", func() { d.LayerNorm(y, mean, rstd, x, gamma, beta, 1e-5) }},
+			{"LayerNorm", func() { d.LayerNorm(y, device.View{}, mean, rstd, x, gamma, beta, 1e-5) }},
 			{"LayerNormBackward", func() { d.LayerNormBackward(dx, dg, db, dy, x, mean, rstd, gamma) }},
 			{"Softmax", func() { d.Softmax(p, s, false) }},
 			{"SoftmaxBackward", func() { d.SoftmaxBackward(ds, p, g, false) }},

@@ -11,21 +11,21 @@ import (
 // row costs a few passes at memory speed. Float64 uses the generic
 // kernels in nnkernels.go.
 
-func layerNorm32(d *Device, y, mean, rstd, x, gamma, beta device.View, eps float64) {
+func layerNorm32(d *Device, y, xc, mean, rstd, x, gamma, beta device.View, eps float64) {
 	n := lastDim(x)
 	rows := x.Len() / max(n, 1)
-	runRowsJob(d, rows, n, layerNorm32Rows{y: y, mean: mean, rstd: rstd, x: x, gamma: gamma, beta: beta, n: n, eps: eps})
+	runRowsJob(d, rows, n, layerNorm32Rows{y: y, xc: xc, mean: mean, rstd: rstd, x: x, gamma: gamma, beta: beta, n: n, eps: eps})
 }
 
 // layerNorm32Rows is LayerNorm over rows of n elements, in float32.
 type layerNorm32Rows struct {
-	y, mean, rstd, x, gamma, beta device.View
-	n                             int
-	eps                           float64
+	y, xc, mean, rstd, x, gamma, beta device.View
+	n                                 int
+	eps                               float64
 }
 
 func (k layerNorm32Rows) rows(r0, r1 int) {
-	y, mean, rstd, x, gamma, beta, n, eps := k.y, k.mean, k.rstd, k.x, k.gamma, k.beta, k.n, k.eps
+	y, xc, mean, rstd, x, gamma, beta, n, eps := k.y, k.xc, k.mean, k.rstd, k.x, k.gamma, k.beta, k.n, k.eps
 
 	sc := getScratch[float32]()
 	defer putScratch(sc)
@@ -34,6 +34,10 @@ func (k layerNorm32Rows) rows(r0, r1 int) {
 	var one [1]float32
 	for r := r0; r < r1; r++ {
 		xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+		if xc.DType != device.Invalid {
+			// The row as Copy converts it: one rounding from float32.
+			store(xc, xc.Offset+r*n, 1, xx)
+		}
 		out := targetRow(y, y.Offset+r*n, n, 1, sc, 1)
 		mu := rowSum(xx) / float32(n)
 		v, k := sumSqDevVector(xx, mu)

@@ -46,8 +46,8 @@ func TestLayerNorm32MatchesFloat64(t *testing.T) {
 
 				y64, m64, r64 := mk(device.F64, rows, n), mk(device.F32, rows), mk(device.F32, rows)
 				y32, m32, r32 := mk(device.F32, rows, n), mk(device.F32, rows), mk(device.F32, rows)
-				layerNorm[float64](d, y64, m64, r64, x64, g64, b64, 1e-5)
-				d.LayerNorm(y32, m32, r32, x32, g32, b32, 1e-5)
+				layerNorm[float64](d, y64, device.View{}, m64, r64, x64, g64, b64, 1e-5)
+				d.LayerNorm(y32, device.View{}, m32, r32, x32, g32, b32, 1e-5)
 				closeViews(t, d, "y", y32, y64, 1e-5)
 				closeViews(t, d, "rstd", r32, r64, 1e-5)
 

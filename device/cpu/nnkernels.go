@@ -158,16 +158,17 @@ func (k softmaxGradRows[T]) rows(r0, r1 int) {
 	}
 }
 
-// LayerNorm normalises rows of x.
-func (d *Device) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float64) {
+// LayerNorm normalises rows of x, writing each row of x to xc too (as
+// Copy converts it) unless xc is the zero View.
+func (d *Device) LayerNorm(y, xc, mean, rstd, x, gamma, beta device.View, eps float64) {
 	if wide(y, x) {
-		layerNorm[float64](d, y, mean, rstd, x, gamma, beta, eps)
+		layerNorm[float64](d, y, xc, mean, rstd, x, gamma, beta, eps)
 		return
 	}
-	layerNorm32(d, y, mean, rstd, x, gamma, beta, eps)
+	layerNorm32(d, y, xc, mean, rstd, x, gamma, beta, eps)
 }
 
-func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, eps float64) {
+func layerNorm[T float](d *Device, y, xc, mean, rstd, x, gamma, beta device.View, eps float64) {
 	n := lastDim(x)
 	rows := x.Len() / max(n, 1)
 	d.rowsParallel(rows, n, func(r0, r1 int) {
@@ -178,6 +179,9 @@ func layerNorm[T float](d *Device, y, mean, rstd, x, gamma, beta device.View, ep
 		var one [2]T
 		for r := r0; r < r1; r++ {
 			xx := loadRow(x, x.Offset+r*n, n, 1, sc, 0)
+			if xc.DType != device.Invalid {
+				store(xc, xc.Offset+r*n, 1, xx)
+			}
 			out := targetRow(y, y.Offset+r*n, n, 1, sc, 1)
 			var mu float64
 			for _, v := range xx {

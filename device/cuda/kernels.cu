@@ -624,14 +624,20 @@ TYPED(k_softmax_bwd, (i64 rows, i64 n, Op dx, Op y, Op dy, i64 lg), (rows, n, dx
 // ---------------------------------------------------------------- layer norm
 
 // One block per row, in T: the mean, then the variance about it (two
-// passes, so no cancellation), each reduced by block_reduce.
+// passes, so no cancellation), each reduced by block_reduce. Unless xc is
+// null, the first pass also writes x into it, converted as k_convert
+// does (autocast's 16-bit copy of an F32 input, saved for backward).
 template <class T>
-__device__ void k_layernorm(i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps) {
+__device__ void k_layernorm(i64 rows, i64 n, Op y, Op xc, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps) {
     __shared__ T sh[32];
     ROWS(r, rows) {
         i64 base = r * n;
         T mu = 0;
-        for (i64 i = threadIdx.x; i < n; i += blockDim.x) mu += ld<T>(x, base + i);
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            const T v = ld<T>(x, base + i);
+            mu += v;
+            if (xc.p) st<T>(xc, base + i, v);
+        }
         mu = block_reduce(mu, RED_SUM, sh) / (T)n;
         T vr = 0;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
@@ -650,8 +656,8 @@ __device__ void k_layernorm(i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op ga
         }
     }
 }
-TYPED(k_layernorm, (i64 rows, i64 n, Op y, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps),
-      (rows, n, y, mean, rstd, x, gamma, beta, eps))
+TYPED(k_layernorm, (i64 rows, i64 n, Op y, Op xc, Op mean, Op rstd, Op x, Op gamma, Op beta, double eps),
+      (rows, n, y, xc, mean, rstd, x, gamma, beta, eps))
 
 // dx of layer norm, one block per row.
 template <class T>

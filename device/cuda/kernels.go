@@ -217,10 +217,12 @@ func (d *Device) SoftmaxBackward(dx, y, dy device.View, log bool) {
 	d.launch("k_softmax_bwd"+computeSuffix(dx, y, dy), rowsGrid(rows), new(args).i64(int64(rows)).i64(int64(n)).op(dx).op(y).op(dy).i64(flag(log)))
 }
 
-// LayerNorm normalises the rows of x and writes mean and rstd.
-func (d *Device) LayerNorm(y, mean, rstd, x, gamma, beta device.View, eps float64) {
+// LayerNorm normalises the rows of x and writes mean and rstd, and x
+// converted into xc unless xc is the zero View (a null Op the kernel
+// skips).
+func (d *Device) LayerNorm(y, xc, mean, rstd, x, gamma, beta device.View, eps float64) {
 	rows, n := rowsOf(x)
-	a := new(args).i64(int64(rows)).i64(int64(n)).op(y).op(mean).op(rstd).op(x).op(gamma).op(beta).f64(eps)
+	a := new(args).i64(int64(rows)).i64(int64(n)).op(y).op(xc).op(mean).op(rstd).op(x).op(gamma).op(beta).f64(eps)
 	d.launch("k_layernorm"+computeSuffix(y, x), rowsGrid(rows), a)
 }
 

@@ -561,10 +561,23 @@ var cases = []kcase{
 		dx := e.tensor(dt, []int{rows, n}, nil)
 		dgamma := e.tensor(dt, []int{n}, e.random(n, -1, 1))
 		dbeta := e.tensor(dt, []int{n}, e.random(n, -1, 1))
+		// The same norm again, also writing x to a copy in another
+		// 16-bit dtype (autocast's saved input): y2 must be y.
+		cdt := device.BF16
+		if dt == device.BF16 {
+			cdt = device.F16
+		}
+		y2 := e.tensor(dt, []int{rows, n}, nil)
+		xc := e.tensor(cdt, []int{rows, n}, nil)
 		e.each(func(d device.Device, v func(*operand) device.View) {
-			device.LayerNorm(d, v(y), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
+			device.LayerNorm(d, v(y), device.View{}, v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
+			device.LayerNorm(d, v(y2), v(xc), v(mean), v(rstd), v(x), v(gamma), v(beta), 1e-5)
 			device.LayerNormBackward(d, v(dx), v(dgamma), v(dbeta), v(dy), v(x), v(mean), v(rstd), v(gamma))
 		})
+		if e.values {
+			e.exact("y beside a copy of x", y2, e.read(y))
+		}
+		e.exact("copy of x", xc, x.vals)
 		wy, wmean, wrstd := layerNormRef(x.vals, gamma.vals, beta.vals, n, 1e-5)
 		// Backward reads mean and rstd as stored (F32).
 		wdx, wdg, wdb, dgMag, dbMag := layerNormGradRef(dy.vals, x.vals, roundAll(device.F32, wmean), roundAll(device.F32, wrstd), gamma.vals, dgamma.vals, dbeta.vals, n)

@@ -54,7 +54,7 @@ func (d *Device) Reduce(device.ReduceOp, device.View, device.View)              
 func (d *Device) Gemm(device.Gemm)                                                           {}
 func (d *Device) Softmax(device.View, device.View, bool)                                     {}
 func (d *Device) SoftmaxBackward(device.View, device.View, device.View, bool)                {}
-func (d *Device) LayerNorm(_, _, _, _, _, _ device.View, _ float64)                          {}
+func (d *Device) LayerNorm(_, _, _, _, _, _, _ device.View, _ float64)                       {}
 func (d *Device) LayerNormBackward(_, _, _, _, _, _, _, _ device.View)                       {}
 func (d *Device) Gather(_, _, _ device.View)                                                 {}
 func (d *Device) ScatterAdd(_, _, _ device.View)                                             {}
