@@ -210,12 +210,15 @@ type quantHost struct {
 	scales []float32
 	sb     []byte // scale bytes
 	aq     []byte // absmax codes
-	hdr    [1092]byte
+	// hdr is a slice, not an array in the struct: a device copies into
+	// it through cgo, which refuses memory that holds Go pointers.
+	hdr []byte
 }
 
 var quantHosts = sync.Pool{New: func() any {
 	return &quantHost{in: make([]byte, 8*quantChunk), x: make([]float32, quantChunk), out: make([]byte, 8*quantChunk),
-		scales: make([]float32, quantChunk/QuantBlock+2), sb: make([]byte, 4*(quantChunk/QuantBlock+2)), aq: make([]byte, quantChunk/QuantBlock+2)}
+		scales: make([]float32, quantChunk/QuantBlock+2), sb: make([]byte, 4*(quantChunk/QuantBlock+2)), aq: make([]byte, quantChunk/QuantBlock+2),
+		hdr: make([]byte, 1092)}
 }}
 
 // f32Bytes views float32s as their little-endian bytes.
@@ -237,7 +240,7 @@ func readF32s(d Device, dst []float32, b Buffer, off int64, tmp []byte) {
 
 // nf4Header reads an NF4 tensor's offset and tables.
 func nf4Header(d Device, b Buffer, h *quantHost) (offset float32, levels [16]float32, m [256]float32) {
-	d.Read(h.hdr[:], b, 0)
+	d.Read(h.hdr, b, 0)
 	offset = math.Float32frombits(binary.LittleEndian.Uint32(h.hdr[:]))
 	for i := range levels {
 		levels[i] = math.Float32frombits(binary.LittleEndian.Uint32(h.hdr[4+4*i:]))

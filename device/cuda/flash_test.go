@@ -54,16 +54,8 @@ func TestAttentionTiles(t *testing.T) {
 						want := runAttention(t, ref, dt, c.b, c.h, c.t, c.d, a)
 						a.Tiled = device.AttentionTiled(d, dt, c.d) // false for heads of 160: the slot kernels
 						got := runAttention(t, d, dt, c.b, c.h, c.t, c.d, a)
-						tol := devicetest.Tolerance(dt)
 						for i, n := range []string{"out", "lse", "dq", "dk", "dv"} {
-							tl := tol
-							switch {
-							case n == "lse":
-								tl = devicetest.Tolerance(device.F32)
-							case i > 1:
-								tl = 2 * tol
-							}
-							compareRMS(t, n, got[i], want[i], tl)
+							compareRMS(t, n, got[i], want[i], attentionTolerance(dt, n))
 						}
 					})
 				}
@@ -136,15 +128,8 @@ func TestAttentionTensorCores(t *testing.T) {
 						cores := runAttention(t, core, dt, c.b, c.h, c.t, c.d, a)
 						a.Tiled = false // the CPU's slot kernels
 						want := runAttention(t, ref, dt, c.b, c.h, c.t, c.d, a)
-						tol := devicetest.Tolerance(dt)
 						for i, n := range []string{"out", "lse", "dq", "dk", "dv"} {
-							tl := tol
-							switch {
-							case n == "lse":
-								tl = devicetest.Tolerance(device.F32)
-							case i > 1:
-								tl = 2 * tol
-							}
+							tl := attentionTolerance(dt, n)
 							compareRMS(t, n, got[i], want[i], tl)
 							compareRMS(t, n+" (against the CUDA-core kernels)", got[i], cores[i], tl)
 							compareRMS(t, n+" (of the CUDA-core kernels)", cores[i], want[i], tl)
@@ -226,6 +211,29 @@ func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd
 		res = append(res, vals)
 	}
 	return res
+}
+
+// attentionTolerance is the relative tolerance of attention's result
+// named n for dt heads: the conformance suite's for out, f32's for the
+// log-sum-exp (kept in f32), and for the gradients, sums over every key
+// (or query) of products of 16-bit-rounded probabilities and score
+// gradients, twice it, four times for f16. Kernels that tile the keys
+// differently round those sums in another order: on an H200, the tiled
+// kernels (tensor cores and CUDA cores alike) and the CPU's slot kernels
+// differed by up to 3.5e-3 of the gradients' RMS for f16 heads of 1,024
+// tokens (a few of 1.5 million elements; f16's unit roundoff is 4.9e-4),
+// while bf16's tolerance, ten times f16's, holds at twice.
+func attentionTolerance(dt device.DType, n string) float64 {
+	tol := devicetest.Tolerance(dt)
+	switch {
+	case n == "lse":
+		return devicetest.Tolerance(device.F32)
+	case n == "out":
+		return tol
+	case dt == device.F16:
+		return 4 * tol
+	}
+	return 2 * tol
 }
 
 // compareRMS fails where got differs from want by more than tol times the
