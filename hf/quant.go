@@ -1,10 +1,8 @@
 package hf
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
@@ -98,7 +96,7 @@ func isBnb(c *Checkpoint, hn string) bool {
 // host values (or, NF4 from a 4-bit checkpoint, from its parts as
 // stored) and frozen; every other parameter is read as fill reads it.
 func materializeAll(m nn.Module, bs []binding, files *openFiles, quantize func(name string) device.DType) error {
-	linear := linearWeights(m)
+	linear := nn.LinearWeights(m)
 	for _, b := range bs {
 		q := device.Invalid
 		if linear[b.p] {
@@ -109,27 +107,6 @@ func materializeAll(m nn.Module, bs []binding, files *openFiles, quantize func(n
 		}
 	}
 	return nil
-}
-
-// linearWeights is the set of m's Linear weights: its layers' (nn.Walk),
-// and an untied LM head's, which a model keeps out of its children when
-// its loss reads the weight directly (models.Llama's HeadWeight; a tied
-// head is the token embedding, never a Linear weight).
-func linearWeights(m nn.Module) map[*tensor.Tensor]bool {
-	out, embeddings := map[*tensor.Tensor]bool{}, map[*tensor.Tensor]bool{}
-	nn.Walk(m, func(x nn.Module) error {
-		switch l := x.(type) {
-		case *nn.Linear:
-			out[l.Weight] = true
-		case *nn.Embedding:
-			embeddings[l.Weight] = true
-		}
-		return nil
-	})
-	if h, ok := m.(interface{ HeadWeight() *tensor.Tensor }); ok && !embeddings[h.HeadWeight()] {
-		out[h.HeadWeight()] = true
-	}
-	return out
 }
 
 // materialize gives b's deferred parameter its memory: quantized to q, or
@@ -210,30 +187,8 @@ func torchDType(d safetensors.DType) string {
 // writeValues writes v to w in dtype d (F32 or BF16), through a small
 // buffer: the bytes of a whole tensor are never held at once.
 func writeValues(w io.Writer, d safetensors.DType, v []float32) error {
-	if d != safetensors.BF16 {
-		return safetensors.WriteFloat32s(w, v)
+	if d == safetensors.BF16 {
+		return safetensors.WriteBF16s(w, v)
 	}
-	buf := make([]byte, 0, 64<<10)
-	for _, x := range v {
-		buf = binary.LittleEndian.AppendUint16(buf, bf16Bits(x))
-		if len(buf) == cap(buf) {
-			if _, err := w.Write(buf); err != nil {
-				return err
-			}
-			buf = buf[:0]
-		}
-	}
-	_, err := w.Write(buf)
-	return err
-}
-
-// bf16Bits rounds x to bfloat16, to nearest with ties to even (as
-// PyTorch's .to(torch.bfloat16)); a NaN stays a NaN, quieted.
-func bf16Bits(x float32) uint16 {
-	b := math.Float32bits(x)
-	if x != x {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
+	return safetensors.WriteFloat32s(w, v)
 }

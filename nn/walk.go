@@ -1,5 +1,7 @@
 package nn
 
+import "github.com/memfit/memfit/tensor"
+
 // A Parent is a module made of other modules. Techniques that act on
 // layers of one kind wherever they sit (LoRA adapts Linear layers) find
 // them through Walk, which descends into a Parent's Children; every
@@ -56,3 +58,25 @@ func (a *GroupedQueryAttention) Children() []Module { return []Module{a.Q, a.K, 
 
 // Children are the gate, up and down projections.
 func (m *SwiGLU) Children() []Module { return []Module{m.Gate, m.Up, m.Down} }
+
+// LinearWeights is the set of m's Linear weights: its layers' (Walk), and
+// an untied LM head's, which a model keeps out of its children when its
+// loss reads the weight directly (models.Llama's HeadWeight; a tied head is
+// the token embedding, never a Linear weight). These are the weights a
+// frozen base stores quantized.
+func LinearWeights(m Module) map[*tensor.Tensor]bool {
+	out, embeddings := map[*tensor.Tensor]bool{}, map[*tensor.Tensor]bool{}
+	Walk(m, func(x Module) error {
+		switch l := x.(type) {
+		case *Linear:
+			out[l.Weight] = true
+		case *Embedding:
+			embeddings[l.Weight] = true
+		}
+		return nil
+	})
+	if h, ok := m.(interface{ HeadWeight() *tensor.Tensor }); ok && !embeddings[h.HeadWeight()] {
+		out[h.HeadWeight()] = true
+	}
+	return out
+}

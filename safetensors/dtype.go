@@ -162,10 +162,26 @@ func F16ToFloat32(h uint16) float32 {
 // WriteFloat32s writes v to w as little-endian F32, through a small
 // buffer: the bytes of a whole tensor are never held at once.
 func WriteFloat32s(w io.Writer, v []float32) error {
+	return writeStream(w, v, 4, func(b []byte, x float32) []byte {
+		return binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	})
+}
+
+// WriteBF16s writes v to w as little-endian BF16, each value rounded by
+// Float32ToBF16, through a small buffer as WriteFloat32s.
+func WriteBF16s(w io.Writer, v []float32) error {
+	return writeStream(w, v, 2, func(b []byte, x float32) []byte {
+		return binary.LittleEndian.AppendUint16(b, Float32ToBF16(x))
+	})
+}
+
+// writeStream appends each value's bytes (size of them) to a 64 KiB
+// buffer, writing it whenever it fills.
+func writeStream(w io.Writer, v []float32, size int, put func([]byte, float32) []byte) error {
 	buf := make([]byte, 0, 64<<10)
 	for _, x := range v {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-		if len(buf) == cap(buf) {
+		buf = put(buf, x)
+		if len(buf)+size > cap(buf) {
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
@@ -174,4 +190,15 @@ func WriteFloat32s(w io.Writer, v []float32) error {
 	}
 	_, err := w.Write(buf)
 	return err
+}
+
+// Float32ToBF16 rounds x to bfloat16, to nearest with ties to even (as
+// PyTorch's .to(torch.bfloat16)); a NaN stays a NaN, quieted.
+func Float32ToBF16(x float32) uint16 {
+	b := math.Float32bits(x)
+	if x != x {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
 }

@@ -1,6 +1,7 @@
 package safetensors_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -54,5 +55,25 @@ func TestFloat32s(t *testing.T) {
 	}
 	if _, err := safetensors.Float32s(safetensors.F32, []byte{0, 0, 0}); err == nil {
 		t.Error("3 bytes converted as F32")
+	}
+}
+
+// WriteBF16s rounds to nearest, ties to even, as PyTorch does, keeps NaN
+// a NaN, and reads back through Float32s.
+func TestWriteBF16s(t *testing.T) {
+	in := []float32{1, 1 + 1.0/256, 1 + 3.0/256, -2.5, float32(math.Inf(-1)), float32(math.NaN()), 3.0000002}
+	want := []float32{1, 1, 1 + 4.0/256, -2.5, float32(math.Inf(-1)), float32(math.NaN()), 3}
+	var b bytes.Buffer
+	if err := safetensors.WriteBF16s(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := safetensors.Float32s(safetensors.BF16, b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(want[i]))) {
+			t.Errorf("%v: %v, want %v", in[i], got[i], want[i])
+		}
 	}
 }

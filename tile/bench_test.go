@@ -4,14 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/memfit/memfit/checkpoint"
 	"github.com/memfit/memfit/device/cpu"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
-	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
-	"github.com/memfit/memfit/tile"
 )
 
 // BenchmarkLlamaStep times one LoRA step (rank 8, bf16 autocast) of a
@@ -23,23 +19,8 @@ func BenchmarkLlamaStep(b *testing.B) {
 		for _, tiles := range []bool{false, true} {
 			b.Run(fmt.Sprintf("checkpoint=%v/tiles=%v", ckpt, tiles), func(b *testing.B) {
 				dev := cpu.New()
-				m, err := models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 8, KVHeads: 2, Dim: 512, Hidden: 1792, Context: 8192, Vocab: 256, Seed: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
+				m := tiledLlama(b, dev, 1792, 8192, tiles, ckpt)
 				defer nn.Release(m)
-				if _, err := lora.Apply(m, nil, lora.Config{Rank: 8}); err != nil {
-					b.Fatal(err)
-				}
-				if ckpt {
-					m.SetBlockRunner(checkpoint.Every.Runner())
-				}
-				if tiles {
-					run, _ := tile.New(2048)
-					if err := m.SetTokenRunner(run); err != nil {
-						b.Fatal(err)
-					}
-				}
 				ids := make([]int32, 8192)
 				for i := range ids {
 					ids[i] = int32(i*31) % 256

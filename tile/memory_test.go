@@ -23,26 +23,8 @@ import (
 // the adapters' gradients.
 func stepPeak(t *testing.T, dev device.Device, tokens, hidden int, tiles, ckpt bool) int64 {
 	t.Helper()
-	m, err := models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 8, KVHeads: 2, Dim: 512, Hidden: hidden, Context: 32768, Vocab: 256, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := tiledLlama(t, dev, hidden, 32768, tiles, ckpt)
 	defer nn.Release(m)
-	if _, err := lora.Apply(m, nil, lora.Config{Rank: 8}); err != nil {
-		t.Fatal(err)
-	}
-	if ckpt {
-		m.SetBlockRunner(checkpoint.Every.Runner())
-	}
-	if tiles {
-		run, err := tile.New(2048)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.SetTokenRunner(run); err != nil {
-			t.Fatal(err)
-		}
-	}
 	x, err := tensor.New(dev, tensor.I32, []int{1, tokens}, memory.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +45,36 @@ func stepPeak(t *testing.T, dev device.Device, tokens, hidden int, tiles, ckpt b
 		p.SetGrad(nil)
 	}
 	return mem.Stats().Requested.Peak - before
+}
+
+// tiledLlama is the Llama these tests and benchmarks step: 2 blocks of
+// width 512, 8 heads, 2 key/value heads, SwiGLU of hidden, LoRA rank 8 on
+// every Linear layer, checkpointed per block when ckpt, its token-wise
+// work over tiles of 2048 tokens when tiles.
+func tiledLlama(tb testing.TB, dev device.Device, hidden, context int, tiles, ckpt bool) *models.Llama {
+	tb.Helper()
+	m, err := models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 8, KVHeads: 2, Dim: 512, Hidden: hidden, Context: context, Vocab: 256, Seed: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := lora.Apply(m, nil, lora.Config{Rank: 8}); err != nil {
+		nn.Release(m)
+		tb.Fatal(err)
+	}
+	if ckpt {
+		m.SetBlockRunner(checkpoint.Every.Runner())
+	}
+	if tiles {
+		run, err := tile.New(2048)
+		if err == nil {
+			err = m.SetTokenRunner(run)
+		}
+		if err != nil {
+			nn.Release(m)
+			tb.Fatal(err)
+		}
+	}
+	return m
 }
 
 // cpuPlanner is the meta device standing for the CPU, as a plan for it

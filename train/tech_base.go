@@ -176,27 +176,6 @@ func frozenBy(name string, patterns []string) bool {
 	return false
 }
 
-// linearWeights is the set of m's Linear weights: its layers' (nn.Walk),
-// and an untied LM head's, which a model keeps out of its children when
-// its loss reads the weight directly (models.Llama's HeadWeight; a tied
-// head is the token embedding). As hf's import finds them.
-func linearWeights(m nn.Module) map[*tensor.Tensor]bool {
-	out, embeddings := map[*tensor.Tensor]bool{}, map[*tensor.Tensor]bool{}
-	nn.Walk(m, func(x nn.Module) error {
-		switch l := x.(type) {
-		case *nn.Linear:
-			out[l.Weight] = true
-		case *nn.Embedding:
-			embeddings[l.Weight] = true
-		}
-		return nil
-	})
-	if h, ok := m.(interface{ HeadWeight() *tensor.Tensor }); ok && !embeddings[h.HeadWeight()] {
-		out[h.HeadWeight()] = true
-	}
-	return out
-}
-
 // materializeBase gives m's deferred parameters their memory one at a
 // time, in order, and quantizes each Linear weight quant names a dtype
 // for as soon as it exists, frozen: the peak is the model so far plus one
@@ -204,7 +183,7 @@ func linearWeights(m nn.Module) map[*tensor.Tensor]bool {
 // built without deferral (the mlp, the cnn) has its weights quantized in
 // turn all the same.
 func materializeBase(m nn.Module, quant func(string) tensor.DType) error {
-	linear := linearWeights(m)
+	linear := nn.LinearWeights(m)
 	for _, p := range m.Parameters() {
 		if p.IsDeferred() {
 			if err := p.Materialize(); err != nil {
@@ -245,7 +224,7 @@ func (p *basePart) shapeModel(t *Trainer, b *modelBuild) {
 // adaptModel notes the model's Linear weights and says what -base
 // quantized (built or imported so: buildModel).
 func (p *basePart) adaptModel(t *Trainer) error {
-	p.linear = linearWeights(t.Model)
+	p.linear = nn.LinearWeights(t.Model)
 	if p.quant == device.Invalid {
 		return nil
 	}
