@@ -36,9 +36,10 @@
 // and this package's own cgo with the tag cuda, and the emulator with the
 // tag cudaemu:
 //
-//   - one CUDA context per Device (the device's primary context), current
-//     on one OS thread that a goroutine holds locked; every driver call runs
-//     there;
+//   - one CUDA context per Device (the device's primary context); driver
+//     calls run one at a time on the calling goroutine, its OS thread locked
+//     for the call and the context made current on it first (handing each
+//     call to a thread of its own cost more than the launch it made);
 //   - a raw allocator over cuMemAlloc/cuMemFree under the same caching
 //     allocator as every device (memory.New), its capacity the GPU's total
 //     memory or the limit given with [MemLimit];

@@ -82,11 +82,17 @@ func (f flashTiles) sharedBytes() (fwd, bwdKV, bwdQ int) {
 		bwdQ = 2 * tile(f.bwdCols, f.maxD)
 		return fwd, bwdKV, bwdQ
 	}
-	tile := func(rows, cols int) int { return 4 * rows * (cols + 1) }
-	fwd = tile(f.fwdRows, f.maxD) + tile(f.fwdCols, f.maxD) + tile(f.fwdRows, f.fwdCols)
+	// A tile is rows of cols floats padded by pad words, in a 16-byte
+	// aligned struct (kernels.cu's fa_tile).
+	tile := func(rows, cols, pad int) int { return (4*rows*(cols+pad) + 15) &^ 15 }
+	d := f.maxD
+	// Forward: queries transposed (BR+4), one buffer for the keys
+	// transposed (BC+1) and then the values by rows (D+4), probabilities
+	// transposed (BR+4).
+	fwd = tile(d, f.fwdRows, 4) + max(tile(d, f.fwdCols, 1), tile(f.fwdCols, d, 4)) + tile(f.fwdCols, f.fwdRows, 4)
 	stats := f.bwdRows * (4 + 4 + 8)
-	bwdKV = 2*tile(f.bwdCols, f.maxD) + 2*tile(f.bwdRows, f.maxD) + 2*tile(f.bwdRows, f.bwdCols) + stats
-	bwdQ = 2*tile(f.bwdRows, f.maxD) + 2*tile(f.bwdCols, f.maxD) + tile(f.bwdRows, f.bwdCols) + stats
+	bwdKV = 2*tile(f.bwdCols, d, 1) + 2*tile(f.bwdRows, d, 4) + 2*tile(f.bwdRows, f.bwdCols, 1) + stats
+	bwdQ = 2*tile(f.bwdRows, d, 1) + 2*tile(f.bwdCols, d, 1) + tile(f.bwdRows, f.bwdCols, 1) + stats
 	return fwd, bwdKV, bwdQ
 }
 

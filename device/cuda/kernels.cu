@@ -1272,15 +1272,83 @@ TYPED(k_attention_bwd,
 // consecutive shared words; rows are padded by one word against bank
 // conflicts).
 
-// fa_load copies rows r0… of a [B, H, T, D] operand into the R×(DM+1)
-// tile sh as float, rows past T as zeros (the products read them).
-template <int R, int DM>
-__device__ void fa_load(float (*sh)[DM + 1], const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
-    for (i64 e = threadIdx.x; e < R * D; e += blockDim.x) {
-        const i64 r = e / D, c = e % D;
-        sh[r][c] = r0 + r < Tn ? ld<float>(x, head_el(s, b, h, r0 + r, c)) : 0.0f;
+// fa_load copies rows r0… (at most R, rows past T as zeros) of a [B, H, T,
+// D] operand into a tile of shared memory as float, element (r, c) at
+// sh[r·LD + c], and columns D…DM-1 as zeros: the products run over DM, a
+// compile-time bound, so that the compiler unrolls them. Indices within
+// the tile are 32-bit and DM a power of two (a 64-bit division per element
+// cost more than the products the tile fed).
+template <int R, int DM, int LD>
+__device__ __forceinline__ void fa_load(float* sh, const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    const i64 base = b * s.sb + h * s.sh + r0 * s.st;
+    const int rows = Tn - r0 < R ? (int)(Tn - r0) : R, d = (int)D;
+    for (int e = threadIdx.x; e < R * DM; e += BLOCK) {
+        const int r = e / DM, c = e % DM;
+        sh[r * LD + c] = r < rows && c < d ? ld<float>(x, base + r * s.st + c) : 0.0f;
     }
 }
+
+// fa_load_t is fa_load transposed: element (r, c) at sh[c·LD + r], so that
+// a thread's consecutive rows of one column are one wide load (fa_vec).
+template <int R, int DM, int LD>
+__device__ __forceinline__ void fa_load_t(float* sh, const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
+    const i64 base = b * s.sb + h * s.sh + r0 * s.st;
+    const int rows = Tn - r0 < R ? (int)(Tn - r0) : R, d = (int)D;
+    for (int e = threadIdx.x; e < R * DM; e += BLOCK) {
+        const int r = e / DM, c = e % DM;
+        sh[c * LD + r] = r < rows && c < d ? ld<float>(x, base + r * s.st + c) : 0.0f;
+    }
+}
+
+// fa_tile is N floats of shared memory on a 16-byte boundary (a struct, so
+// that NVRTC and the emulator's host compiler read the alignment alike).
+template <int N>
+struct alignas(16) fa_tile {
+    float v[N];
+};
+struct alignas(16) fa_f4 {
+    float x, y, z, w;
+};
+struct alignas(8) fa_f2 {
+    float x, y;
+};
+
+// fa_vec reads N consecutive floats of shared memory at p as 16-byte loads
+// (N a multiple of 4, p 16-byte aligned), 8-byte loads (N even) or single
+// words: a warp's shared-memory loads, more than its arithmetic, bounded
+// the products.
+template <int N>
+__device__ __forceinline__ void fa_vec(float* out, const float* p) {
+    if constexpr (N % 4 == 0) {
+        for (int i = 0; i < N; i += 4) {
+            const fa_f4 v = *(const fa_f4*)(p + i);
+            out[i] = v.x;
+            out[i + 1] = v.y;
+            out[i + 2] = v.z;
+            out[i + 3] = v.w;
+        }
+    } else if constexpr (N % 2 == 0) {
+        for (int i = 0; i < N; i += 2) {
+            const fa_f2 v = *(const fa_f2*)(p + i);
+            out[i] = v.x;
+            out[i + 1] = v.y;
+        }
+    } else {
+        for (int i = 0; i < N; i++) out[i] = p[i];
+    }
+}
+
+// FA_UNROLL asks NVRTC to unroll a loop over a tile's compile-time extent
+// (the emulator's host compiler has no such pragma); FA_BOUNDS caps a
+// kernel's registers so that three blocks of 256 threads share an SM (at
+// 128 registers a thread, two did: a quarter of the warps an SM holds).
+#ifdef MEMFIT_HOST_CHECK
+#define FA_UNROLL
+#define FA_BOUNDS
+#else
+#define FA_UNROLL _Pragma("unroll")
+#define FA_BOUNDS __launch_bounds__(BLOCK, 3)
+#endif
 
 // half_max and half_sum reduce over the 16 lanes of a half-warp (a row's
 // threads).
@@ -1323,18 +1391,22 @@ __device__ __forceinline__ float fa_drop(double p, float keep, u64 seed, i64 bh,
 
 // fa_scores computes thread (tr, tc)'s scores of query rows i0+tr·RM…
 // against keys j0+tc, j0+tc+16, …: scale·q·k, or -inf where the key is
-// masked (after the row, before its start, or past T).
+// masked (after the row, before its start, or past T). Qt holds the query
+// rows transposed (row stride BR+4, a thread's RM rows one wide load), Kt
+// the keys transposed (row stride BC+1: the 16 keys a half-warp reads are
+// in different banks).
 template <int BR, int BC, int DM>
-__device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float (*Qs)[DM + 1], const float (*Ks)[DM + 1], int tr,
-                                          int tc, i64 i0, i64 j0, i64 Tn, i64 D, const i64* start, float scale) {
-    constexpr int RM = BR / 16, CM = BC / 16;
+__device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float* Qt, const float* Kt, int tr, int tc, i64 i0,
+                                          i64 j0, i64 Tn, const i64* start, float scale) {
+    constexpr int RM = BR / 16, CM = BC / 16, LQ = BR + 4, LK = BC + 1;
     const float ninf = -__int_as_float(0x7f800000);
     for (int a = 0; a < RM; a++)
         for (int c = 0; c < CM; c++) s[a][c] = 0;
-    for (i64 d = 0; d < D; d++) {
+    FA_UNROLL
+    for (int d = 0; d < DM; d++) {
         float qa[RM], kc[CM];
-        for (int a = 0; a < RM; a++) qa[a] = Qs[tr * RM + a][d];
-        for (int c = 0; c < CM; c++) kc[c] = Ks[tc + 16 * c][d];
+        fa_vec<RM>(qa, Qt + d * LQ + tr * RM);
+        for (int c = 0; c < CM; c++) kc[c] = Kt[d * LK + tc + 16 * c];
         for (int a = 0; a < RM; a++)
             for (int c = 0; c < CM; c++) s[a][c] += qa[a] * kc[c];
     }
@@ -1353,13 +1425,21 @@ __device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float (*Qs)
 // them, so a first pass over the keys finds each row's maximum and sum
 // (online, the same rescaling) and the second computes the probabilities
 // exactly as the CPU does: exp(s - max)·(1/sum), dropped, rounded.
+//
+// Shared memory: the query tile transposed (Qt), one buffer holding the
+// key tile transposed (for the scores) and then the value tile by rows
+// (for P·v: a thread's DK consecutive head elements are one wide load),
+// and the probabilities transposed (Pt: a thread's rows one wide load).
 template <int BR, int BC, int DM>
 __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
                           Heads sv, double scale_, double p, u64 seed, Op seg) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
-    __shared__ float Qs[BR][DM + 1];
-    __shared__ float KVs[BC][DM + 1];
-    __shared__ float Ps[BR][BC + 1];
+    constexpr int LQ = BR + 4, LK = BC + 1, LV = DM + 4, LP = BR + 4;
+    constexpr int NKV = DM * LK > BC * LV ? DM * LK : BC * LV;
+    __shared__ fa_tile<DM * LQ> qt_;
+    __shared__ fa_tile<NKV> kv_;
+    __shared__ fa_tile<BC * LP> pt_;
+    float *Qt = qt_.v, *KV = kv_.v, *Pt = pt_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float scale = (float)scale_, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
     const bool exact = q.dt == DT_F16 || q.dt == DT_BF16;
@@ -1367,8 +1447,8 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
         const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
-        __syncthreads();  // the previous tile's last products are done with Qs, KVs and Ps
-        fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+        __syncthreads();  // the previous tile's last products are done with Qt, KV and Pt
+        fa_load_t<BR, DM, LQ>(Qt, q, sq, b, h, i0, Tn, D);
         float o[RM][DK], mrow[RM], lrow[RM], inv[RM], s[RM][CM];
         i64 start[RM];
         for (int a = 0; a < RM; a++) {
@@ -1382,9 +1462,9 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
         if (exact) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();
-                fa_load<BC, DM>(KVs, k, sk, b, h, j0, Tn, D);
+                fa_load_t<BC, DM, LK>(KV, k, sk, b, h, j0, Tn, D);
                 __syncthreads();
-                fa_scores<BR, BC, DM>(s, Qs, KVs, tr, tc, i0, j0, Tn, D, start, scale);
+                fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
                 for (int a = 0; a < RM; a++) {
                     float mx = ninf;
                     for (int c = 0; c < CM; c++) mx = xmax(mx, s[a][c]);
@@ -1399,17 +1479,18 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
             for (int a = 0; a < RM; a++) inv[a] = 1.0f / lrow[a];
         }
         for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
-            __syncthreads();  // Qs is loaded; the last tile's products are done with KVs and Ps
-            fa_load<BC, DM>(KVs, k, sk, b, h, j0, Tn, D);
+            __syncthreads();  // Qt is loaded; the last tile's products are done with KV and Pt
+            fa_load_t<BC, DM, LK>(KV, k, sk, b, h, j0, Tn, D);
             __syncthreads();
-            fa_scores<BR, BC, DM>(s, Qs, KVs, tr, tc, i0, j0, Tn, D, start, scale);
+            fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
             for (int a = 0; a < RM; a++) {
-                const i64 i = i0 + tr * RM + a;
+                const int r = tr * RM + a;
+                const i64 i = i0 + r;
                 if (exact) {
                     for (int c = 0; c < CM; c++) {
                         const i64 j = j0 + tc + 16 * c;
                         const float x = s[a][c] == ninf ? 0.0f : xexp(s[a][c] - mrow[a]) * inv[a];
-                        Ps[tr * RM + a][tc + 16 * c] = round16(x * fa_drop(p, keep, seed, bh, Tn, i, j), q.dt);
+                        Pt[(tc + 16 * c) * LP + r] = round16(x * fa_drop(p, keep, seed, bh, Tn, i, j), q.dt);
                     }
                     continue;
                 }
@@ -1423,22 +1504,22 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
                     const i64 j = j0 + tc + 16 * c;
                     const float e = s[a][c] == ninf ? 0.0f : xexp(s[a][c] - mn);
                     sum += e;
-                    Ps[tr * RM + a][tc + 16 * c] = e * fa_drop(p, keep, seed, bh, Tn, i, j);
+                    Pt[(tc + 16 * c) * LP + r] = e * fa_drop(p, keep, seed, bh, Tn, i, j);
                 }
                 lrow[a] = lrow[a] * alpha + half_sum(sum);
                 mrow[a] = mn;
                 for (int c = 0; c < DK; c++) o[a][c] *= alpha;
             }
-            __syncthreads();  // Ps is written; every thread is done reading the keys
-            fa_load<BC, DM>(KVs, v, sv, b, h, j0, Tn, D);
+            __syncthreads();  // Pt is written; every thread is done reading the keys
+            fa_load<BC, DM, LV>(KV, v, sv, b, h, j0, Tn, D);
             __syncthreads();
+            FA_UNROLL
             for (int c = 0; c < BC; c++) {
-                float vd[DK];
-                for (int e = 0; e < DK; e++) vd[e] = tc + 16 * e < D ? KVs[c][tc + 16 * e] : 0.0f;
-                for (int a = 0; a < RM; a++) {
-                    const float pa = Ps[tr * RM + a][c];
-                    for (int e = 0; e < DK; e++) o[a][e] += pa * vd[e];
-                }
+                float pa[RM], vd[DK];
+                fa_vec<RM>(pa, Pt + c * LP + tr * RM);
+                fa_vec<DK>(vd, KV + c * LV + tc * DK);
+                for (int a = 0; a < RM; a++)
+                    for (int e = 0; e < DK; e++) o[a][e] += pa[a] * vd[e];
             }
         }
         for (int a = 0; a < RM; a++) {
@@ -1446,29 +1527,59 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
             if (i >= Tn) continue;
             const float f = exact ? 1.0f : 1.0f / lrow[a];
             for (int e = 0; e < DK; e++)
-                if (tc + 16 * e < D) st<float>(out, head_el(so, b, h, i, tc + 16 * e), o[a][e] * f);
+                if (tc * DK + e < D) st<float>(out, head_el(so, b, h, i, tc * DK + e), o[a][e] * f);
             if (tc == 0) st<float>(lse, bh * Tn + i, mrow[a] + xlog(lrow[a]));
         }
+    }
+}
+
+// fa_scores_grads computes thread (tr, tc)'s scores s = q·k and dP =
+// dout·vᵀ of query rows tr·RM… against keys tc, tc+16, … of the tiles
+// (rows padded to LR and LC floats), over DM head elements.
+template <int RM, int CM, int DM, int LR, int LC>
+__device__ __forceinline__ void fa_scores_grads(float (*s)[CM], float (*dp)[CM], const float* Qs, const float* dOs,
+                                                const float* Ks, const float* Vs, int tr, int tc) {
+    for (int a = 0; a < RM; a++)
+        for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;
+    FA_UNROLL
+    for (int d = 0; d < DM; d++) {
+        float qa[RM], ga[RM], kc[CM], vc[CM];
+        for (int a = 0; a < RM; a++) {
+            qa[a] = Qs[(tr * RM + a) * LR + d];
+            ga[a] = dOs[(tr * RM + a) * LR + d];
+        }
+        for (int c = 0; c < CM; c++) {
+            kc[c] = Ks[(tc + 16 * c) * LC + d];
+            vc[c] = Vs[(tc + 16 * c) * LC + d];
+        }
+        for (int a = 0; a < RM; a++)
+            for (int c = 0; c < CM; c++) {
+                s[a][c] += qa[a] * kc[c];
+                dp[a][c] += ga[a] * vc[c];
+            }
     }
 }
 
 // k_flash_bwd_kv: one block per key tile of BC keys, over the query tiles
 // of BR rows from the tile's diagonal on: dv += P'ᵀ·dout and dk +=
 // dSᵀ·q (times scale at the end), with P' = P·z (dropout) and dS =
-// P·(z·dP - Δ), dP = dout·vᵀ, as k_attention_bwd computes them.
+// P·(z·dP - Δ), dP = dout·vᵀ, as k_attention_bwd computes them. The
+// query and gradient tiles are rows padded to a multiple of 4 (a thread's
+// DK consecutive head elements are one wide load); the key and value
+// tiles rows padded by one word (the 16 keys a half-warp reads are in
+// different banks).
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
                              Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
                              u64 seed, Op seg) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
-    __shared__ float Ks[BC][DM + 1];
-    __shared__ float Vs[BC][DM + 1];
-    __shared__ float Qs[BR][DM + 1];
-    __shared__ float dOs[BR][DM + 1];
-    __shared__ float Ps[BR][BC + 1];
-    __shared__ float dSs[BR][BC + 1];
+    constexpr int LR = DM + 4, LC = DM + 1, LS = BC + 1;
+    __shared__ fa_tile<BC * LC> ks_, vs_;
+    __shared__ fa_tile<BR * LR> qs_, dos_;
+    __shared__ fa_tile<BR * LS> ps_, dss_;
     __shared__ float lse_s[BR], delta_s[BR];
     __shared__ i64 start_s[BR];
+    float *Ks = ks_.v, *Vs = vs_.v, *Qs = qs_.v, *dOs = dos_.v, *Ps = ps_.v, *dSs = dss_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float scale = (float)scale_, keep = (float)(1 / (1 - p));
     const i64 nk = (Tn + BC - 1) / BC;
@@ -1476,8 +1587,8 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
         const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
         const i64 b = bh / H, h = bh % H;
         __syncthreads();
-        fa_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
-        fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+        fa_load<BC, DM, LC>(Ks, k, sk, b, h, j0, Tn, D);
+        fa_load<BC, DM, LC>(Vs, v, sv, b, h, j0, Tn, D);
         float gk[CM][DK], gv[CM][DK];
         for (int a = 0; a < CM; a++)
             for (int e = 0; e < DK; e++) gk[a][e] = gv[a][e] = 0;
@@ -1489,28 +1600,11 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
             i64 first = Tn;
             for (int r = 0; r < BR; r++) first = start_s[r] < first ? start_s[r] : first;
             if (first > j0 + BC - 1) continue;
-            fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
-            fa_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+            fa_load<BR, DM, LR>(Qs, q, sq, b, h, i0, Tn, D);
+            fa_load<BR, DM, LR>(dOs, dout, sdo, b, h, i0, Tn, D);
             __syncthreads();
             float s[RM][CM], dp[RM][CM];
-            for (int a = 0; a < RM; a++)
-                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;
-            for (i64 d = 0; d < D; d++) {
-                float qa[RM], ga[RM], kc[CM], vc[CM];
-                for (int a = 0; a < RM; a++) {
-                    qa[a] = Qs[tr * RM + a][d];
-                    ga[a] = dOs[tr * RM + a][d];
-                }
-                for (int c = 0; c < CM; c++) {
-                    kc[c] = Ks[tc + 16 * c][d];
-                    vc[c] = Vs[tc + 16 * c][d];
-                }
-                for (int a = 0; a < RM; a++)
-                    for (int c = 0; c < CM; c++) {
-                        s[a][c] += qa[a] * kc[c];
-                        dp[a][c] += ga[a] * vc[c];
-                    }
-            }
+            fa_scores_grads<RM, CM, DM, LR, LC>(s, dp, Qs, dOs, Ks, Vs, tr, tc);
             for (int a = 0; a < RM; a++) {
                 const int r = tr * RM + a;
                 const i64 i = i0 + r;
@@ -1522,20 +1616,18 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
                         z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
                     }
-                    Ps[r][tc + 16 * c] = round16(pij * z, q.dt);
-                    dSs[r][tc + 16 * c] = round16(ds, q.dt);
+                    Ps[r * LS + tc + 16 * c] = round16(pij * z, q.dt);
+                    dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
                 }
             }
             __syncthreads();
+            FA_UNROLL
             for (int r = 0; r < BR; r++) {
                 float ga[DK], qa[DK];
-                for (int e = 0; e < DK; e++) {
-                    const bool in = tc + 16 * e < D;
-                    ga[e] = in ? dOs[r][tc + 16 * e] : 0.0f;
-                    qa[e] = in ? Qs[r][tc + 16 * e] : 0.0f;
-                }
+                fa_vec<DK>(ga, dOs + r * LR + tc * DK);
+                fa_vec<DK>(qa, Qs + r * LR + tc * DK);
                 for (int a = 0; a < CM; a++) {
-                    const float pr = Ps[r][tr * CM + a], sr = dSs[r][tr * CM + a];
+                    const float pr = Ps[r * LS + tr * CM + a], sr = dSs[r * LS + tr * CM + a];
                     for (int e = 0; e < DK; e++) {
                         gv[a][e] += pr * ga[e];
                         gk[a][e] += sr * qa[e];
@@ -1547,27 +1639,31 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
             const i64 j = j0 + tr * CM + a;
             if (j >= Tn) continue;
             for (int e = 0; e < DK; e++) {
-                if (tc + 16 * e >= D) continue;
-                st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), scale * gk[a][e]);
-                st<float>(dv, head_el(sdv, b, h, j, tc + 16 * e), gv[a][e]);
+                const i64 d = tc * DK + e;
+                if (d >= D) continue;
+                st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[a][e]);
+                st<float>(dv, head_el(sdv, b, h, j, d), gv[a][e]);
             }
         }
     }
 }
 
 // k_flash_bwd_q: one block per query tile, over the key tiles up to its
-// diagonal: dq = scale·dS·k.
+// diagonal: dq = scale·dS·k. Every tile's rows are padded by one word:
+// the keys are read both across a half-warp (scores) and along a row (dq,
+// head elements tc, tc+16, …), and one word keeps both free of bank
+// conflicts.
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
                             Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
-    __shared__ float Qs[BR][DM + 1];
-    __shared__ float dOs[BR][DM + 1];
-    __shared__ float Ks[BC][DM + 1];
-    __shared__ float Vs[BC][DM + 1];
-    __shared__ float dSs[BR][BC + 1];
+    constexpr int L1 = DM + 1, LS = BC + 1;
+    __shared__ fa_tile<BR * L1> qs_, dos_;
+    __shared__ fa_tile<BC * L1> ks_, vs_;
+    __shared__ fa_tile<BR * LS> dss_;
     __shared__ float lse_s[BR], delta_s[BR];
     __shared__ i64 start_s[BR];
+    float *Qs = qs_.v, *dOs = dos_.v, *Ks = ks_.v, *Vs = vs_.v, *dSs = dss_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float scale = (float)scale_, keep = (float)(1 / (1 - p));
     const i64 nq = (Tn + BR - 1) / BR;
@@ -1575,8 +1671,8 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
         const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
         __syncthreads();
-        fa_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
-        fa_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+        fa_load<BR, DM, L1>(Qs, q, sq, b, h, i0, Tn, D);
+        fa_load<BR, DM, L1>(dOs, dout, sdo, b, h, i0, Tn, D);
         fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
         float g[RM][DK];
         for (int a = 0; a < RM; a++)
@@ -1584,28 +1680,11 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
         const i64 k0 = att_block_start(seg, b, Tn, i0, m);
         for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
             __syncthreads();
-            fa_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
-            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+            fa_load<BC, DM, L1>(Ks, k, sk, b, h, j0, Tn, D);
+            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);
             __syncthreads();
             float s[RM][CM], dp[RM][CM];
-            for (int a = 0; a < RM; a++)
-                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;
-            for (i64 d = 0; d < D; d++) {
-                float qa[RM], ga[RM], kc[CM], vc[CM];
-                for (int a = 0; a < RM; a++) {
-                    qa[a] = Qs[tr * RM + a][d];
-                    ga[a] = dOs[tr * RM + a][d];
-                }
-                for (int c = 0; c < CM; c++) {
-                    kc[c] = Ks[tc + 16 * c][d];
-                    vc[c] = Vs[tc + 16 * c][d];
-                }
-                for (int a = 0; a < RM; a++)
-                    for (int c = 0; c < CM; c++) {
-                        s[a][c] += qa[a] * kc[c];
-                        dp[a][c] += ga[a] * vc[c];
-                    }
-            }
+            fa_scores_grads<RM, CM, DM, L1, L1>(s, dp, Qs, dOs, Ks, Vs, tr, tc);
             for (int a = 0; a < RM; a++) {
                 const int r = tr * RM + a;
                 const i64 i = i0 + r;
@@ -1617,15 +1696,16 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
                         const float z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
                     }
-                    dSs[r][tc + 16 * c] = round16(ds, q.dt);
+                    dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
                 }
             }
             __syncthreads();
+            FA_UNROLL
             for (int c = 0; c < BC; c++) {
                 float kd[DK];
-                for (int e = 0; e < DK; e++) kd[e] = tc + 16 * e < D ? Ks[c][tc + 16 * e] : 0.0f;
+                for (int e = 0; e < DK; e++) kd[e] = Ks[c * L1 + tc + 16 * e];
                 for (int a = 0; a < RM; a++) {
-                    const float sa = dSs[tr * RM + a][c];
+                    const float sa = dSs[(tr * RM + a) * LS + c];
                     for (int e = 0; e < DK; e++) g[a][e] += sa * kd[e];
                 }
             }
@@ -1655,12 +1735,12 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
      Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg)
 #define FA_Q_CALL (B, H, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
 
-extern "C" __global__ void k_flash_fwd_d64 FA_FWD_ARGS { flash_fwd<FA_FWD_BR64, FA_FWD_BC64, 64> FA_FWD_CALL; }
-extern "C" __global__ void k_flash_fwd_d128 FA_FWD_ARGS { flash_fwd<FA_FWD_BR128, FA_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
-extern "C" __global__ void k_flash_bwd_kv_d64 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR64, FA_BWD_BC64, 64> FA_KV_CALL; }
-extern "C" __global__ void k_flash_bwd_kv_d128 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_KV_CALL; }
-extern "C" __global__ void k_flash_bwd_q_d64 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR64, FA_BWD_BC64, 64> FA_Q_CALL; }
-extern "C" __global__ void k_flash_bwd_q_d128 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_Q_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_fwd_d64 FA_FWD_ARGS { flash_fwd<FA_FWD_BR64, FA_FWD_BC64, 64> FA_FWD_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_fwd_d128 FA_FWD_ARGS { flash_fwd<FA_FWD_BR128, FA_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_bwd_kv_d64 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR64, FA_BWD_BC64, 64> FA_KV_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_bwd_kv_d128 FA_KV_ARGS { flash_bwd_kv<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_KV_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_bwd_q_d64 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR64, FA_BWD_BC64, 64> FA_Q_CALL; }
+extern "C" __global__ void FA_BOUNDS k_flash_bwd_q_d128 FA_Q_ARGS { flash_bwd_q<FA_BWD_BR128, FA_BWD_BC128, FA_DMAX> FA_Q_CALL; }
 
 // ---------------------------------------------------------------- tensor cores
 //

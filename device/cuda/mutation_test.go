@@ -57,7 +57,7 @@ var mutants = []struct {
 	},
 	{
 		name: "tiled attention loads the values while threads still read the keys",
-		old:  "            __syncthreads();  // Ps is written; every thread is done reading the keys\n",
+		old:  "            __syncthreads();  // Pt is written; every thread is done reading the keys\n",
 		new:  "",
 		want: "--- FAIL",
 		// The emulator's f32 path reads its keys before the shuffles that
@@ -73,14 +73,14 @@ var mutants = []struct {
 	},
 	{
 		name: "k_flash_bwd_kv leaves the scale out of dk",
-		old:  "st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), scale * gk[a][e]);",
-		new:  "st<float>(dk, head_el(sdk, b, h, j, tc + 16 * e), gk[a][e]);",
+		old:  "st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[a][e]);",
+		new:  "st<float>(dk, head_el(sdk, b, h, j, d), gk[a][e]);",
 		want: "--- FAIL",
 	},
 	{
 		name: "k_flash_bwd_q reads a key tile before it is loaded",
-		old:  "            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            __syncthreads();\n            float s[RM][CM], dp[RM][CM];\n            for (int a = 0; a < RM; a++)\n                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;\n            for (i64 d = 0; d < D; d++) {\n                float qa[RM], ga[RM], kc[CM], vc[CM];\n                for (int a = 0; a < RM; a++) {\n                    qa[a] = Qs[tr * RM + a][d];\n                    ga[a] = dOs[tr * RM + a][d];\n                }\n                for (int c = 0; c < CM; c++) {\n                    kc[c] = Ks[tc + 16 * c][d];\n                    vc[c] = Vs[tc + 16 * c][d];\n                }\n                for (int a = 0; a < RM; a++)\n                    for (int c = 0; c < CM; c++) {\n                        s[a][c] += qa[a] * kc[c];\n                        dp[a][c] += ga[a] * vc[c];\n                    }\n            }\n            for (int a = 0; a < RM; a++) {\n                const int r = tr * RM + a;\n                const i64 i = i0 + r;\n                for (int c = 0; c < CM; c++) {\n                    const i64 j = j0 + tc + 16 * c;\n                    float ds = 0;",
-		new:  "            fa_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            float s[RM][CM], dp[RM][CM];\n            for (int a = 0; a < RM; a++)\n                for (int c = 0; c < CM; c++) s[a][c] = dp[a][c] = 0;\n            for (i64 d = 0; d < D; d++) {\n                float qa[RM], ga[RM], kc[CM], vc[CM];\n                for (int a = 0; a < RM; a++) {\n                    qa[a] = Qs[tr * RM + a][d];\n                    ga[a] = dOs[tr * RM + a][d];\n                }\n                for (int c = 0; c < CM; c++) {\n                    kc[c] = Ks[tc + 16 * c][d];\n                    vc[c] = Vs[tc + 16 * c][d];\n                }\n                for (int a = 0; a < RM; a++)\n                    for (int c = 0; c < CM; c++) {\n                        s[a][c] += qa[a] * kc[c];\n                        dp[a][c] += ga[a] * vc[c];\n                    }\n            }\n            for (int a = 0; a < RM; a++) {\n                const int r = tr * RM + a;\n                const i64 i = i0 + r;\n                for (int c = 0; c < CM; c++) {\n                    const i64 j = j0 + tc + 16 * c;\n                    float ds = 0;",
+		old:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);\n            __syncthreads();\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
+		new:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
 		want: "--- FAIL",
 	},
 	{

@@ -19,7 +19,7 @@ func TestKernelNames(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^TYPED\((\w+),`).FindAllStringSubmatch(kernelsCU, -1) {
 		defined = append(defined, m[1]+sfx32, m[1]+sfx64)
 	}
-	for _, m := range regexp.MustCompile(`extern "C" __global__ void (\w+)(?:\(| FA_\w+_ARGS)`).FindAllStringSubmatch(kernelsCU, -1) {
+	for _, m := range regexp.MustCompile(`extern "C" __global__ void (?:FA_BOUNDS )?(\w+)(?:\(| FA_\w+_ARGS)`).FindAllStringSubmatch(kernelsCU, -1) {
 		if m[1] != "name" { // COPY_RAW's own definition
 			defined = append(defined, m[1])
 		}
