@@ -32,6 +32,13 @@ type Device struct {
 	copies  cu.Stream // asynchronous copies out of pinned memory
 	blas    *blasHandle
 	scratch cu.DevicePtr // 16 bytes: AllFinite's flag, then the first bad index position
+	// partials holds the partial results of a column reduction split over
+	// its rows (partialsBytes, geom.go's colsSplit) until the reduction's
+	// second kernel combines them. Like scratch (and cuBLAS's workspace)
+	// it is the device's own, outside the caching allocator's accounting,
+	// so that plans stay exact to the byte. One buffer serves every
+	// reduction: they all run in order on the compute stream.
+	partials cu.DevicePtr
 
 	raw *rawAlloc
 	mem *memory.Allocator
@@ -106,6 +113,12 @@ func New(ordinal int, opts ...Option) (*Device, error) {
 		if err = cu.Track(d.scratch, 16); err != nil {
 			return d.wrap("track scratch", err)
 		}
+		if d.partials, err = cu.MemAlloc(partialsBytes); err != nil {
+			return d.wrap("cuMemAlloc", err)
+		}
+		if err = cu.Track(d.partials, partialsBytes); err != nil {
+			return d.wrap("track partials", err)
+		}
 		return nil
 	}, func() error { return cu.SetCurrentContext(d.ctx) }, d.release)
 	if err != nil {
@@ -139,6 +152,10 @@ func (d *Device) release() error {
 	if d.scratch != 0 {
 		errs = append(errs, cu.MemFree(d.scratch))
 		d.scratch = 0
+	}
+	if d.partials != 0 {
+		errs = append(errs, cu.MemFree(d.partials))
+		d.partials = 0
 	}
 	errs = append(errs, d.blas.close())
 	d.blas = nil

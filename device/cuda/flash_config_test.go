@@ -73,7 +73,9 @@ func TestFlashGrid(t *testing.T) {
 	}
 }
 
-// TestReducePlan pins Reduce's choice of kernel and grid.
+// TestReducePlan pins Reduce's choice of kernel, grid and row slices:
+// the bias gradients of a GPT of width 384 (4096 tokens) split into
+// slices that bring the column blocks (n/8) to about colsTarget.
 func TestReducePlan(t *testing.T) {
 	view := func(shape ...int) device.View {
 		st := make([]int, len(shape))
@@ -85,21 +87,67 @@ func TestReducePlan(t *testing.T) {
 		return device.View{DType: device.F32, Shape: shape, Strides: st}
 	}
 	for _, c := range []struct {
-		in, out []int
-		kernel  string
-		grid    int
+		in, out       []int
+		acc           int64
+		kernel        string
+		grid          int
+		chunk, slices int64
 	}{
-		{[]int{4096, 384}, []int{1, 384}, "k_reduce_cols", 48},
-		{[]int{4096, 384}, []int{384}, "k_reduce_cols", 48},
-		{[]int{4096, 384}, []int{4096, 1}, "k_reduce_block", 4096},
-		{[]int{16, 384}, []int{1, 384}, "k_reduce_thread", 2},
-		{[]int{100, 5}, []int{1, 5}, "k_reduce_block", 5},
-		{[]int{100000, 3}, []int{100000, 1}, "k_reduce_thread", 391},
+		{[]int{4096, 384}, []int{1, 384}, 4, "k_reduce_cols", 48 * 11, 384, 11},
+		{[]int{4096, 384}, []int{384}, 4, "k_reduce_cols", 48 * 11, 384, 11},
+		{[]int{4096, 1152}, []int{1152}, 4, "k_reduce_cols", 144 * 4, 1024, 4},
+		{[]int{4096, 1536}, []int{1536}, 4, "k_reduce_cols", 192 * 3, 1376, 3},
+		{[]int{4096, 1536}, []int{1536}, 8, "k_reduce_cols", 192 * 3, 1376, 3},
+		{[]int{4099, 45}, []int{45}, 4, "k_reduce_cols", 6 * 26, 160, 26},
+		{[]int{3, 400, 45}, []int{3, 1, 45}, 4, "k_reduce_cols", 17 * 3, 160, 3},
+		{[]int{4096, 4096}, []int{4096}, 4, "k_reduce_cols", 512, 4096, 1},
+		{[]int{200, 384}, []int{384}, 4, "k_reduce_cols", 48, 200, 1},
+		{[]int{4096, 384}, []int{4096, 1}, 4, "k_reduce_block", 4096, 0, 0},
+		{[]int{16, 384}, []int{1, 384}, 4, "k_reduce_thread", 2, 0, 0},
+		{[]int{100, 5}, []int{1, 5}, 4, "k_reduce_block", 5, 0, 0},
+		{[]int{100000, 3}, []int{100000, 1}, 4, "k_reduce_thread", 391, 0, 0},
 	} {
-		k, g := reducePlan(newRed(view(c.out...), view(c.in...)))
-		if k != c.kernel || g != c.grid {
-			t.Errorf("%v into %v: %s over %d blocks, want %s over %d", c.in, c.out, k, g, c.kernel, c.grid)
+		k, p := reducePlan(newRed(view(c.out...), view(c.in...)), c.acc)
+		if k != c.kernel || p.grid != c.grid || p.chunk != c.chunk || p.slices != c.slices {
+			t.Errorf("%v into %v: %s over %d blocks, slices %d of %d rows; want %s over %d, slices %d of %d", c.in, c.out,
+				k, p.grid, p.slices, p.chunk, c.kernel, c.grid, c.slices, c.chunk)
 		}
+	}
+}
+
+// TestColsSplit checks every split of a column reduction: its slices
+// cover the rows (the last one not empty), take a multiple of
+// colsGroups rows and at least colsSliceRows, give colsGrid's blocks each, and their partials fit the
+// device's buffer; without a split, one slice of every row.
+func TestColsSplit(t *testing.T) {
+	for _, per := range []int64{4, 8, 16} {
+		for nout := int64(1); nout <= 3000; nout += 1 + nout/7 {
+			for _, nred := range []int64{0, 1, 64, 255, 256, 300, 1000, 4096, 4099, 100000} {
+				p := colsSplit(nout, nred, per)
+				if p.slices == 1 {
+					if p.chunk != max(nred, 1) || p.grid != colsGrid(nout) {
+						t.Errorf("colsSplit(%d, %d, %d) = %+v: one slice should be every row over colsGrid", nout, nred, per, p)
+					}
+					continue
+				}
+				cb := (nout + reduceCols - 1) / reduceCols
+				switch {
+				case p.slices < 2 || p.chunk%colsGroups != 0 || p.chunk < colsSliceRows || (p.slices-1)*p.chunk >= nred || p.slices*p.chunk < nred:
+					t.Errorf("colsSplit(%d, %d, %d) = %+v: slices do not cover the rows", nout, nred, per, p)
+				case int64(p.grid) != cb*p.slices:
+					t.Errorf("colsSplit(%d, %d, %d) = %+v: grid is not %d column blocks per slice", nout, nred, per, p, cb)
+				case nout*p.slices*per > partialsBytes:
+					t.Errorf("colsSplit(%d, %d, %d) = %+v: %d bytes of partials", nout, nred, per, p, nout*p.slices*per)
+				case per <= 16 && int64(p.grid) > 3*colsTarget/2:
+					t.Errorf("colsSplit(%d, %d, %d) = %+v: over 3/2 of colsTarget blocks", nout, nred, per, p)
+				}
+			}
+		}
+	}
+	// The largest split takes a buffer's worth of f64 layer-norm partials
+	// without falling back.
+	if p := colsSplit(colsTarget/2*reduceCols, 4096, 16); p.slices != 2 {
+		t.Errorf("%d columns of f64 layer norm: %d slices, want 2", colsTarget/2*reduceCols, p.slices)
 	}
 }
 

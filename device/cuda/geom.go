@@ -275,18 +275,79 @@ const reduceCols = 8
 // block.
 func colsGrid(n int64) int { return int(min((n+reduceCols-1)/reduceCols, maxGrid)) }
 
-// reducePlan picks Reduce's kernel for g: one thread per output for short
+// The split of a column reduction over its reduced elements (rows): when
+// reduceCols outputs per block give fewer than half of colsTarget blocks,
+// the rows are cut into slices of at least colsSliceRows, each block
+// reduces its columns over one slice and writes partial results to the
+// device's partials buffer, and a second kernel combines them in slice
+// order (kernels.cu, before k_reduce_cols). A bias of 384 over 4096 rows
+// is 48 column blocks: 12% of an H100's threads, 5% of its bandwidth.
+const (
+	// colsTarget is the blocks a split aims for: four per SM of an H100
+	// or H200 (132 SMs), 1024 threads each, enough loads in flight to
+	// cover the memory's latency. A constant rather than the GPU's SM
+	// count, so that the result of a reduction (its order of sums) is the
+	// same on every GPU.
+	colsTarget = 4 * 132
+	// colsSliceRows is the least rows of a slice: four per group of
+	// reduceCols threads, one turn of k_reduce_cols's loop of four rows
+	// in flight. A slice's rows are a multiple of the groups, so that each
+	// group takes as many.
+	colsSliceRows = 4 * colsGroups
+	colsGroups    = block / reduceCols
+	// partialsBytes is the size of the device's partials buffer, which
+	// every split fits: cb column blocks (cb ≤ colsTarget/2) take at most
+	// ⌈colsTarget/cb⌉ slices, so fewer than 3/2·colsTarget·reduceCols
+	// partials per sum, two sums for layer norm, 8 bytes each for f64:
+	// 99 KiB.
+	partialsBytes = 128 << 10
+)
+
+// colsPlan is the launch of a column reduction of nout outputs over nred
+// reduced elements (rows): grid blocks over slices of chunk rows (one
+// slice, chunk = nred, when it is not split).
+type colsPlan struct {
+	grid          int
+	chunk, slices int64
+}
+
+// colsSplit plans a column reduction whose partials take per bytes for
+// each output and slice (the compute type's size, twice for layer norm's
+// two sums): split into slices when the column blocks are too few, as
+// many as bring the grid to colsTarget, each of at least colsSliceRows
+// rows, and no more than the partials buffer holds.
+func colsSplit(nout, nred, per int64) colsPlan {
+	one := colsPlan{grid: colsGrid(nout), chunk: max(nred, 1), slices: 1}
+	cb := (nout + reduceCols - 1) / reduceCols
+	if cb == 0 || 2*cb > colsTarget {
+		return one
+	}
+	slices := min((colsTarget+cb-1)/cb, nred/colsSliceRows, partialsBytes/(nout*per))
+	if slices < 2 {
+		return one
+	}
+	chunk := ((nred+slices-1)/slices + colsGroups - 1) / colsGroups * colsGroups
+	slices = (nred + chunk - 1) / chunk
+	if slices < 2 {
+		return one
+	}
+	return colsPlan{grid: int(cb * slices), chunk: chunk, slices: slices}
+}
+
+// reducePlan picks Reduce's kernel for g, whose partial results take acc
+// bytes each (the compute type's size): one thread per output for short
 // reductions; threads on consecutive outputs when the kept dimensions are
-// innermost and contiguous in src (a column sum, coalesced that way); else
-// one block per output.
-func reducePlan(g *redGeom) (kernel string, grid int) {
+// innermost and contiguous in src (a column sum, coalesced that way, split
+// over the rows as colsSplit says); else one block per output. The plan's
+// chunk and slices are those of k_reduce_cols.
+func reducePlan(g *redGeom, acc int64) (kernel string, p colsPlan) {
 	switch {
 	case g.nred < smallReduction:
-		return "k_reduce_thread", gridFor(g.nout)
+		return "k_reduce_thread", colsPlan{grid: gridFor(g.nout)}
 	case g.orank > 0 && g.osrc[g.orank-1] == 1 && g.nout >= reduceCols:
-		return "k_reduce_cols", colsGrid(g.nout)
+		return "k_reduce_cols", colsSplit(g.nout, g.nred, acc)
 	}
-	return "k_reduce_block", rowsGrid(int(min(g.nout, maxGrid)))
+	return "k_reduce_block", colsPlan{grid: rowsGrid(int(min(g.nout, maxGrid)))}
 }
 
 // conv appends a Conv struct (device.ConvGeom, field by field).

@@ -544,17 +544,40 @@ TYPED(k_reduce_thread, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
 // and the block's 256/COLS groups of threads split the reduced elements
 // between them. Few outputs per block make many blocks: a bias of 384
 // takes 48.
+//
+// When that is still too few blocks to fill the GPU, the reduced elements
+// are split too, into slices of chunk consecutive ones (geom.go's
+// colsSplit): the grid is ncb column blocks times the slices, block b
+// taking column block b % ncb of slice b / ncb, and each block writes its
+// outputs' partial results, in T, to the device's partials buffer (slice
+// s of output o at s·nout + o); a second kernel (*_combine) combines each
+// output's partials in slice order. Every order is fixed: the same result
+// bit for bit on every run, which atomics would not give. chunk = nred is
+// one slice: the block stores its results itself and part is not used.
+
+// cols_slice is the slice a block of a column reduction takes: its column
+// block, and the range [*lo, *hi) of reduced elements.
+__device__ __forceinline__ i64 cols_slice(i64 nred, i64 chunk, i64* ncb, i64* s, i64* lo, i64* hi) {
+    const i64 slices = nred > chunk ? (nred + chunk - 1) / chunk : 1;
+    *ncb = gridDim.x / slices;
+    *s = blockIdx.x / *ncb;
+    *lo = *s * chunk;
+    *hi = *lo + chunk < nred ? *lo + chunk : nred;
+    return slices;
+}
 
 // k_reduce_cols reduces over outer dimensions with the kept ones
 // innermost (a bias gradient: [rows, n] into [n]): block b takes outputs
-// b·COLS…, group w the reduced elements w, w+W, … (W groups), and the W
-// partial results of each output are combined in group order: the same
-// order on every run.
+// b·COLS… of its slice, group w the reduced elements lo+w, lo+w+W, … (W
+// groups), and the W partial results of each output are combined in group
+// order: the same order on every run.
 template <class T>
-__device__ void k_reduce_cols(Red r, Op dst, Op src, i64 op) {
+__device__ void k_reduce_cols(Red r, Op dst, Op src, i64 op, i64 chunk, u64 part) {
     __shared__ T sh[BLOCK];
     const int lane = threadIdx.x % COLS, w = threadIdx.x / COLS, nw = blockDim.x / COLS;
-    for (i64 o0 = (i64)blockIdx.x * COLS; o0 < r.nout; o0 += (i64)gridDim.x * COLS) {
+    i64 ncb, s, lo, hi;
+    const i64 slices = cols_slice(r.nred, chunk, &ncb, &s, &lo, &hi);
+    for (i64 o0 = (i64)(blockIdx.x % ncb) * COLS; o0 < r.nout; o0 += ncb * COLS) {
         const i64 o = o0 + lane;
         T acc = (T)identity(op);
         if (o < r.nout) {
@@ -564,8 +587,8 @@ __device__ void k_reduce_cols(Red r, Op dst, Op src, i64 op) {
             // partial results, combined in a fixed order): one load at a
             // time left an H200 at a tenth of its bandwidth.
             T a1 = acc, a2 = acc, a3 = acc;
-            i64 j = w;
-            for (; j + 3 * nw < r.nred; j += 4 * nw) {
+            i64 j = lo + w;
+            for (; j + 3 * nw < hi; j += 4 * nw) {
                 const T x0 = ld<T>(src, so + red_in(r, j)), x1 = ld<T>(src, so + red_in(r, j + nw));
                 const T x2 = ld<T>(src, so + red_in(r, j + 2 * nw)), x3 = ld<T>(src, so + red_in(r, j + 3 * nw));
                 acc = combine(op, acc, x0);
@@ -573,21 +596,39 @@ __device__ void k_reduce_cols(Red r, Op dst, Op src, i64 op) {
                 a2 = combine(op, a2, x2);
                 a3 = combine(op, a3, x3);
             }
-            for (; j < r.nred; j += nw) acc = combine(op, acc, ld<T>(src, so + red_in(r, j)));
+            for (; j < hi; j += nw) acc = combine(op, acc, ld<T>(src, so + red_in(r, j)));
             acc = combine(op, combine(op, acc, a1), combine(op, a2, a3));
         }
         sh[threadIdx.x] = acc;
         __syncthreads();
         if (w == 0 && o < r.nout) {
             for (int k = 1; k < nw; k++) acc = combine(op, acc, sh[k * COLS + lane]);
-            i64 so, dof;
-            red_out(r, o, &so, &dof);
-            st<T>(dst, dof, acc);
+            if (slices == 1) {
+                i64 so, dof;
+                red_out(r, o, &so, &dof);
+                st<T>(dst, dof, acc);
+            } else {
+                GMEM(T, part, s * r.nout + o) = acc;
+            }
         }
         __syncthreads();
     }
 }
-TYPED(k_reduce_cols, (Red r, Op dst, Op src, i64 op), (r, dst, src, op))
+TYPED(k_reduce_cols, (Red r, Op dst, Op src, i64 op, i64 chunk, u64 part), (r, dst, src, op, chunk, part))
+
+// k_reduce_cols_combine stores each output's combined partials, slice 0
+// first.
+template <class T>
+__device__ void k_reduce_cols_combine(Red r, Op dst, i64 op, i64 slices, u64 part) {
+    GRID_STRIDE(o, r.nout) {
+        T acc = (T)GMEM(const T, part, o);
+        for (i64 s = 1; s < slices; s++) acc = combine(op, acc, (T)GMEM(const T, part, s * r.nout + o));
+        i64 so, dof;
+        red_out(r, o, &so, &dof);
+        st<T>(dst, dof, acc);
+    }
+}
+TYPED(k_reduce_cols_combine, (Red r, Op dst, i64 op, i64 slices, u64 part), (r, dst, op, slices, part))
 
 // ---------------------------------------------------------------- softmax
 
@@ -701,22 +742,28 @@ TYPED(k_layernorm_bwd_dx, (i64 rows, i64 n, Op dx, Op dy, Op x, Op mean, Op rstd
 
 // dgamma and dbeta of layer norm, added to what the buffers hold (a null
 // dgamma or dbeta is skipped): as k_reduce_cols, COLS columns per block,
-// each group of COLS threads on every W-th row, their partial sums
-// combined in group order (deterministic).
+// each group of COLS threads on every W-th row of the block's slice of
+// rows, their partial sums combined in group order (deterministic). Split
+// into slices (chunk < rows), a block writes dgamma's partials to part at
+// s·n + i and dbeta's at (slices + s)·n + i, and
+// k_layernorm_bwd_param_combine adds them in slice order.
 template <class T>
-__device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd) {
+__device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd, i64 chunk,
+                                      u64 part) {
     __shared__ T shg[BLOCK];
     __shared__ T shb[BLOCK];
     const int lane = threadIdx.x % COLS, w = threadIdx.x / COLS, nw = blockDim.x / COLS;
-    for (i64 i0 = (i64)blockIdx.x * COLS; i0 < n; i0 += (i64)gridDim.x * COLS) {
+    i64 ncb, sl, lo, hi;
+    const i64 slices = cols_slice(rows, chunk, &ncb, &sl, &lo, &hi);
+    for (i64 i0 = (i64)(blockIdx.x % ncb) * COLS; i0 < n; i0 += ncb * COLS) {
         const i64 i = i0 + lane;
         T dg = 0, db = 0;
         if (i < n) {
             // Two rows in flight per thread, as in k_reduce_cols, their
             // sums kept apart and added in a fixed order.
             T dg1 = 0, db1 = 0;
-            i64 r = w;
-            for (; r + nw < rows; r += 2 * nw) {
+            i64 r = lo + w;
+            for (; r + nw < hi; r += 2 * nw) {
                 const i64 r1 = r + nw;
                 const T g0 = ld<T>(dy, r * n + i), g1 = ld<T>(dy, r1 * n + i);
                 const T x0 = ld<T>(x, r * n + i), x1 = ld<T>(x, r1 * n + i);
@@ -726,7 +773,7 @@ __device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op d
                 dg1 += g1 * ((x1 - m1) * s1);
                 db1 += g1;
             }
-            for (; r < rows; r += nw) {
+            for (; r < hi; r += nw) {
                 const T g = ld<T>(dy, r * n + i);
                 const T xh = (ld<T>(x, r * n + i) - ld<T>(mean, r)) * ld<T>(rstd, r);
                 dg += g * xh;
@@ -743,14 +790,40 @@ __device__ void k_layernorm_bwd_param(i64 rows, i64 n, Op dgamma, Op dbeta, Op d
                 dg += shg[k * COLS + lane];
                 db += shb[k * COLS + lane];
             }
-            if (dgamma.p) st<T>(dgamma, i, ld<T>(dgamma, i) + dg);
-            if (dbeta.p) st<T>(dbeta, i, ld<T>(dbeta, i) + db);
+            if (slices > 1) {
+                if (dgamma.p) GMEM(T, part, sl * n + i) = dg;
+                if (dbeta.p) GMEM(T, part, (slices + sl) * n + i) = db;
+            } else {
+                if (dgamma.p) st<T>(dgamma, i, ld<T>(dgamma, i) + dg);
+                if (dbeta.p) st<T>(dbeta, i, ld<T>(dbeta, i) + db);
+            }
         }
         __syncthreads();
     }
 }
-TYPED(k_layernorm_bwd_param, (i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd),
-      (rows, n, dgamma, dbeta, dy, x, mean, rstd))
+TYPED(k_layernorm_bwd_param,
+      (i64 rows, i64 n, Op dgamma, Op dbeta, Op dy, Op x, Op mean, Op rstd, i64 chunk, u64 part),
+      (rows, n, dgamma, dbeta, dy, x, mean, rstd, chunk, part))
+
+// k_layernorm_bwd_param_combine adds the slices' partials of each column,
+// slice 0 first, into dgamma and dbeta.
+template <class T>
+__device__ void k_layernorm_bwd_param_combine(i64 n, i64 slices, Op dgamma, Op dbeta, u64 part) {
+    GRID_STRIDE(i, n) {
+        if (dgamma.p) {
+            T dg = (T)GMEM(const T, part, i);
+            for (i64 s = 1; s < slices; s++) dg += (T)GMEM(const T, part, s * n + i);
+            st<T>(dgamma, i, ld<T>(dgamma, i) + dg);
+        }
+        if (dbeta.p) {
+            T db = (T)GMEM(const T, part, slices * n + i);
+            for (i64 s = 1; s < slices; s++) db += (T)GMEM(const T, part, (slices + s) * n + i);
+            st<T>(dbeta, i, ld<T>(dbeta, i) + db);
+        }
+    }
+}
+TYPED(k_layernorm_bwd_param_combine, (i64 n, i64 slices, Op dgamma, Op dbeta, u64 part),
+      (n, slices, dgamma, dbeta, part))
 
 // ---------------------------------------------------------------- embeddings
 

@@ -141,8 +141,23 @@ func (d *Device) Reduce(op device.ReduceOp, dst, src device.View) {
 	g := newRed(dst, src)
 	sfx := computeSuffix(dst, src)
 	a := new(args).red(g).op(dst).op(src).i64(int64(op))
-	kernel, grid := reducePlan(g)
-	d.launch(kernel+sfx, grid, a)
+	kernel, p := reducePlan(g, accBytes(sfx))
+	if kernel != "k_reduce_cols" {
+		d.launch(kernel+sfx, p.grid, a)
+		return
+	}
+	d.launch(kernel+sfx, p.grid, a.i64(p.chunk).u64(uint64(d.partials)))
+	if p.slices > 1 {
+		d.launch("k_reduce_cols_combine"+sfx, gridFor(g.nout), new(args).red(g).op(dst).i64(int64(op)).i64(p.slices).u64(uint64(d.partials)))
+	}
+}
+
+// accBytes is the size of the type a kernel of suffix sfx computes in.
+func accBytes(sfx string) int64 {
+	if sfx == sfx64 {
+		return 8
+	}
+	return 4
 }
 
 // Gemm runs C = Alpha·op(A)·op(B) + Beta·C (+ Bias) through cuBLAS.
@@ -235,7 +250,19 @@ func (d *Device) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma d
 	if dgamma.Buf.Block == nil && dbeta.Buf.Block == nil {
 		return
 	}
-	d.launch("k_layernorm_bwd_param"+sfx, colsGrid(int64(n)), new(args).i64(int64(rows)).i64(int64(n)).op(dgamma).op(dbeta).op(dy).op(x).op(mean).op(rstd))
+	d.layerNormParams(rows, n, sfx, dgamma, dbeta, dy, x, mean, rstd)
+}
+
+// layerNormParams adds layer norm's column sums into dgamma and dbeta
+// (either may be an empty view): two sums per column, split over the rows
+// as a bias gradient is (colsSplit).
+func (d *Device) layerNormParams(rows, n int, sfx string, dgamma, dbeta, dy, x, mean, rstd device.View) {
+	p := colsSplit(int64(n), int64(rows), 2*accBytes(sfx))
+	d.launch("k_layernorm_bwd_param"+sfx, p.grid, new(args).i64(int64(rows)).i64(int64(n)).op(dgamma).op(dbeta).op(dy).op(x).op(mean).op(rstd).
+		i64(p.chunk).u64(uint64(d.partials)))
+	if p.slices > 1 {
+		d.launch("k_layernorm_bwd_param_combine"+sfx, gridFor(int64(n)), new(args).i64(int64(n)).i64(p.slices).op(dgamma).op(dbeta).u64(uint64(d.partials)))
+	}
 }
 
 // checkIndex panics with a *device.IndexError when an index of idx lies

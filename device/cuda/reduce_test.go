@@ -107,8 +107,9 @@ func near(t *testing.T, name string, dt device.DType, got, want, mag []float64, 
 }
 
 // TestReducePaths runs Reduce through each of its kernels (one thread,
-// one block or a warp's lanes per output: reducePlan) on shapes larger
-// than the conformance suite's, against sums in float64.
+// one block or a warp's lanes per output: reducePlan; the column sums in
+// one pass or split over the rows) on shapes larger than the conformance
+// suite's, against sums in float64.
 func TestReducePaths(t *testing.T) {
 	d := newTestDevice(t)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -116,7 +117,11 @@ func TestReducePaths(t *testing.T) {
 		in, out []int
 		kernel  string
 	}{
-		{[]int{300, 70}, []int{1, 70}, "k_reduce_cols"},
+		{[]int{300, 70}, []int{1, 70}, "k_reduce_cols"},       // two slices
+		{[]int{4096, 384}, []int{384}, "k_reduce_cols"},       // a GPT's bias: 11 slices
+		{[]int{4099, 45}, []int{1, 45}, "k_reduce_cols"},      // a ragged last slice
+		{[]int{3, 400, 45}, []int{3, 1, 45}, "k_reduce_cols"}, // two kept dimensions, split
+		{[]int{200, 1000}, []int{1000}, "k_reduce_cols"},      // one slice: too few rows
 		{[]int{70}, []int{70}, "k_reduce_thread"},
 		{[]int{3, 100, 45}, []int{3, 1, 45}, "k_reduce_cols"},
 		{[]int{100, 45}, []int{45}, "k_reduce_cols"},
@@ -139,7 +144,7 @@ func TestReducePaths(t *testing.T) {
 					}
 					x := upload(t, d, dt, c.in, vals)
 					y := upload(t, d, dt, c.out, nil)
-					if k, _ := reducePlan(newRed(y.v, x.v)); k != c.kernel {
+					if k, _ := reducePlan(newRed(y.v, x.v), accBytes(computeSuffix(y.v, x.v))); k != c.kernel {
 						t.Errorf("reducePlan: %s, want %s", k, c.kernel)
 					}
 					d.Reduce(op, y.v, x.v)
@@ -188,15 +193,22 @@ func TestReducePaths(t *testing.T) {
 }
 
 // TestLayerNormBackwardParams checks k_layernorm_bwd_param's column sums
-// over many rows (every warp of its blocks busy, a partial last block)
-// against float64.
+// over many rows (every warp of its blocks busy, a partial last block;
+// split over the rows or not, a ragged last slice) against float64, with
+// dgamma or dbeta left out.
 func TestLayerNormBackwardParams(t *testing.T) {
 	d := newTestDevice(t)
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, dt := range []device.DType{device.F32, device.F64} {
-		for _, shape := range [][2]int{{300, 70}, {9, 33}, {1000, 5}} {
-			rows, n := shape[0], shape[1]
-			t.Run(fmt.Sprintf("%v/%dx%d", dt, rows, n), func(t *testing.T) {
+	for _, dt := range []device.DType{device.F32, device.BF16, device.F64} {
+		for _, c := range []struct {
+			rows, n     int
+			gamma, beta bool
+		}{
+			{300, 70, true, true}, {9, 33, true, true}, {1000, 5, true, true},
+			{4096, 384, true, true}, {4099, 45, true, true}, {1000, 100, true, false}, {1000, 100, false, true},
+		} {
+			rows, n := c.rows, c.n
+			t.Run(fmt.Sprintf("%v/%dx%d/%v,%v", dt, rows, n, c.gamma, c.beta), func(t *testing.T) {
 				r := func(k int, lo, hi float64) []float64 {
 					v := make([]float64, k)
 					for i := range v {
@@ -223,14 +235,113 @@ func TestLayerNormBackwardParams(t *testing.T) {
 						mb[i] += math.Abs(g)
 					}
 				}
-				d.launch("k_layernorm_bwd_param"+computeSuffix(x.v), colsGrid(int64(n)),
-					new(args).i64(int64(rows)).i64(int64(n)).op(dg.v).op(db.v).op(dy.v).op(x.v).op(mean.v).op(rstd.v))
-				tol := map[device.DType]float64{device.F32: 1e-6, device.F64: 1e-14}[dt]
+				gv, bv := dg.v, db.v
+				if !c.gamma {
+					gv, wg = device.View{}, dg.vals
+				}
+				if !c.beta {
+					bv, wb = device.View{}, db.vals
+				}
+				d.layerNormParams(rows, n, computeSuffix(x.v), gv, bv, dy.v, x.v, mean.v, rstd.v)
+				tol := map[device.DType]float64{device.F32: 1e-6, device.BF16: 8e-3, device.F64: 1e-14}[dt]
 				near(t, "dgamma", dt, download(d, dg.v), roundTo(dt, wg), mg, 2*rows+1, tol)
 				near(t, "dbeta", dt, download(d, db.v), roundTo(dt, wb), mb, rows+1, tol)
 			})
 		}
 	}
+}
+
+// TestReduceColsOrder checks a column sum bit for bit against the order
+// of additions kernels.cu's comments give (each group's four rows in
+// flight, the groups, then the slices, each in turn), and that two runs
+// agree bit for bit: split over the rows, the result is as deterministic
+// as in one pass. Layer norm's sums must repeat too.
+func TestReduceColsOrder(t *testing.T) {
+	d := newTestDevice(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, shape := range [][2]int{{4096, 384}, {4099, 45}, {300, 70}, {200, 1000}} {
+		rows, n := shape[0], shape[1]
+		t.Run(fmt.Sprintf("%dx%d", rows, n), func(t *testing.T) {
+			vals := make([]float64, rows*n)
+			for i := range vals {
+				vals[i] = float64(float32(rng.NormFloat64() * math.Exp(4*rng.Float64())))
+			}
+			x := upload(t, d, device.F32, []int{rows, n}, vals)
+			y := upload(t, d, device.F32, []int{n}, nil)
+			_, p := reducePlan(newRed(y.v, x.v), 4)
+			want := colsOrder(x.vals, rows, n, p)
+			var runs [2][]float64
+			for k := range runs {
+				d.Fill(y.v, math.NaN())
+				d.Reduce(device.Sum, y.v, x.v)
+				runs[k] = download(d, y.v)
+			}
+			for i := range n {
+				if math.Float32bits(float32(runs[0][i])) != math.Float32bits(want[i]) {
+					t.Fatalf("%d slices: sum %d = %v, want %v (the kernels' order)", p.slices, i, runs[0][i], want[i])
+				}
+				if math.Float32bits(float32(runs[1][i])) != math.Float32bits(float32(runs[0][i])) {
+					t.Fatalf("sum %d = %v, then %v", i, runs[0][i], runs[1][i])
+				}
+			}
+
+			dy := upload(t, d, device.F32, []int{rows, n}, vals)
+			mean := upload(t, d, device.F32, []int{rows}, vals[:rows])
+			rstd := upload(t, d, device.F32, []int{rows}, vals[rows:2*rows])
+			var ln [2][]float64
+			for k := range ln {
+				dg := upload(t, d, device.F32, []int{n}, nil)
+				db := upload(t, d, device.F32, []int{n}, nil)
+				d.layerNormParams(rows, n, sfx32, dg.v, db.v, dy.v, x.v, mean.v, rstd.v)
+				ln[k] = append(download(d, dg.v), download(d, db.v)...)
+			}
+			for i := range ln[0] {
+				if math.Float32bits(float32(ln[0][i])) != math.Float32bits(float32(ln[1][i])) {
+					t.Fatalf("layer norm sum %d = %v, then %v", i, ln[0][i], ln[1][i])
+				}
+			}
+		})
+	}
+}
+
+// colsOrder sums the columns of rows×n values in float32 in
+// k_reduce_cols's order under plan p.
+func colsOrder(x []float64, rows, n int, p colsPlan) []float32 {
+	const nw = colsGroups
+	out := make([]float32, n)
+	for o := range n {
+		at := func(j int64) float32 { return float32(x[j*int64(n)+int64(o)]) }
+		var total float32
+		for s := range p.slices {
+			lo, hi := s*p.chunk, min((s+1)*p.chunk, int64(rows))
+			var slice float32
+			for w := range int64(nw) {
+				var a [4]float32
+				j := lo + w
+				for ; j+3*nw < hi; j += 4 * nw {
+					for k := range a {
+						a[k] += at(j + int64(k)*nw)
+					}
+				}
+				for ; j < hi; j += nw {
+					a[0] += at(j)
+				}
+				g := (a[0] + a[1]) + (a[2] + a[3])
+				if w == 0 {
+					slice = g
+				} else {
+					slice += g
+				}
+			}
+			if s == 0 {
+				total = slice
+			} else {
+				total += slice
+			}
+		}
+		out[o] = total
+	}
+	return out
 }
 
 func roundTo(dt device.DType, v []float64) []float64 {

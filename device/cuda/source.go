@@ -76,8 +76,9 @@ func computeSuffix(views ...device.View) string {
 // entry points are these names with sfx32 or sfx64.
 var typedKernels = []string{
 	"k_fill", "k_convert", "k_unary", "k_unary_bwd", "k_binary", "k_masked_fill",
-	"k_causal_fill", "k_dropout", "k_reduce_block", "k_reduce_thread", "k_reduce_cols",
+	"k_causal_fill", "k_dropout", "k_reduce_block", "k_reduce_thread", "k_reduce_cols", "k_reduce_cols_combine",
 	"k_softmax", "k_softmax_bwd", "k_layernorm", "k_layernorm_bwd_dx", "k_layernorm_bwd_param",
+	"k_layernorm_bwd_param_combine",
 	"k_scatter_add", "k_im2col", "k_col2im", "k_pool", "k_pool_bwd",
 	"k_xent", "k_xent_bwd", "k_attention", "k_attention_bwd",
 }
