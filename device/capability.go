@@ -1,6 +1,7 @@
 package device
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 )
@@ -68,6 +69,17 @@ type AdamStepper interface {
 	AdamStep(param, grad, m, v View, h AdamHyper)
 }
 
+// AdamGroupStepper updates many parameters and their Adam state with one
+// set of hyperparameters in a few passes (a GPU launches one kernel for a
+// table of tensors rather than one per parameter: a model's many small
+// biases and norms cost a launch each otherwise).
+type AdamGroupStepper interface {
+	// AdamSteps is AdamStep(params[i], grads[i], ms[i], vs[i], h) for
+	// every i, with the same bits; the slices have one length and the
+	// tensors do not overlap.
+	AdamSteps(params, grads, ms, vs []View, h AdamHyper)
+}
+
 // Adam8bitStepper updates a parameter and its 8-bit Adam state (quant8.go)
 // in one pass.
 type Adam8bitStepper interface {
@@ -87,17 +99,18 @@ type SGDStepper interface {
 
 // Capability names, for Has and Without.
 const (
-	CapSoftmax      = "softmax"
-	CapLayerNorm    = "layer_norm"
-	CapCrossEntropy = "cross_entropy"
-	CapCausalFill   = "causal_fill"
-	CapAdamStep     = "adam_step"
-	CapSGDStep      = "sgd_step"
-	CapAdam8bitStep = "adam8bit_step"
+	CapSoftmax       = "softmax"
+	CapLayerNorm     = "layer_norm"
+	CapCrossEntropy  = "cross_entropy"
+	CapCausalFill    = "causal_fill"
+	CapAdamStep      = "adam_step"
+	CapAdamGroupStep = "adam_group_step"
+	CapSGDStep       = "sgd_step"
+	CapAdam8bitStep  = "adam8bit_step"
 )
 
 // Capabilities lists every capability name.
-var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapSGDStep, CapAttention, CapTiledAttention, CapAdam8bitStep, CapStochasticRound, CapQuantGemm, CapDequantize}
+var Capabilities = []string{CapSoftmax, CapLayerNorm, CapCrossEntropy, CapCausalFill, CapAdamStep, CapAdamGroupStep, CapSGDStep, CapAttention, CapTiledAttention, CapAdam8bitStep, CapStochasticRound, CapQuantGemm, CapDequantize}
 
 // AttentionOf returns d's fused attention kernels, or nil when d lacks
 // them (or hides them): the tensor package then composes attention from
@@ -114,6 +127,7 @@ var capabilityTypes = map[string]reflect.Type{
 	CapCrossEntropy:    reflect.TypeFor[CrossEntropyKernels](),
 	CapCausalFill:      reflect.TypeFor[CausalFiller](),
 	CapAdamStep:        reflect.TypeFor[AdamStepper](),
+	CapAdamGroupStep:   reflect.TypeFor[AdamGroupStepper](),
 	CapSGDStep:         reflect.TypeFor[SGDStepper](),
 	CapAdam8bitStep:    reflect.TypeFor[Adam8bitStepper](),
 	CapStochasticRound: reflect.TypeFor[StochasticRounder](),
@@ -316,6 +330,24 @@ func AdamStep(d Device, param, grad, m, v View, h AdamHyper) {
 		return
 	}
 	composedAdamStep(d, param, grad, m, v, h)
+}
+
+// AdamSteps runs AdamStep on each (params[i], grads[i], ms[i], vs[i])
+// with one hyperparameter set: through d's group kernel where d has it
+// and its per-tensor kernel (the group kernel is that arithmetic, so
+// hiding adam_step hides both), otherwise one AdamStep per tensor. The
+// slices must have one length and the tensors must not overlap.
+func AdamSteps(d Device, params, grads, ms, vs []View, h AdamHyper) {
+	if len(grads) != len(params) || len(ms) != len(params) || len(vs) != len(params) {
+		panic(fmt.Sprintf("device: AdamSteps of %d parameters with %d gradients, %d and %d moments", len(params), len(grads), len(ms), len(vs)))
+	}
+	if k, ok := capable(d, CapAdamGroupStep).(AdamGroupStepper); ok && Has(d, CapAdamStep) {
+		k.AdamSteps(params, grads, ms, vs, h)
+		return
+	}
+	for i := range params {
+		AdamStep(d, params[i], grads[i], ms[i], vs[i], h)
+	}
 }
 
 // SGDStep runs d's fused SGD update, or its composition.

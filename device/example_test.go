@@ -69,3 +69,41 @@ func ExampleAs() {
 	// false true true
 	// false true
 }
+
+// AdamSteps updates several parameters with one hyperparameter set in
+// one call (a GPU's few launches for all of them); each gets the bits
+// AdamStep would give it alone.
+func ExampleAdamSteps() {
+	dev := cpu.New()
+	view := func(vals ...float32) device.View {
+		b, err := dev.Alloc(int64(4*len(vals)), memory.Activation)
+		if err != nil {
+			panic(err)
+		}
+		var raw []byte
+		for _, v := range vals {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+		}
+		dev.Write(b, 0, raw)
+		return device.View{Buf: b, DType: device.F32, Shape: []int{len(vals)}, Strides: []int{1}}
+	}
+	// A weight of three elements and a bias of one, with zero moments.
+	params := []device.View{view(1, -1, 0.5), view(0.25)}
+	grads := []device.View{view(0.1, 0.2, -0.3), view(1)}
+	ms := []device.View{view(0, 0, 0), view(0)}
+	vs := []device.View{view(0, 0, 0), view(0)}
+	h := device.AdamHyper{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, BiasCorrection1: 0.1, BiasCorrection2: 0.001}
+	device.AdamSteps(dev, params, grads, ms, vs, h)
+	for _, p := range params {
+		raw := make([]byte, 4*p.Len())
+		dev.Read(raw, p.Buf, 0)
+		vals := make([]float32, p.Len())
+		for i := range vals {
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		fmt.Printf("%.4f\n", vals)
+	}
+	// Output:
+	// [0.9000 -1.1000 0.6000]
+	// [0.1500]
+}

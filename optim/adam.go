@@ -100,12 +100,31 @@ func (r adamRule) specs(p *tensor.Tensor) []bufSpec { return elementSpecs(p, r.b
 func (adamRule) inPlace(d device.Device) bool { return device.Has(d, device.CapAdamStep) }
 
 func (r adamRule) update(s *tensor.Scope, p, g *tensor.Tensor, bufs []*tensor.Tensor, h stepArgs) {
+	tensor.AdamStep(p, g, bufs[0], bufs[1], r.hyper(h))
+}
+
+// groups: Adam's in-place updates go to the device together where it
+// has a group kernel (device.AdamGroupStepper).
+func (adamRule) groups(d device.Device) bool {
+	return device.Has(d, device.CapAdamStep) && device.Has(d, device.CapAdamGroupStep)
+}
+
+func (r adamRule) updateGroup(ps, gs []*tensor.Tensor, bufs [][]*tensor.Tensor, h stepArgs) {
+	ms, vs := make([]*tensor.Tensor, len(bufs)), make([]*tensor.Tensor, len(bufs))
+	for i, b := range bufs {
+		ms[i], vs[i] = b[0], b[1]
+	}
+	tensor.AdamSteps(ps, gs, ms, vs, r.hyper(h))
+}
+
+// hyper is the device's description of an update with h.
+func (r adamRule) hyper(h stepArgs) device.AdamHyper {
 	t := float64(h.t)
-	tensor.AdamStep(p, g, bufs[0], bufs[1], device.AdamHyper{
+	return device.AdamHyper{
 		LR: h.lr, Beta1: r.beta1, Beta2: r.beta2, Eps: r.eps, WeightDecay: h.wd,
 		Decoupled:       r.decoupled,
 		BiasCorrection1: 1 - math.Pow(r.beta1, t),
 		BiasCorrection2: 1 - math.Pow(r.beta2, t),
 		GradScale:       h.gradScale,
-	})
+	}
 }

@@ -57,6 +57,10 @@ func (r adam8Rule) name() string { return r.adamRule.name() + "8bit" }
 // through pooled Go buffers and allocates nothing on the device.
 func (adam8Rule) inPlace(device.Device) bool { return true }
 
+// groups is false: the 8-bit update is its own kernel, with no group
+// form (adamRule's, which it would inherit, updates F32 moments).
+func (adam8Rule) groups(device.Device) bool { return false }
+
 var adam8Buffers = []string{"exp_avg_codes", "exp_avg_sq_codes", "exp_avg_scale", "exp_avg_sq_scale"}
 
 func (adam8Rule) buffers() []string { return adam8Buffers }

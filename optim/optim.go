@@ -448,12 +448,18 @@ func (o *Optimizer) StepScaled(gradScale float64) error {
 		o.state[p] = st
 	}
 	err := tensor.Catch(func() error {
+		var b batches
 		for _, j := range jobs {
 			st := o.state[j.p]
 			h := stepArgs{lr: j.gr.lr * factor, wd: j.gr.wd, gradScale: gradScale, t: st.steps + 1}
+			if o.batchable(j.p) {
+				b.add(o.rule.(groupRule), j.p, j.g, st, h)
+				continue
+			}
 			o.updateOne(j.p, j.g, st.bufs, h)
 			st.steps++
 		}
+		b.run()
 		return nil
 	})
 	if err != nil {
@@ -576,6 +582,81 @@ func (o *Optimizer) updateOne(p, g *tensor.Tensor, bufs []*tensor.Tensor, h step
 		return
 	}
 	o.rule.update(s, p, g, bufs, h)
+}
+
+// A groupRule can update many parameters that share their step arguments
+// on one device in a single call: a device with a group kernel then
+// launches a few kernels where it would launch one per parameter (on a
+// GPU a model's many small biases and norms cost more to launch than to
+// update). Each parameter's result is that of its own update.
+type groupRule interface {
+	// groups reports whether parameters on d are updated in place in
+	// groups (the rule's fused kernel and the device's group kernel).
+	groups(d device.Device) bool
+	// updateGroup updates ps from gs with their state bufs[i].
+	updateGroup(ps, gs []*tensor.Tensor, bufs [][]*tensor.Tensor, h stepArgs)
+}
+
+// batchable reports whether Step leaves p's update to a group call
+// (groupRule): the rule and p's device have one, and p is not rounded
+// stochastically.
+func (o *Optimizer) batchable(p *tensor.Tensor) bool {
+	r, ok := o.rule.(groupRule)
+	return ok && !(o.rounding && p.DType() == tensor.BF16) && r.groups(p.Device())
+}
+
+// batchKey is what the parameters of one group call share.
+type batchKey struct {
+	dev device.Device
+	h   stepArgs
+}
+
+// batch is the parameters of one group call, in Step's order.
+type batch struct {
+	ps, gs []*tensor.Tensor
+	bufs   [][]*tensor.Tensor
+	states []*paramState
+}
+
+// batches gathers a step's batchable updates by device and step
+// arguments (the parameters of a group with the same update count share
+// them), in the order of each key's first parameter.
+type batches struct {
+	rule groupRule
+	keys []batchKey
+	by   map[batchKey]*batch
+}
+
+func (b *batches) add(r groupRule, p, g *tensor.Tensor, st *paramState, h stepArgs) {
+	b.rule = r
+	k := batchKey{p.Device(), h}
+	if b.by == nil {
+		b.by = map[batchKey]*batch{}
+	}
+	bt := b.by[k]
+	if bt == nil {
+		bt = &batch{}
+		b.by[k] = bt
+		b.keys = append(b.keys, k)
+	}
+	bt.ps, bt.gs = append(bt.ps, p), append(bt.gs, g)
+	bt.bufs, bt.states = append(bt.bufs, st.bufs), append(bt.states, st)
+}
+
+// run makes each batch's group call, in a scope as updateOne's, and
+// counts the updates.
+func (b *batches) run() {
+	for _, k := range b.keys {
+		bt := b.by[k]
+		func() {
+			s := tensor.NewScope(tensor.NoGrad(), tensor.Category(memory.Temporary))
+			defer s.Close()
+			b.rule.updateGroup(bt.ps, bt.gs, bt.bufs, k.h)
+		}()
+		for _, st := range bt.states {
+			st.steps++
+		}
+	}
 }
 
 // SetStochasticRounding makes every update of a BF16 parameter compute in

@@ -3,7 +3,8 @@ package optim
 import "github.com/memfit/memfit/tensor"
 
 // Updates are one fused kernel per parameter (tensor.AdamStep,
-// tensor.SGDStep) and make no temporaries. Reductions over gradients (the
+// tensor.SGDStep; Step gives Adam's to the device in groups where it can,
+// tensor.AdamSteps) and make no temporaries. Reductions over gradients (the
 // global norm) run chunk by chunk so that their temporaries hold at most
 // chunkElems elements whatever the size of the largest parameter.
 

@@ -6,7 +6,8 @@ import (
 	"github.com/memfit/memfit/device"
 )
 
-// Fused optimizer updates: one kernel per parameter, no temporaries. The
+// Fused optimizer updates: one kernel per parameter (or per group of
+// parameters: AdamSteps), no temporaries. The
 // parameter and state tensors are updated in place (their versions go up);
 // all must be contiguous, of one shape, on one device.
 
@@ -33,6 +34,31 @@ func AdamStep(p, g, m, v *Tensor, h device.AdamHyper) {
 	p.st.version.Add(1)
 	m.st.version.Add(1)
 	v.st.version.Add(1)
+}
+
+// AdamSteps applies AdamStep(ps[i], gs[i], ms[i], vs[i], h) for every i
+// with one call to the device (device.AdamSteps: a few kernel launches
+// for all of them where the device has a group kernel). All tensors are
+// on one device, and no two parameters or moments share memory.
+func AdamSteps(ps, gs, ms, vs []*Tensor, h device.AdamHyper) {
+	if len(gs) != len(ps) || len(ms) != len(ps) || len(vs) != len(ps) {
+		panic(errorf("adam_step", "%d parameters with %d gradients, %d and %d moments", len(ps), len(gs), len(ms), len(vs)))
+	}
+	if len(ps) == 0 {
+		return
+	}
+	pv, gv, mv, vv := make([]device.View, len(ps)), make([]device.View, len(ps)), make([]device.View, len(ps)), make([]device.View, len(ps))
+	for i, p := range ps {
+		checkFused("adam_step", p, gs[i], ms[i], vs[i])
+		sameDevice("adam_step", ps[0], p)
+		pv[i], gv[i], mv[i], vv[i] = p.view(), gs[i].view(), ms[i].view(), vs[i].view()
+	}
+	device.AdamSteps(ps[0].st.dev, pv, gv, mv, vv, h)
+	for i, p := range ps {
+		p.st.version.Add(1)
+		ms[i].st.version.Add(1)
+		vs[i].st.version.Add(1)
+	}
 }
 
 // SGDStep applies one SGD update to p from gradient g; buf is the

@@ -230,6 +230,11 @@ func (d *timedDevice) AdamStep(param, grad, m, v device.View, h device.AdamHyper
 	device.AdamStep(d.Device, param, grad, m, v, h)
 }
 
+func (d *timedDevice) AdamSteps(params, grads, ms, vs []device.View, h device.AdamHyper) {
+	defer d.add("adam-group", time.Now())
+	device.AdamSteps(d.Device, params, grads, ms, vs, h)
+}
+
 func (d *timedDevice) SGDStep(param, grad, momentum device.View, h device.SGDHyper) {
 	defer d.add("sgd "+dt(grad), time.Now())
 	device.SGDStep(d.Device, param, grad, momentum, h)

@@ -119,3 +119,14 @@ func sgdStep[T float](d *Device, param, grad, buf device.View, h device.SGDHyper
 		}
 	})
 }
+
+// AdamSteps is device.AdamGroupStepper: AdamStep on each parameter in
+// turn (each is spread over the device's threads already, and the CPU
+// has no launch cost to save).
+func (d *Device) AdamSteps(params, grads, ms, vs []device.View, h device.AdamHyper) {
+	for i := range params {
+		d.AdamStep(params[i], grads[i], ms[i], vs[i], h)
+	}
+}
+
+var _ device.AdamGroupStepper = (*Device)(nil)

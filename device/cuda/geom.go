@@ -367,3 +367,26 @@ func flag(b bool) int64 {
 	}
 	return 0
 }
+
+// k_adam_multi's table (struct AdamMulti of kernels.cu): at most adamMulti
+// tensors a launch, each cut into blocks of adamChunk elements. The table
+// and the nine scalars take (1+6·adamMulti+9)·8 = 3920 bytes of the 4 KiB
+// a launch's parameters may take. A tensor of more than
+// adamMaxBlocks·adamChunk elements gets a k_adam launch of its own (its
+// launch cost is nothing beside its work), and a table is launched before
+// its blocks pass adamMaxBlocks.
+const (
+	adamMulti = 80
+	adamChunk = 8 * block
+)
+
+// adamMaxBlocks is the most blocks of a k_adam_multi launch (a variable so
+// that tests can reach its limits with small tensors).
+var adamMaxBlocks int64 = 1 << 20
+
+// adamTable is a k_adam_multi launch being filled.
+type adamTable struct {
+	count, blocks int64
+	start, n      [adamMulti]int64
+	p, g, m, v    [adamMulti]uint64
+}

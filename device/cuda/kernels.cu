@@ -1086,23 +1086,71 @@ TYPED(k_xent_bwd, (i64 rows, i64 c, Op dlogits, Op logits, Op targets, Op dloss,
 
 // ---------------------------------------------------------------- optimizers
 
+// adam_elem is one element's Adam/AdamW step, in double as on the CPU:
+// k_adam's and k_adam_multi's arithmetic, written once so that the two
+// give the same bits.
+__device__ __forceinline__ void adam_elem(double gi, double& pi, double& mi, double& vi, double lr, double b1,
+                                          double b2, double eps, double wd, i64 decoupled, double step,
+                                          double sqrtbc2) {
+    if (wd != 0) {
+        if (decoupled) pi -= lr * wd * pi;
+        else gi += wd * pi;
+    }
+    mi = b1 * mi + (1 - b1) * gi;
+    vi = b2 * vi + (1 - b2) * gi * gi;
+    pi -= step * mi / (sqrt(vi) / sqrtbc2 + eps);
+}
+
 // k_adam: one Adam/AdamW step per element, in double as on the CPU.
 // step = lr/bc1, sqrtbc2 = sqrt(bc2), both computed on the host.
 extern "C" __global__ void k_adam(i64 n, Op p, Op g, Op m, Op v, double lr, double b1, double b2, double eps,
                                   double wd, i64 decoupled, double step, double sqrtbc2, double scale) {
     GRID_STRIDE(i, n) {
-        double gi = ld<double>(g, i) * scale;
-        double pi = ld<double>(p, i);
-        if (wd != 0) {
-            if (decoupled) pi -= lr * wd * pi;
-            else gi += wd * pi;
-        }
-        double mi = b1 * ld<double>(m, i) + (1 - b1) * gi;
-        double vi = b2 * ld<double>(v, i) + (1 - b2) * gi * gi;
-        pi -= step * mi / (sqrt(vi) / sqrtbc2 + eps);
+        double pi = ld<double>(p, i), mi = ld<double>(m, i), vi = ld<double>(v, i);
+        adam_elem(ld<double>(g, i) * scale, pi, mi, vi, lr, b1, b2, eps, wd, decoupled, step, sqrtbc2);
         st<double>(p, i, pi);
         st<double>(m, i, mi);
         st<double>(v, i, vi);
+    }
+}
+
+// AdamMulti is a table of up to ADAM_MULTI contiguous f32 tensors for
+// k_adam_multi: tensor k has n[k] elements at the addresses p[k], g[k],
+// m[k] and v[k] (its views' first elements) and is updated by the blocks
+// from start[k] to start[k+1] (to the grid's end for the last), each
+// taking ADAM_CHUNK elements. It travels in the kernel's parameters,
+// which stay under 4 KiB.
+struct AdamMulti {
+    i64 count;
+    i64 start[ADAM_MULTI];
+    i64 n[ADAM_MULTI];
+    float* p[ADAM_MULTI];
+    float* g[ADAM_MULTI];
+    float* m[ADAM_MULTI];
+    float* v[ADAM_MULTI];
+};
+
+// k_adam_multi is k_adam on every tensor of a table in one launch (the
+// device's AdamSteps): block b finds its tensor among the block starts
+// and updates one chunk of it with adam_elem, so the bits are k_adam's.
+extern "C" __global__ void k_adam_multi(AdamMulti t, double lr, double b1, double b2, double eps, double wd,
+                                        i64 decoupled, double step, double sqrtbc2, double scale) {
+    const i64 b = blockIdx.x;
+    i64 lo = 0, hi = t.count - 1;  // the last k with start[k] <= b
+    while (lo < hi) {
+        const i64 mid = (lo + hi + 1) / 2;
+        if (t.start[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const i64 first = (b - t.start[lo]) * ADAM_CHUNK;
+    const i64 end = first + ADAM_CHUNK < t.n[lo] ? first + ADAM_CHUNK : t.n[lo];
+    float *p = t.p[lo], *g = t.g[lo], *m = t.m[lo], *v = t.v[lo];
+    for (i64 i = first + threadIdx.x; i < end; i += blockDim.x) {
+        double pi = GMEM(const float, p, i), mi = GMEM(const float, m, i), vi = GMEM(const float, v, i);
+        adam_elem((double)GMEM(const float, g, i) * scale, pi, mi, vi, lr, b1, b2, eps, wd, decoupled, step, sqrtbc2);
+        GMEM(float, p, i) = (float)pi;
+        GMEM(float, m, i) = (float)mi;
+        GMEM(float, v, i) = (float)vi;
     }
 }
 

@@ -363,6 +363,73 @@ func (d *Device) AdamStep(param, grad, m, v device.View, h device.AdamHyper) {
 	d.launch("k_adam", gridFor(n), a)
 }
 
+// args lays out the launch: the AdamMulti struct, then the scalars as
+// k_adam takes them.
+func (t *adamTable) args(h device.AdamHyper) *args {
+	a := new(args)
+	a.begin()
+	a.words = append(a.words, uint64(t.count))
+	for _, col := range [][adamMulti]int64{t.start, t.n} {
+		for _, x := range col {
+			a.words = append(a.words, uint64(x))
+		}
+	}
+	for _, col := range [][adamMulti]uint64{t.p, t.g, t.m, t.v} {
+		a.words = append(a.words, col[:]...)
+	}
+	return a.f64(h.LR).f64(h.Beta1).f64(h.Beta2).f64(h.Eps).f64(h.WeightDecay).i64(flag(h.Decoupled)).
+		f64(h.LR / h.BiasCorrection1).f64(math.Sqrt(h.BiasCorrection2)).f64(gradScale(h.GradScale))
+}
+
+// AdamSteps is device.AdamGroupStepper: the contiguous f32 tensors go
+// into tables of k_adam_multi, one launch for up to adamMulti of them
+// (a model's biases and norms would take a launch each, longer to start
+// than to run); any other tensor gets its k_adam launch. Both compute
+// adam_elem, so the bits are AdamStep's.
+func (d *Device) AdamSteps(params, grads, ms, vs []device.View, h device.AdamHyper) {
+	var t adamTable
+	flush := func() {
+		if t.count > 0 {
+			d.launch("k_adam_multi", int(t.blocks), t.args(h))
+		}
+		t = adamTable{}
+	}
+	for i, p := range params {
+		g, m, v := grads[i], ms[i], vs[i]
+		n := int64(p.Len())
+		if n == 0 {
+			continue
+		}
+		blocks := (n + adamChunk - 1) / adamChunk
+		if blocks > adamMaxBlocks || !multiAdam(p, g, m, v) {
+			d.AdamStep(p, g, m, v, h)
+			continue
+		}
+		if t.count == adamMulti || t.blocks+blocks > adamMaxBlocks {
+			flush()
+		}
+		k := t.count
+		t.start[k], t.n[k] = t.blocks, n
+		t.p[k], t.g[k], t.m[k], t.v[k] = uint64(addr(p)), uint64(addr(g)), uint64(addr(m)), uint64(addr(v))
+		t.count++
+		t.blocks += blocks
+	}
+	flush()
+}
+
+// multiAdam reports whether k_adam_multi can take these views: all F32
+// and contiguous, with storage.
+func multiAdam(views ...device.View) bool {
+	for _, v := range views {
+		if v.DType != device.F32 || !v.Contiguous() || v.Buf.Block == nil {
+			return false
+		}
+	}
+	return true
+}
+
+var _ device.AdamGroupStepper = (*Device)(nil)
+
 // Adam8bitStep applies one 8-bit Adam update (device.Adam8bitStepper):
 // kernels.cu's k_adam8bit, one thread block per block of quantized state,
 // bit for bit device.Adam8bitBlock.

@@ -50,6 +50,18 @@ var mutants = []struct {
 		want: "--- FAIL",
 	},
 	{
+		name: "multi-tensor Adam runs a tensor's last chunk past its end",
+		old:  "const i64 end = first + ADAM_CHUNK < t.n[lo] ? first + ADAM_CHUNK : t.n[lo];",
+		new:  "const i64 end = first + ADAM_CHUNK;",
+		want: "CUDA_ERROR_ILLEGAL_ADDRESS",
+	},
+	{
+		name: "multi-tensor Adam gives a block the tensor before its own",
+		old:  "if (t.start[mid] <= b) lo = mid;",
+		new:  "if (t.start[mid] < b) lo = mid;",
+		want: "--- FAIL",
+	},
+	{
 		name: "tiled attention forgets to rescale a row's sum when its maximum grows",
 		old:  "                lrow[a] = lrow[a] * alpha + half_sum(sum);\n                mrow[a] = mn;\n                for (int c = 0; c < DK; c++)",
 		new:  "                lrow[a] = lrow[a] + half_sum(sum);\n                mrow[a] = mn;\n                for (int c = 0; c < DK; c++)",

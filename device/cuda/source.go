@@ -30,6 +30,8 @@ func prelude() string {
 	def("Q8_BLOCK", device.Quant8Block)
 	def("QUANT_BLOCK", device.QuantBlock)
 	def("NF4_NESTED", device.NF4NestedBlock)
+	def("ADAM_MULTI", adamMulti)
+	def("ADAM_CHUNK", adamChunk)
 	b.WriteString(flashDefines())
 	for _, d := range []device.DType{device.F32, device.F64, device.F16, device.BF16, device.I32, device.I64, device.U8} {
 		def("DT_"+strings.ToUpper(d.String()), int(d))
@@ -86,7 +88,7 @@ var typedKernels = []string{
 // plainKernels have a single entry point.
 var plainKernels = []string{
 	"k_copy1", "k_copy2", "k_copy4", "k_copy8", "k_gather", "k_random", "k_all_finite", "k_check_index",
-	"k_adam", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant",
+	"k_adam", "k_adam_multi", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant",
 }
 
 // kernelNames lists every extern "C" entry point kernels.cu must define.

@@ -909,6 +909,51 @@ var cases = []kcase{
 			e.check("sgd momentum", buf, wb, 1e-5)
 		}
 	}},
+	{"AdamGroup", floatTypes, func(e *env, dt device.DType) {
+		// Tensors of several sizes (one element, one past a power of two)
+		// in one device.AdamSteps: each must be AdamStep's bits on that
+		// tensor alone, and the reference's values within F32 rounding.
+		sizes := []int{1, 5, 300, 257, 2049}
+		for _, dec := range []bool{false, true} {
+			h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: dec,
+				BiasCorrection1: 1 - 0.9*0.9, BiasCorrection2: 1 - 0.999*0.999, GradScale: 0.5}
+			type set struct{ p, g, m, v *operand }
+			var group, alone []set
+			for _, n := range sizes {
+				s := set{e.tensor(device.F32, []int{n}, e.random(n, -1, 1)), e.tensor(dt, []int{n}, e.random(n, -1, 1)),
+					e.tensor(device.F32, []int{n}, e.random(n, -0.1, 0.1)), e.tensor(device.F32, []int{n}, e.random(n, 0, 0.01))}
+				group = append(group, s)
+				alone = append(alone, set{e.tensor(device.F32, []int{n}, s.p.vals), s.g,
+					e.tensor(device.F32, []int{n}, s.m.vals), e.tensor(device.F32, []int{n}, s.v.vals)})
+			}
+			e.each(func(d device.Device, o func(*operand) device.View) {
+				var ps, gs, ms, vs []device.View
+				for _, s := range group {
+					ps, gs, ms, vs = append(ps, o(s.p)), append(gs, o(s.g)), append(ms, o(s.m)), append(vs, o(s.v))
+				}
+				device.AdamSteps(d, ps, gs, ms, vs, h)
+				for _, s := range alone {
+					device.AdamStep(d, o(s.p), o(s.g), o(s.m), o(s.v), h)
+				}
+			})
+			if !e.values {
+				continue
+			}
+			for i, s := range group {
+				wp, wm, wv := adamRef(s.p.vals, s.g.vals, s.m.vals, s.v.vals, h)
+				name := fmt.Sprintf("adam group %d", sizes[i])
+				e.check(name+" param", s.p, wp, 1e-5)
+				e.check(name+" m", s.m, wm, 1e-5)
+				e.check(name+" v", s.v, wv, 1e-5)
+				for _, c := range []struct {
+					name   string
+					got, w *operand
+				}{{"param", s.p, alone[i].p}, {"m", s.m, alone[i].m}, {"v", s.v, alone[i].v}} {
+					e.exact(name+" "+c.name+" as AdamStep's", c.got, e.read(c.w))
+				}
+			}
+		}
+	}},
 }
 
 func catchIndex(f func()) (ie *device.IndexError) {

@@ -71,6 +71,7 @@ func (d *Device) MaskedFill(_, _, _ device.View, _ float64)                     
 func (d *Device) CausalFill(_, _ device.View, _ float64)                            {}
 func (d *Device) AllFinite(device.View) bool                                        { return true }
 func (d *Device) AdamStep(_, _, _, _ device.View, _ device.AdamHyper)               {}
+func (d *Device) AdamSteps(_, _, _, _ []device.View, _ device.AdamHyper)            {}
 func (d *Device) SGDStep(_, _, _ device.View, _ device.SGDHyper)                    {}
 func (d *Device) Adam8bitStep(_, _, _, _, _, _ device.View, _ device.AdamHyper)     {}
 func (d *Device) StochasticRoundBF16(_, _ device.View, _ uint64, _ int64)           {}
