@@ -107,19 +107,7 @@ func TestAdamSteps(t *testing.T) {
 				h := c.h
 				h.BiasCorrection1 = 1 - math.Pow(h.Beta1, float64(step))
 				h.BiasCorrection2 = 1 - math.Pow(h.Beta2, float64(step))
-				var ps, gs, ms, vs []device.View
-				for _, s := range multi {
-					ps, gs, ms, vs = append(ps, s.p), append(gs, s.g), append(ms, s.m), append(vs, s.v)
-				}
-				if d.CountsLaunches() {
-					d.ResetLaunchCounts()
-				}
-				d.AdamSteps(ps, gs, ms, vs, h)
-				if d.CountsLaunches() {
-					got := map[string]int64{}
-					for _, k := range d.LaunchCounts().Kernels {
-						got[k.Name] = k.Launches
-					}
+				if got := adamStepsLaunches(d, multi, h); got != nil {
 					// 167 tensors, 7 empty and 2 with BF16 gradients:
 					// 158 in a table of 80 and one of 78.
 					if got["k_adam_multi"] != 2 || got["k_adam"] != int64(len(bf16)) {
@@ -146,19 +134,7 @@ func TestAdamStepsSplits(t *testing.T) {
 	multi := adamTensors(t, d, rand.New(rand.NewPCG(3, 4)), sizes, nil)
 	single := copyAdam(t, d, multi)
 	h := device.AdamHyper{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, BiasCorrection1: 0.1, BiasCorrection2: 0.001}
-	var ps, gs, ms, vs []device.View
-	for _, s := range multi {
-		ps, gs, ms, vs = append(ps, s.p), append(gs, s.g), append(ms, s.m), append(vs, s.v)
-	}
-	if d.CountsLaunches() {
-		d.ResetLaunchCounts()
-	}
-	d.AdamSteps(ps, gs, ms, vs, h)
-	if d.CountsLaunches() {
-		got := map[string]int64{}
-		for _, k := range d.LaunchCounts().Kernels {
-			got[k.Name] = k.Launches
-		}
+	if got := adamStepsLaunches(d, multi, h); got != nil {
 		// Blocks 2, 1, 4, 1, 3, 1: the 4 alone by k_adam, and tables
 		// [2 1] [1] [3] [1].
 		if got["k_adam_multi"] != 4 || got["k_adam"] != 1 {
@@ -169,6 +145,27 @@ func TestAdamStepsSplits(t *testing.T) {
 		d.AdamStep(s.p, s.g, s.m, s.v, h)
 	}
 	compareAdam(t, d, multi, single)
+}
+
+// adamStepsLaunches runs one AdamSteps over sets and returns its
+// launches by kernel, or nil where the device does not count them (a
+// GPU).
+func adamStepsLaunches(d *Device, sets []adamSet, h device.AdamHyper) map[string]int64 {
+	var ps, gs, ms, vs []device.View
+	for _, s := range sets {
+		ps, gs, ms, vs = append(ps, s.p), append(gs, s.g), append(ms, s.m), append(vs, s.v)
+	}
+	if !d.CountsLaunches() {
+		d.AdamSteps(ps, gs, ms, vs, h)
+		return nil
+	}
+	d.ResetLaunchCounts()
+	d.AdamSteps(ps, gs, ms, vs, h)
+	got := map[string]int64{}
+	for _, k := range d.LaunchCounts().Kernels {
+		got[k.Name] = k.Launches
+	}
+	return got
 }
 
 func compareAdam(t *testing.T, d *Device, got, want []adamSet) {

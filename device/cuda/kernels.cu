@@ -1395,29 +1395,19 @@ TYPED(k_attention_bwd,
 
 // fa_load copies rows r0… (at most R, rows past T as zeros) of a [B, H, T,
 // D] operand into a tile of shared memory as float, element (r, c) at
-// sh[r·LD + c], and columns D…DM-1 as zeros: the products run over DM, a
-// compile-time bound, so that the compiler unrolls them. Indices within
-// the tile are 32-bit and DM a power of two (a 64-bit division per element
-// cost more than the products the tile fed).
-template <int R, int DM, int LD>
+// sh[r·LD + c] (or transposed, TR, at sh[c·LD + r]: a thread's consecutive
+// rows of one column are then one wide load, fa_vec), and columns D…DM-1
+// as zeros: the products run over DM, a compile-time bound, so that the
+// compiler unrolls them. Indices within the tile are 32-bit and DM a power
+// of two (a 64-bit division per element cost more than the products the
+// tile fed).
+template <int R, int DM, int LD, bool TR = false>
 __device__ __forceinline__ void fa_load(float* sh, const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
     const i64 base = b * s.sb + h * s.sh + r0 * s.st;
     const int rows = Tn - r0 < R ? (int)(Tn - r0) : R, d = (int)D;
     for (int e = threadIdx.x; e < R * DM; e += BLOCK) {
         const int r = e / DM, c = e % DM;
-        sh[r * LD + c] = r < rows && c < d ? ld<float>(x, base + r * s.st + c) : 0.0f;
-    }
-}
-
-// fa_load_t is fa_load transposed: element (r, c) at sh[c·LD + r], so that
-// a thread's consecutive rows of one column are one wide load (fa_vec).
-template <int R, int DM, int LD>
-__device__ __forceinline__ void fa_load_t(float* sh, const Op& x, const Heads& s, i64 b, i64 h, i64 r0, i64 Tn, i64 D) {
-    const i64 base = b * s.sb + h * s.sh + r0 * s.st;
-    const int rows = Tn - r0 < R ? (int)(Tn - r0) : R, d = (int)D;
-    for (int e = threadIdx.x; e < R * DM; e += BLOCK) {
-        const int r = e / DM, c = e % DM;
-        sh[c * LD + r] = r < rows && c < d ? ld<float>(x, base + r * s.st + c) : 0.0f;
+        sh[TR ? c * LD + r : r * LD + c] = r < rows && c < d ? ld<float>(x, base + r * s.st + c) : 0.0f;
     }
 }
 
@@ -1569,7 +1559,7 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
         const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
         __syncthreads();  // the previous tile's last products are done with Qt, KV and Pt
-        fa_load_t<BR, DM, LQ>(Qt, q, sq, b, h, i0, Tn, D);
+        fa_load<BR, DM, LQ, true>(Qt, q, sq, b, h, i0, Tn, D);
         float o[RM][DK], mrow[RM], lrow[RM], inv[RM], s[RM][CM];
         i64 start[RM];
         for (int a = 0; a < RM; a++) {
@@ -1583,7 +1573,7 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
         if (exact) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();
-                fa_load_t<BC, DM, LK>(KV, k, sk, b, h, j0, Tn, D);
+                fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
                 __syncthreads();
                 fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
                 for (int a = 0; a < RM; a++) {
@@ -1601,7 +1591,7 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
         }
         for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
             __syncthreads();  // Qt is loaded; the last tile's products are done with KV and Pt
-            fa_load_t<BC, DM, LK>(KV, k, sk, b, h, j0, Tn, D);
+            fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
             __syncthreads();
             fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
             for (int a = 0; a < RM; a++) {
