@@ -118,39 +118,72 @@ func (p *Rotary) TablesAt(positions []int32) (cos, sin []float64) {
 	return p.tables(len(positions), func(i int) int { return int(positions[i]) })
 }
 
-// lastTables keeps the last tables made: every block of a model asks
-// for the same ones (the same frequencies, the step's positions), each
-// in its forward and again in a checkpointed recomputation, and a long
-// context's are T·HeadDim cosines and sines each time. Callers only read
-// them (table copies them to the device).
-var lastTables struct {
+// tableCache keeps the tables made last: every block of a model asks for
+// the same ones (the same frequencies, the step's positions), each in its
+// forward and again in a checkpointed recomputation, and a long
+// context's are T·HeadDim cosines and sines each time. A tiled block asks
+// for one set per tile of rows, the tiles in turn in every block, so the
+// cache holds several sets, the most recently used first, up to
+// tableCacheBytes (always the last one). Callers only read the tables
+// (table copies them to the device).
+var tableCache struct {
 	sync.Mutex
+	entries []*tableEntry
+	bytes   int
+}
+
+// tableEntry is one set of tables: the frequencies and the rows'
+// positions they were made for.
+type tableEntry struct {
 	freq      []float32
-	positions []int32 // the rows' positions
+	positions []int32
 	cos, sin  []float64
 }
 
+// tableCacheBytes bounds the cached tables: 64 MiB holds eight tiles of
+// 4,096 rows of 128-element heads.
+const tableCacheBytes = 64 << 20
+
+// tablesComputed counts the tables compute made (for tests).
+var tablesComputed int
+
 // tables returns cos and sin for t rows, row i at position at(i).
 func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
-	lt := &lastTables
-	lt.Lock()
-	defer lt.Unlock()
-	same := slices.Equal(lt.freq, p.invFreq) && len(lt.positions) == t
-	for i := 0; same && i < t; i++ {
-		same = int(lt.positions[i]) == at(i)
-	}
-	if same {
-		return lt.cos, lt.sin
+	c := &tableCache
+	c.Lock()
+	defer c.Unlock()
+	for i, e := range c.entries {
+		if !slices.Equal(e.freq, p.invFreq) || len(e.positions) != t {
+			continue
+		}
+		same := true
+		for j := 0; same && j < t; j++ {
+			same = int(e.positions[j]) == at(j)
+		}
+		if same {
+			copy(c.entries[1:i+1], c.entries[:i])
+			c.entries[0] = e
+			return e.cos, e.sin
+		}
 	}
 	cos, sin = p.compute(t, at)
-	lt.freq = slices.Clone(p.invFreq)
-	lt.positions = slices.Grow(lt.positions[:0], t)
+	tablesComputed++
+	e := &tableEntry{freq: slices.Clone(p.invFreq), positions: make([]int32, t), cos: cos, sin: sin}
 	for i := range t {
-		lt.positions = append(lt.positions, int32(at(i)))
+		e.positions[i] = int32(at(i))
 	}
-	lt.cos, lt.sin = cos, sin
+	c.entries = append([]*tableEntry{e}, c.entries...)
+	c.bytes += e.size()
+	for len(c.entries) > 1 && c.bytes > tableCacheBytes {
+		last := c.entries[len(c.entries)-1]
+		c.entries = c.entries[:len(c.entries)-1]
+		c.bytes -= last.size()
+	}
 	return cos, sin
 }
+
+// size is the bytes e holds.
+func (e *tableEntry) size() int { return 8*(len(e.cos)+len(e.sin)) + 4*(len(e.positions)+len(e.freq)) }
 
 // compute makes tables' cos and sin.
 func (p *Rotary) compute(t int, at func(i int) int) (cos, sin []float64) {

@@ -133,6 +133,43 @@ func TestAllocHost(t *testing.T) {
 	}
 }
 
+// TestStagedWritesPack makes many writes smaller than a staging buffer,
+// as a step's small tables are: they share buffers, so none waits for the
+// GPU until the ring's bytes run out, and every one lands.
+func TestStagedWritesPack(t *testing.T) {
+	d := newTestDevice(t)
+	const piece = 3000
+	for _, c := range []struct {
+		writes, maxWaits int
+	}{
+		{100, 0},                    // 300 KB: one buffer
+		{stageBytes * 6 / piece, 3}, // six buffers' worth: the ring wraps once
+	} {
+		n := c.writes * piece
+		a, _ := d.Alloc(int64(n), memory.Data)
+		want := make([]byte, n)
+		before := d.stageWaits
+		src := make([]byte, piece)
+		for w := range c.writes {
+			for i := range src {
+				src[i] = byte(w*7 + i)
+			}
+			copy(want[w*piece:], src)
+			d.Write(a, int64(w*piece), src)
+		}
+		waits := d.stageWaits - before
+		got := make([]byte, n)
+		d.Read(got, a, 0)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d writes of %d bytes: bytes differ", c.writes, piece)
+		}
+		if waits > c.maxWaits {
+			t.Errorf("%d writes of %d bytes waited %d times for a staging buffer, want at most %d", c.writes, piece, waits, c.maxWaits)
+		}
+		d.Free(a)
+	}
+}
+
 // TestStagedWrite writes more than the staging ring holds, reuses and
 // rewrites the host slice at once, and recycles device blocks between
 // queued copies and kernels: every read must see exactly what was written,

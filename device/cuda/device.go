@@ -43,10 +43,11 @@ type Device struct {
 	raw *rawAlloc
 	mem *memory.Allocator
 
-	// Write's staging ring and CopyAsync's ordering mark; worker thread only.
-	stages    []stage
-	nextStage int
-	computed  cu.Event // recorded on compute before an asynchronous copy
+	// Write's staging ring and CopyAsync's ordering mark; under the worker's lock.
+	stages     []stage
+	curStage   int
+	stageWaits int      // stage's waits for a buffer's copies (for tests)
+	computed   cu.Event // recorded on compute before an asynchronous copy
 
 	modOnce sync.Once
 	mod     cu.Module
@@ -237,30 +238,40 @@ func (d *Device) Write(dst device.Buffer, off int64, src []byte) {
 	p := cu.DevicePtr(dst.Block.Ptr()) + cu.DevicePtr(off)
 	d.must("cuMemcpyHtoDAsync", d.w.do(func() error {
 		for len(src) > 0 {
-			s, err := d.stage()
+			n := min(len(src), stageBytes)
+			s, err := d.stage(n)
 			if err != nil {
 				return err
 			}
 			if s == nil {
 				return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
 			}
-			n := min(len(src), stageBytes)
-			copy(unsafe.Slice((*byte)(s.host), n), src[:n])
-			if err := cu.MemcpyHtoDAsync(p, s.host, int64(n), d.compute); err != nil {
+			host := unsafe.Add(s.host, s.used)
+			copy(unsafe.Slice((*byte)(host), n), src[:n])
+			if err := cu.MemcpyHtoDAsync(p, host, int64(n), d.compute); err != nil {
 				return err
 			}
+			// The event now follows every copy out of s (one stream: in
+			// order), so waiting for it frees the whole buffer.
 			if err := s.done.Record(d.compute); err != nil {
 				return err
 			}
 			s.pending = true
+			s.used += n
 			src, p = src[n:], p+cu.DevicePtr(n)
 		}
 		return nil
 	}))
 }
 
-// Write's staging: stageCount pinned buffers of stageBytes, used in turn.
-// A batch larger than one buffer goes through several.
+// Write's staging: stageCount pinned buffers of stageBytes, used in turn,
+// each filled by as many writes as fit before the next is taken (a write
+// waits only when it takes a buffer whose copies have not all run). A
+// batch larger than one buffer goes through several. Small writes packed
+// this way keep up to stageCount·stageBytes of copies queued behind the
+// kernels: given a buffer each, the fifth write of a step's small tables
+// waited for the GPU to reach the first, and the host could not run
+// ahead of it.
 const (
 	stageBytes = 4 << 20
 	stageCount = 4
@@ -268,14 +279,16 @@ const (
 
 type stage struct {
 	host    unsafe.Pointer
-	done    cu.Event // recorded after the copy out of host
+	done    cu.Event // recorded after the last copy out of host
 	pending bool
+	used    int // bytes of host handed to copies since the buffer was last free
 }
 
-// stage returns the next staging buffer once its last copy has finished,
-// making the ring at first use; nil when pinned memory is not available.
-// It runs on the worker thread.
-func (d *Device) stage() (*stage, error) {
+// stage returns a staging buffer with n free bytes (n ≤ stageBytes) at
+// its used offset: the current one while it has room, else the next once
+// its copies have finished, making the ring at first use; nil when pinned
+// memory is not available. It runs with the worker's lock held.
+func (d *Device) stage(n int) (*stage, error) {
 	if d.stages == nil {
 		d.stages = make([]stage, 0, stageCount)
 		for range stageCount {
@@ -293,14 +306,20 @@ func (d *Device) stage() (*stage, error) {
 	if len(d.stages) == 0 {
 		return nil, nil
 	}
-	s := &d.stages[d.nextStage]
-	d.nextStage = (d.nextStage + 1) % len(d.stages)
+	s := &d.stages[d.curStage]
+	if s.used+n <= stageBytes {
+		return s, nil
+	}
+	d.curStage = (d.curStage + 1) % len(d.stages)
+	s = &d.stages[d.curStage]
 	if s.pending {
+		d.stageWaits++
 		if err := s.done.Synchronize(); err != nil {
 			return nil, err
 		}
 		s.pending = false
 	}
+	s.used = 0
 	return s, nil
 }
 
