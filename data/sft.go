@@ -233,12 +233,15 @@ func tokenBoundary(enc Encoder, text string, c int, ids []int) int {
 
 // chatSpans renders a conversation and, when answers is set, finds the
 // byte span of each assistant turn in it: from the end of the
-// conversation before it rendered with the generation prompt, to the end
-// of the conversation up to it rendered without. Both must be prefixes of
-// the whole rendering (true of the Llama 3, Mistral, ChatML and Gemma
-// templates); a template that renders earlier turns differently once more
-// follow (Qwen 3's, which adds a reasoning block only to the last turn) is
-// refused rather than labelled wrongly.
+// conversation before it rendered with the generation prompt, which must
+// be a prefix of the whole rendering, to the end of the turn. The turn is
+// the conversation up to it rendered without the prompt, past that
+// prefix: in the whole rendering as it is (the Llama 3, Mistral, ChatML
+// and Gemma templates), or as its longest suffix there, for a template
+// that renders a turn as the last one with a preamble it drops once more
+// follow (Qwen 3's empty reasoning block, <think>\n\n</think>\n\n, only
+// on the turns after the last question). A template whose turns differ
+// otherwise is refused rather than labelled wrongly.
 func chatSpans(t *ChatTemplate, msgs []Message, answers bool) (string, [][2]int, error) {
 	vals, err := messageValues(msgs)
 	if err != nil {
@@ -265,18 +268,48 @@ func chatSpans(t *ChatTemplate, msgs []Message, answers bool) (string, [][2]int,
 		if err != nil {
 			return "", nil, fmt.Errorf("rendering the messages up to message %d: %w", k, err)
 		}
-		switch {
-		case !strings.HasPrefix(whole, before):
+		if !strings.HasPrefix(whole, before) {
 			return "", nil, fmt.Errorf("the chat template renders the messages before assistant message %d with the generation prompt as %q, which does not start the whole conversation's rendering: the answer's tokens cannot be found (train with loss on all)", k, tail(before))
-		case !strings.HasPrefix(whole, upto):
-			return "", nil, fmt.Errorf("the chat template renders the messages up to assistant message %d as %q, which does not start the whole conversation's rendering: the answer's tokens cannot be found (train with loss on all)", k, tail(upto))
-		case len(before) < last || len(upto) < len(before):
+		}
+		if len(before) < last || !strings.HasPrefix(upto, before) {
 			return "", nil, fmt.Errorf("the chat template's renderings of the conversation up to assistant message %d do not grow with it", k)
 		}
-		spans = append(spans, [2]int{len(before), len(upto)})
-		last = len(upto)
+		n := turnLength(whole[len(before):], upto[len(before):], m.Content)
+		if n < 0 {
+			return "", nil, fmt.Errorf("the chat template renders the messages up to assistant message %d as %q, which does not start the whole conversation's rendering, nor does any end of its last turn follow there: the answer's tokens cannot be found (train with loss on all)", k, tail(upto))
+		}
+		spans = append(spans, [2]int{len(before), len(before) + n})
+		last = len(before) + n
 	}
 	return whole, spans, nil
+}
+
+// turnLength returns the length of the assistant turn that rest (the
+// whole rendering after the turn's generation prompt) starts with: that
+// of turn, the turn rendered as the last one, when rest starts with it,
+// else of turn's longest proper suffix that rest starts with and that
+// still holds the message's content (the turn without the preamble a
+// template gives only the last turns; a shorter match, such as the turn's
+// closing new line alone, would label the wrong tokens); -1 when none
+// does.
+func turnLength(rest, turn, content string) int {
+	if strings.HasPrefix(rest, turn) {
+		return len(turn)
+	}
+	content = strings.TrimSpace(content)
+	if content == "" {
+		return -1
+	}
+	for j := 1; j < len(turn); j++ {
+		tail := turn[j:]
+		if !strings.Contains(tail, content) {
+			return -1 // shorter suffixes hold it no more
+		}
+		if strings.HasPrefix(rest, tail) {
+			return len(tail)
+		}
+	}
+	return -1
 }
 
 // tail returns the end of s for an error message.

@@ -593,3 +593,58 @@ func TestSFTLoaderPrefetchBound(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizeRecordQwen3Turns trains on the answers of a multi-turn
+// conversation under Qwen 3's template, which gives only the turns after
+// the last question an empty reasoning block: each earlier answer is
+// found without it, the last with it, as the template renders them.
+func TestTokenizeRecordQwen3Turns(t *testing.T) {
+	var ct *ChatTemplate
+	for _, fx := range loadChatFixtures(t) {
+		if fx.name == "qwen3" {
+			ct = fx.template(t)
+		}
+	}
+	if ct == nil {
+		t.Fatal("no qwen3 chat fixture")
+	}
+	conv := []Message{{Role: "system", Content: "Be terse."}, {Role: "user", Content: "Capital of France?"},
+		{Role: "assistant", Content: "Paris."}, {Role: "user", Content: "And of Germany?"}, {Role: "assistant", Content: "Berlin."},
+		{Role: "user", Content: "Italy?"}, {Role: "assistant", Content: "Rome."}}
+	ex, err := TokenizeRecord(Record{Format: FormatChat, Messages: conv}, chatEnc, SFTOptions{Template: ct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := ct.Render(conv, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := chatEnc.decode(ex.Tokens); got != whole {
+		t.Errorf("tokens\n%q\nwant the rendering\n%q", got, whole)
+	}
+	want := "Paris.<|im_end|>\n|Berlin.<|im_end|>\n|<think>\n\n</think>\n\nRome.<|im_end|>\n"
+	if got := chatEnc.trainedText(ex); got != want {
+		t.Errorf("trained %q, want %q", got, want)
+	}
+}
+
+// TestTurnLength: a turn is found whole, or as its longest suffix that
+// still holds the message's content; a shorter match is refused.
+func TestTurnLength(t *testing.T) {
+	for _, c := range []struct {
+		rest, turn, content string
+		want                int
+	}{
+		{"A1<e>\nnext", "A1<e>\n", "A1", 6},
+		{"A1<e>\nnext", "<t></t>A1<e>\n", "A1", 6},
+		{"A1<e>\nnext", "<t>A1</t>A1<e>\n", "A1", 6},   // the content also in the preamble
+		{"B<e>\nnext", "<t></t>A1<e>\n", "A1", -1},     // only "<e>\n"-like tails match
+		{"\nnext", "X\n", "X", -1},                     // the closing new line alone
+		{"\nnext", "X\n", "", -1},                      // no content to hold
+		{"<t></t>A1<e>\n", "<t></t>A1<e>\n", "A1", 13}, // the last turn, whole
+	} {
+		if got := turnLength(c.rest, c.turn, c.content); got != c.want {
+			t.Errorf("turnLength(%q, %q, %q) = %d, want %d", c.rest, c.turn, c.content, got, c.want)
+		}
+	}
+}
