@@ -3,6 +3,7 @@ package devicetest
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/x448/float16"
@@ -158,9 +159,13 @@ func encodeF32(dt device.DType, x []float32) []byte {
 var quantCases = []qcase{
 	{"Quantize", func(e *qenv, dt device.DType) {
 		// Lengths with a partial block, a partial nested block and an
-		// odd count; sources in every float dtype.
-		for _, n := range []int{64 * 300, 64*9 + 37, 1} {
+		// odd count, and one over several of the host path's chunks of
+		// 2^16 elements (its goroutines); sources in every float dtype.
+		for _, n := range []int{64 * 300, 64*9 + 37, 1, 3<<16 + 64*5 + 7} {
 			for _, src := range []device.DType{device.F32, device.BF16, device.F16, device.F64} {
+				if n > 1<<16 && src != device.F32 {
+					continue
+				}
 				x := e.weights(n, 64)
 				s := e.alloc(src, []int{n}, encodeF32(src, x))
 				q := e.alloc(dt, []int{n}, nil)
@@ -182,16 +187,25 @@ var quantCases = []qcase{
 				}
 			}
 		}
-		// A non-finite element is an error naming it, on both.
-		x := e.weights(200, 64)
-		x[77] = float32(math.NaN())
-		s := e.alloc(device.F32, []int{200}, encodeF32(device.F32, x))
-		q := e.alloc(dt, []int{200}, nil)
-		for i, d := range []device.Device{e.ref, e.dev} {
-			err := device.Quantize(d, q[i], s[i])
-			nf, ok := err.(*device.NonFiniteError)
-			if e.values && (!ok || nf.Index != 77) {
-				e.t.Errorf("%s: quantizing a NaN at 77: %v", d.Name(), err)
+		// A non-finite element is an error naming it, on both; of
+		// several, the first, whichever chunk is quantized first.
+		for _, c := range []struct {
+			n   int
+			bad []int
+		}{{200, []int{77}}, {3 << 16, []int{150000, 70001, 140000}}} {
+			x := e.weights(c.n, 64)
+			for _, i := range c.bad {
+				x[i] = float32(math.NaN())
+			}
+			s := e.alloc(device.F32, []int{c.n}, encodeF32(device.F32, x))
+			q := e.alloc(dt, []int{c.n}, nil)
+			want := slices.Min(c.bad)
+			for i, d := range []device.Device{e.ref, e.dev} {
+				err := device.Quantize(d, q[i], s[i])
+				nf, ok := err.(*device.NonFiniteError)
+				if e.values && (!ok || nf.Index != want) {
+					e.t.Errorf("%s: quantizing NaNs at %v: %v, want element %d", d.Name(), c.bad, err, want)
+				}
 			}
 		}
 	}},
