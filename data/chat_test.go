@@ -6,18 +6,26 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
 )
 
 // chatFixture is one file of data/testdata/chat, written by
 // scripts/chat-fixtures.sh with the reference renderer.
 type chatFixture struct {
-	name      string
-	Source    string  `json:"source"`
-	Template  string  `json:"chat_template"`
-	BOS       *string `json:"bos_token"`
-	EOS       *string `json:"eos_token"`
-	Tokenizer string  `json:"tokenizer"`
-	Cases     []struct {
+	name     string
+	Source   string  `json:"source"`
+	Template string  `json:"chat_template"`
+	BOS      *string `json:"bos_token"`
+	EOS      *string `json:"eos_token"`
+	// Variables are more variables the template is rendered with
+	// (Llama 3.2's date_string), and StrftimeNow what strftime_now
+	// gives (SmolLM3's date), pinned where the template would read the
+	// clock.
+	Variables   map[string]string `json:"variables"`
+	StrftimeNow string            `json:"strftime_now"`
+	Tokenizer   string            `json:"tokenizer"`
+	Cases       []struct {
 		Name     string            `json:"name"`
 		Messages []json.RawMessage `json:"messages"`
 		AGP      bool              `json:"add_generation_prompt"`
@@ -49,7 +57,7 @@ func loadChatFixtures(t testing.TB) []chatFixture {
 	return out
 }
 
-func (fx *chatFixture) template(t testing.TB) *ChatTemplate {
+func (fx chatFixture) template(t testing.TB) *ChatTemplate {
 	t.Helper()
 	str := func(p *string) string {
 		if p == nil {
@@ -61,7 +69,29 @@ func (fx *chatFixture) template(t testing.TB) *ChatTemplate {
 	if err != nil {
 		t.Fatalf("%s: %v", fx.name, err)
 	}
+	ct.Name = fx.name
+	ct.vars = map[string]jinja.Value{}
+	for k, v := range fx.Variables {
+		ct.vars[k] = jinja.NewString(v)
+	}
+	if day := fx.StrftimeNow; day != "" {
+		ct.vars["strftime_now"] = jinja.NewCallable("strftime_now", func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+			return jinja.NewString(day), nil
+		})
+	}
 	return ct
+}
+
+// fixture returns the chat fixture called name.
+func fixture(t testing.TB, name string) chatFixture {
+	t.Helper()
+	for _, fx := range loadChatFixtures(t) {
+		if fx.name == name {
+			return fx
+		}
+	}
+	t.Fatalf("no chat fixture %q", name)
+	return chatFixture{}
 }
 
 // fixtureMessages decodes a case's messages as a record's.
@@ -77,8 +107,10 @@ func fixtureMessages(t testing.TB, raw []json.RawMessage) []Message {
 
 // TestChatTemplatesMatchReference renders every fixture's conversations
 // and compares with @huggingface/jinja's output, byte for byte, and its
-// raised errors: Llama 3 and 3.1, Mistral and Mixtral, ChatML (plain and
-// Qwen 2's), Qwen 3 and Gemma 2 and 3.
+// raised errors: Llama 3 (its first template and the later one), 3.1 and
+// 3.2, Mistral, Mixtral, Mistral v0.3 and Nemo, ChatML (plain, Qwen 2's,
+// SmolLM2's), Qwen 2.5 and 3, Gemma 2 and 3 (two templates), Phi-3, 3.5
+// and 4-mini, and SmolLM3.
 func TestChatTemplatesMatchReference(t *testing.T) {
 	for _, fx := range loadChatFixtures(t) {
 		ct := fx.template(t)

@@ -102,21 +102,71 @@ func posErr(p RecordPos, err error) *Error {
 // group at a time). Nothing is read whole: a JSON Lines file is read a
 // line at a time, a parquet file a row group at a time.
 type Records struct {
-	files  []string
-	format RecordFormat
+	files    []string
+	format   RecordFormat
+	maxBytes int64
+}
+
+// DefaultMaxRecordBytes is the most bytes one record may take unless
+// told otherwise (OpenRecordsLimit, SFTOptions.MaxRecordBytes): a JSON
+// Lines line, or a parquet row as the JSON object it becomes. 64 MiB is
+// sixteen times the text of a million-token context (about 4 bytes a
+// token), so no record a model could train on whole comes near it, and a
+// record that size still tokenizes in a few hundred MB; a line of
+// gigabytes (a file that is not JSON Lines, or one record holding a
+// whole corpus) is refused at once, having read no more than the limit.
+const DefaultMaxRecordBytes = 64 << 20
+
+// RecordTooLargeError is the error of a record over the limit on one
+// record's bytes.
+type RecordTooLargeError struct {
+	Limit int64 // bytes
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return "record over the limit of " + sizeString(e.Limit) + " on one record"
+}
+
+// sizeString writes n bytes as a size, in the largest binary unit that
+// divides it.
+func sizeString(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // OpenRecords finds the record files at path — a file, a directory (its
 // *.jsonl, *.json and *.parquet files, in subdirectories too, in name
 // order) or a glob of either — and reads the first record to find the
 // format. A file is parquet when it starts with parquet's magic bytes,
-// else JSON Lines.
+// else JSON Lines. A record may take DefaultMaxRecordBytes.
 func OpenRecords(path string) (*Records, error) {
+	return OpenRecordsLimit(path, DefaultMaxRecordBytes)
+}
+
+// OpenRecordsLimit is OpenRecords with a limit on the bytes of one
+// record (a JSON Lines line without its line ending, or a parquet row as
+// JSON; 0 is DefaultMaxRecordBytes): a longer one is an error naming its
+// file and line or row, wrapping a *RecordTooLargeError, found having
+// read no more of it than the limit.
+func OpenRecordsLimit(path string, maxBytes int64) (*Records, error) {
+	if maxBytes < 0 {
+		return nil, fileErr("records", path, "limit of %d bytes on a record", maxBytes)
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxRecordBytes
+	}
 	files, err := recordFiles(path)
 	if err != nil {
 		return nil, err
 	}
-	r := &Records{files: files}
+	r := &Records{files: files, maxBytes: maxBytes}
 	var first error
 	err = r.each(func(rec map[string]json.RawMessage, at RecordPos) error {
 		f, ferr := detectFormat(rec)
@@ -174,9 +224,9 @@ func (r *Records) each(fn func(rec map[string]json.RawMessage, at RecordPos) err
 			return openErr("records", p, err)
 		}
 		if isParquet(f) {
-			err = eachParquet(f, p, fn)
+			err = eachParquet(f, p, r.maxBytes, fn)
 		} else {
-			err = eachJSONL(f, p, fn)
+			err = eachJSONL(f, p, r.maxBytes, fn)
 		}
 		f.Close()
 		if err != nil {
@@ -252,11 +302,17 @@ func recordFiles(path string) ([]string, error) {
 }
 
 // eachJSONL reads one JSON object per line; memory is bounded by the
-// longest line.
-func eachJSONL(r io.Reader, path string, fn func(map[string]json.RawMessage, RecordPos) error) error {
+// longest line, and a line of more than maxBytes (without its line
+// ending) is refused as soon as that many bytes of it are read.
+func eachJSONL(r io.Reader, path string, maxBytes int64, fn func(map[string]json.RawMessage, RecordPos) error) error {
 	br := bufio.NewReaderSize(r, 1<<16)
+	var buf []byte
 	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
+		b, err := readLine(br, buf[:0], maxBytes)
+		buf = b
+		if err == errLineTooLong {
+			return posErr(RecordPos{File: path, Line: line}, &RecordTooLargeError{Limit: maxBytes})
+		}
 		if len(b) > 0 {
 			if line == 1 {
 				b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) // a byte-order mark
@@ -278,12 +334,45 @@ func eachJSONL(r io.Reader, path string, fn func(map[string]json.RawMessage, Rec
 				}
 			}
 		}
+		if cap(buf) > 1<<20 {
+			buf = nil // a long line's buffer is not kept for the short ones
+		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return &Error{Format: "jsonl", Path: path, Record: -1, Err: fmt.Errorf("line %d: %w", line, err)}
 		}
+	}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine appends the next line of br to buf, its new line included,
+// and returns it with io.EOF at the end of the input. A line of more
+// than max bytes, not counting its line ending ("\n" or "\r\n"), is
+// errLineTooLong, read no further than max+2 bytes.
+func readLine(br *bufio.Reader, buf []byte, max int64) ([]byte, error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if int64(len(buf))+int64(len(chunk)) > max+2 {
+			return buf, errLineTooLong
+		}
+		buf = append(buf, chunk...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		n := len(buf)
+		if n > 0 && buf[n-1] == '\n' {
+			n--
+			if n > 0 && buf[n-1] == '\r' {
+				n--
+			}
+		}
+		if int64(n) > max {
+			return buf, errLineTooLong
+		}
+		return buf, err
 	}
 }
 

@@ -3,6 +3,8 @@ package data
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -166,6 +168,9 @@ func tokenize(rec Record, enc Encoder, opt SFTOptions) ([]int, []bool, error) {
 		if opt.Template == nil {
 			return nil, nil, errors.New("chat records need the model's chat template (tokenizer_config.json's chat_template)")
 		}
+		if n := len(rec.Messages); opt.Context > 0 && n > opt.Context+1 {
+			return nil, nil, fmt.Errorf("chat record of %d messages, more than a context of %d positions holds (a message takes a token at least): split the conversation", n, opt.Context)
+		}
 		var err error
 		text, spans, err = chatSpans(opt.Template, rec.Messages, !all)
 		if err != nil {
@@ -195,10 +200,12 @@ func tokenize(rec Record, enc Encoder, opt SFTOptions) ([]int, []bool, error) {
 			trained[t] = true
 		}
 	default:
-		for _, s := range spans {
-			a := off + tokenBoundary(enc, text, s[0], body)
-			b := off + tokenBoundary(enc, text, s[1], body)
-			for t := a; t < b; t++ {
+		bounds, err := spanTokens(enc, text, body, spans)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, b := range bounds {
+			for t := off + b[0]; t < off+b[1]; t++ {
 				trained[t] = true
 			}
 		}
@@ -211,11 +218,323 @@ func tokenize(rec Record, enc Encoder, opt SFTOptions) ([]int, []bool, error) {
 	return ids, trained, nil
 }
 
+// spanTokens maps byte spans of text to the tokens of ids, its encoding:
+// each span [a, b) becomes the tokens [tokens before a, tokens before b).
+// A token lies before byte c where it ends at c or before: where c is a
+// token boundary of the whole encoding (as at a special token or a new
+// line, where the encoding of text[:c] is a prefix of ids) the span is
+// exact; a token that straddles c counts as after it.
+//
+// It takes one pass over the tokens (tokenEnds: where each ends in text,
+// from the text each stands for) and a binary search a boundary, so a
+// conversation of many turns costs little more than one of a few. Where
+// the tokens do not spell the text plainly (around a token that stands
+// for text a normalizer changed, or for a "▁" in the text), and for an
+// Encoder that cannot say what text a token stands for (no Decode
+// method), a boundary is found by encoding the text before it
+// (tokenBoundary), which costs the text's length a boundary: up to a
+// budget of 64 times the text, past which the record is refused rather
+// than labelled for hours.
+func spanTokens(enc Encoder, text string, ids []int, spans [][2]int) ([][2]int, error) {
+	ends, unsure, ok := tokenEnds(enc, text, ids)
+	cost, budget := 0, 64*len(text)+1<<20
+	before := func(c int) int {
+		switch {
+		case c <= 0:
+			return 0
+		case c >= len(text):
+			return len(ids)
+		}
+		if ok {
+			k := sort.Search(len(unsure), func(k int) bool { return unsure[k][1] >= c })
+			if k == len(unsure) || unsure[k][0] > c {
+				return sort.Search(len(ends), func(k int) bool { return ends[k] > c })
+			}
+		}
+		cost += c
+		return -1
+	}
+	out := make([][2]int, len(spans))
+	for i, s := range spans {
+		out[i] = [2]int{before(s[0]), before(s[1])}
+	}
+	if cost > budget {
+		return nil, fmt.Errorf("the tokenizer's tokens do not spell the record's text (%d bytes, %d answers) plainly enough to map its answers to tokens in one pass, and encoding the text before each answer would take %d bytes of encoding, over the budget of %d: train with loss on all", len(text), len(spans), cost, budget)
+	}
+	for i, s := range spans {
+		for j := range 2 {
+			if out[i][j] < 0 {
+				out[i][j] = tokenBoundary(enc, text, s[j], ids)
+			}
+		}
+	}
+	return out, nil
+}
+
+// tokenDecoder is an Encoder that says what text tokens stand for, as
+// *tokenizer.BPE does.
+type tokenDecoder interface {
+	Decode(ids []int) (string, error)
+}
+
+// tokenEnds returns where each token of ids ends in text, its encoding,
+// from the text each token stands for: their texts follow one another in
+// text, but for what encoders add or drop around them — a space put
+// before a stretch of text (a byte-level BPE's prefix space,
+// SentencePiece's "▁"), which ends where it is put, and white space an
+// added token strips on its left or right. A token whose text is not
+// there (a normalizer changed the text, an unknown token) is skipped with
+// the tokens after it until a run of tokens spells the text again,
+// within a few tokens and bytes; the tokens skipped end where that run
+// starts. Such a stretch, and one where a " " of a token stands for a
+// "▁" of the text (SentencePiece's tokens stand for both as " "), might
+// be placed wrong: unsure lists their byte ranges, from where the first
+// such token starts to where the next token spelled plainly ends, in
+// order. False where the tokens cannot be followed at all.
+func tokenEnds(enc Encoder, text string, ids []int) (ends []int, unsure [][2]int, ok bool) {
+	dec, ok := enc.(tokenDecoder)
+	if !ok {
+		return nil, nil, false
+	}
+	pieces, ok := tokenTexts(dec, ids)
+	if !ok {
+		return nil, nil, false
+	}
+	const (
+		skipTokens = 8  // tokens a resynchronization may skip
+		skipBytes  = 64 // bytes of text it may skip
+		run        = 3  // tokens that must then spell the text
+	)
+	work, budget := 0, 64*len(text)+1<<16 // bytes compared resynchronizing
+	ends = make([]int, len(ids))
+	pos, from, start := 0, -1, 0 // start: where token k-1 started
+	for k := 0; k < len(ids); k++ {
+		next := ""
+		if k+1 < len(ids) {
+			next = pieces[k+1]
+		}
+		if n, put, subst, ok := pieceAt(text, pos, pieces[k], next); ok {
+			// A space put before a token that follows a space of the
+			// text might be that space, the token before having taken
+			// the one put there.
+			unsureHere := subst || put && pos > 0 && text[pos-1] == ' '
+			switch {
+			case unsureHere && from < 0:
+				from = pos
+				if put {
+					from = start
+				}
+			case !unsureHere && from >= 0:
+				unsure = append(unsure, [2]int{from, pos + n})
+				from = -1
+			}
+			start = pos
+			pos += n
+			ends[k] = pos
+			if n == 0 {
+				// A token of no bytes of the text (a space an encoder
+				// put before a stretch) lies after a boundary at pos.
+				ends[k] = pos + 1
+			}
+			continue
+		}
+		// Resynchronize: the first token after k, and the first byte
+		// from pos, from which a run of tokens spells the text.
+		found := false
+	search:
+		for j := k + 1; j <= min(k+skipTokens, len(ids)); j++ {
+			for q := pos; q <= min(pos+skipBytes, len(text)); q++ {
+				p, m := q, 0
+				for ; m < run && j+m < len(ids); m++ {
+					next := ""
+					if j+m+1 < len(ids) {
+						next = pieces[j+m+1]
+					}
+					n, _, _, ok := pieceAt(text, p, pieces[j+m], next)
+					work += len(pieces[j+m]) + 1
+					if !ok {
+						break
+					}
+					p += n
+				}
+				if m == run || j+m == len(ids) && (j < len(ids) || q == len(text)) {
+					for i := k; i < j; i++ {
+						ends[i] = q
+					}
+					if from < 0 {
+						from = pos
+					}
+					start, pos, k, found = pos, q, j-1, true
+					break search
+				}
+				if work > budget {
+					return nil, nil, false
+				}
+			}
+		}
+		if !found {
+			return nil, nil, false
+		}
+	}
+	if from >= 0 {
+		unsure = append(unsure, [2]int{from, len(text)})
+	}
+	return ends, unsure, true
+}
+
+// pieceAt returns the bytes of text at pos that a token's text p stands
+// for, trying in turn: p itself; p without the space an encoder put
+// before it; p after white space an added token stripped; each of those
+// with a " " of p standing for a "▁" of the text (subst); p a space put
+// before a stretch, standing for no bytes. The first that lets the next
+// token's text, next, follow is taken (next "" at the end). Put says the
+// token's first space was put there by the encoder.
+func pieceAt(text string, pos int, p, next string) (n int, put, subst, ok bool) {
+	type cand struct {
+		n          int
+		put, subst bool
+	}
+	var cands [9]cand
+	k := 0
+	add := func(n int, ok, put, subst bool) {
+		if ok && (n > 0 || p == "") {
+			cands[k] = cand{n, put, subst}
+			k++
+		}
+	}
+	q := pos
+	for q < len(text) && isSpaceByte(text[q]) {
+		q++
+	}
+	for _, sub := range []bool{false, true} {
+		if sub && !strings.Contains(p, " ") {
+			break
+		}
+		n, ok := spells(text, pos, p, sub)
+		add(n, ok, false, sub)
+		if strings.HasPrefix(p, " ") {
+			n, ok := spells(text, pos, p[1:], sub)
+			add(n, ok, true, sub)
+		}
+		if q > pos && p != "" {
+			n, ok := spells(text, q, p, sub)
+			add(q-pos+n, ok, false, sub)
+			if strings.HasPrefix(p, " ") {
+				n, ok := spells(text, q, p[1:], sub)
+				add(q-pos+n, ok, true, sub)
+			}
+		}
+	}
+	if p == " " {
+		cands[k] = cand{0, true, false}
+		k++
+	}
+	for i := range k {
+		c := cands[i]
+		if i == k-1 || next == "" && pos+c.n == len(text) || follows(text, pos+c.n, next) {
+			return c.n, c.put, c.subst, true
+		}
+	}
+	return 0, false, false, false
+}
+
+// follows reports whether a token's text p can stand for the bytes of
+// text at pos (pieceAt's forms, without looking further).
+func follows(text string, pos int, p string) bool {
+	if p == "" || p == " " {
+		return true
+	}
+	if _, ok := spells(text, pos, p, true); ok {
+		return true
+	}
+	if strings.HasPrefix(p, " ") {
+		if _, ok := spells(text, pos, p[1:], true); ok {
+			return true
+		}
+	}
+	q := pos
+	for q < len(text) && isSpaceByte(text[q]) {
+		q++
+	}
+	if q > pos {
+		return follows(text, q, strings.TrimPrefix(p, " ")) || p[0] != ' ' && follows(text, q, p)
+	}
+	return false
+}
+
+func isSpaceByte(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// spells reports how many bytes of text at pos p spells, a " " in p
+// standing for itself or, with subst, "▁".
+func spells(text string, pos int, p string, subst bool) (int, bool) {
+	if !subst {
+		if strings.HasPrefix(text[pos:], p) {
+			return len(p), true
+		}
+		return 0, false
+	}
+	j := pos
+	for i := 0; i < len(p); i++ {
+		switch {
+		case j < len(text) && text[j] == p[i]:
+			j++
+		case p[i] == ' ' && strings.HasPrefix(text[j:], "▁"):
+			j += len("▁")
+		default:
+			return 0, false
+		}
+	}
+	return j - pos, true
+}
+
+// tokenTexts returns the text each token of ids stands for, decoded
+// after a token whose text starts with neither a space nor nothing, so
+// that a decoder's stripping of leading spaces (SentencePiece's) falls on
+// that token's text, not on theirs.
+func tokenTexts(dec tokenDecoder, ids []int) ([]string, bool) {
+	anchor, head := -1, ""
+	candidates := ids
+	if e, ok := dec.(Encoder); ok {
+		candidates = append(slices.Clip(ids), e.Encode("a")...) // for a text of spaces alone
+	}
+	for _, id := range candidates {
+		s, err := dec.Decode([]int{id})
+		if err != nil {
+			return nil, false
+		}
+		if s != "" && s[0] != ' ' {
+			anchor, head = id, s
+			break
+		}
+	}
+	texts := make([]string, len(ids))
+	seen := make(map[int]string)
+	for k, id := range ids {
+		s, ok := seen[id]
+		if !ok {
+			if anchor < 0 {
+				return nil, false
+			}
+			both, err := dec.Decode([]int{anchor, id})
+			if err != nil || !strings.HasPrefix(both, head) {
+				return nil, false
+			}
+			s = both[len(head):]
+			seen[id] = s
+		}
+		texts[k] = s
+	}
+	return texts, true
+}
+
 // tokenBoundary returns the number of tokens of ids (the encoding of
-// text) that lie before byte c of text. Where c is a token boundary of
-// the whole encoding — as at a special token or a new line — the encoding
-// of text[:c] is a prefix of ids and the answer is exact; where a token
-// straddles c, it counts as after c (the longest common prefix).
+// text) that lie before byte c of text, by encoding the text before it:
+// the longest common prefix of that encoding and ids. Where c is a token
+// boundary of the whole encoding — as at a special token or a new line —
+// the encoding of text[:c] is a prefix of ids and the answer is exact;
+// where a token straddles c, it counts as after c.
 func tokenBoundary(enc Encoder, text string, c int, ids []int) int {
 	if c <= 0 {
 		return 0
@@ -229,93 +548,4 @@ func tokenBoundary(enc Encoder, text string, c int, ids []int) int {
 		n++
 	}
 	return n
-}
-
-// chatSpans renders a conversation and, when answers is set, finds the
-// byte span of each assistant turn in it: from the end of the
-// conversation before it rendered with the generation prompt, which must
-// be a prefix of the whole rendering, to the end of the turn. The turn is
-// the conversation up to it rendered without the prompt, past that
-// prefix: in the whole rendering as it is (the Llama 3, Mistral, ChatML
-// and Gemma templates), or as its longest suffix there, for a template
-// that renders a turn as the last one with a preamble it drops once more
-// follow (Qwen 3's empty reasoning block, <think>\n\n</think>\n\n, only
-// on the turns after the last question). A template whose turns differ
-// otherwise is refused rather than labelled wrongly.
-func chatSpans(t *ChatTemplate, msgs []Message, answers bool) (string, [][2]int, error) {
-	vals, err := messageValues(msgs)
-	if err != nil {
-		return "", nil, err
-	}
-	whole, err := t.render(vals, false)
-	if err != nil {
-		return "", nil, err
-	}
-	if !answers {
-		return whole, nil, nil
-	}
-	var spans [][2]int
-	last := 0
-	for k, m := range msgs {
-		if m.Role != "assistant" {
-			continue
-		}
-		before, err := t.render(vals[:k], true)
-		if err != nil {
-			return "", nil, fmt.Errorf("rendering the messages before message %d: %w", k, err)
-		}
-		upto, err := t.render(vals[:k+1], false)
-		if err != nil {
-			return "", nil, fmt.Errorf("rendering the messages up to message %d: %w", k, err)
-		}
-		if !strings.HasPrefix(whole, before) {
-			return "", nil, fmt.Errorf("the chat template renders the messages before assistant message %d with the generation prompt as %q, which does not start the whole conversation's rendering: the answer's tokens cannot be found (train with loss on all)", k, tail(before))
-		}
-		if len(before) < last || !strings.HasPrefix(upto, before) {
-			return "", nil, fmt.Errorf("the chat template's renderings of the conversation up to assistant message %d do not grow with it", k)
-		}
-		n := turnLength(whole[len(before):], upto[len(before):], m.Content)
-		if n < 0 {
-			return "", nil, fmt.Errorf("the chat template renders the messages up to assistant message %d as %q, which does not start the whole conversation's rendering, nor does any end of its last turn follow there: the answer's tokens cannot be found (train with loss on all)", k, tail(upto))
-		}
-		spans = append(spans, [2]int{len(before), len(before) + n})
-		last = len(before) + n
-	}
-	return whole, spans, nil
-}
-
-// turnLength returns the length of the assistant turn that rest (the
-// whole rendering after the turn's generation prompt) starts with: that
-// of turn, the turn rendered as the last one, when rest starts with it,
-// else of turn's longest proper suffix that rest starts with and that
-// still holds the message's content (the turn without the preamble a
-// template gives only the last turns; a shorter match, such as the turn's
-// closing new line alone, would label the wrong tokens); -1 when none
-// does.
-func turnLength(rest, turn, content string) int {
-	if strings.HasPrefix(rest, turn) {
-		return len(turn)
-	}
-	content = strings.TrimSpace(content)
-	if content == "" {
-		return -1
-	}
-	for j := 1; j < len(turn); j++ {
-		tail := turn[j:]
-		if !strings.Contains(tail, content) {
-			return -1 // shorter suffixes hold it no more
-		}
-		if strings.HasPrefix(rest, tail) {
-			return len(tail)
-		}
-	}
-	return -1
-}
-
-// tail returns the end of s for an error message.
-func tail(s string) string {
-	if len(s) > 60 {
-		return "..." + s[len(s)-60:]
-	}
-	return s
 }

@@ -141,22 +141,6 @@ func TestTokenizeRecordLabels(t *testing.T) {
 	}
 }
 
-func TestTokenizeRecordRefusesTemplatesWithoutPrefixes(t *testing.T) {
-	// A template that renders a turn differently once more follow (as
-	// Qwen 3's reasoning block): the answer cannot be located.
-	ct := mustTemplate(t, `{% for m in messages %}{{ m.role }}:{{ m.content }}{% if loop.last %}!{% endif %};{% endfor %}`)
-	rec := Record{Format: FormatChat, Messages: []Message{{Role: "user", Content: "q"}, {Role: "assistant", Content: "a"}, {Role: "user", Content: "q2"}, {Role: "assistant", Content: "b"}}}
-	if _, err := TokenizeRecord(rec, chatEnc, SFTOptions{Template: ct}); err == nil || !strings.Contains(err.Error(), "does not start the whole conversation's rendering") {
-		t.Errorf("error %v", err)
-	}
-	if _, err := TokenizeRecord(rec, chatEnc, SFTOptions{Template: ct, LossOn: LossAll}); err != nil {
-		t.Errorf("loss on all needs no spans: %v", err)
-	}
-	if _, err := TokenizeRecord(rec, chatEnc, SFTOptions{}); err == nil || !strings.Contains(err.Error(), "chat template") {
-		t.Errorf("chat without a template: %v", err)
-	}
-}
-
 // TestTokenBoundaryStraddling: where a token spans the start of an answer,
 // it counts as the answer's.
 func TestTokenBoundaryStraddling(t *testing.T) {
@@ -597,7 +581,8 @@ func TestSFTLoaderPrefetchBound(t *testing.T) {
 // TestTokenizeRecordQwen3Turns trains on the answers of a multi-turn
 // conversation under Qwen 3's template, which gives only the turns after
 // the last question an empty reasoning block: each earlier answer is
-// found without it, the last with it, as the template renders them.
+// found without it, the last with it (the block is trained, as what the
+// template writes for the answer after its generation prompt).
 func TestTokenizeRecordQwen3Turns(t *testing.T) {
 	var ct *ChatTemplate
 	for _, fx := range loadChatFixtures(t) {
@@ -625,26 +610,5 @@ func TestTokenizeRecordQwen3Turns(t *testing.T) {
 	want := "Paris.<|im_end|>\n|Berlin.<|im_end|>\n|<think>\n\n</think>\n\nRome.<|im_end|>\n"
 	if got := chatEnc.trainedText(ex); got != want {
 		t.Errorf("trained %q, want %q", got, want)
-	}
-}
-
-// TestTurnLength: a turn is found whole, or as its longest suffix that
-// still holds the message's content; a shorter match is refused.
-func TestTurnLength(t *testing.T) {
-	for _, c := range []struct {
-		rest, turn, content string
-		want                int
-	}{
-		{"A1<e>\nnext", "A1<e>\n", "A1", 6},
-		{"A1<e>\nnext", "<t></t>A1<e>\n", "A1", 6},
-		{"A1<e>\nnext", "<t>A1</t>A1<e>\n", "A1", 6},   // the content also in the preamble
-		{"B<e>\nnext", "<t></t>A1<e>\n", "A1", -1},     // only "<e>\n"-like tails match
-		{"\nnext", "X\n", "X", -1},                     // the closing new line alone
-		{"\nnext", "X\n", "", -1},                      // no content to hold
-		{"<t></t>A1<e>\n", "<t></t>A1<e>\n", "A1", 13}, // the last turn, whole
-	} {
-		if got := turnLength(c.rest, c.turn, c.content); got != c.want {
-			t.Errorf("turnLength(%q, %q, %q) = %d, want %d", c.rest, c.turn, c.content, got, c.want)
-		}
 	}
 }

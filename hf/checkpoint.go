@@ -35,7 +35,8 @@ type Checkpoint struct {
 
 // Open opens a checkpoint: a .safetensors file, an index
 // (model.safetensors.index.json) and the shards it lists, or a directory
-// holding either. A directory's model.safetensors wins over its index, as
+// holding either (or config.json alone: a shape without weights, which
+// only a plan builds; Weights). A directory's model.safetensors wins over its index, as
 // transformers' loader decides: an export (Save) commits model.safetensors
 // before it removes an older sharded checkpoint's index, so a crash in
 // between leaves the new model the one read. Every file is checked
@@ -58,6 +59,11 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, fmt.Errorf("hf: %v", err)
 		default:
 			if _, ierr := os.Stat(index); errors.Is(ierr, fs.ErrNotExist) {
+				if _, cerr := os.Stat(filepath.Join(path, configFile)); cerr == nil {
+					// config.json alone: a model's shape, to plan
+					// before the weights are downloaded (Weights).
+					return c, nil
+				}
 				return nil, fmt.Errorf("hf: %s holds neither %s nor %s", path, modelFile, indexFile)
 			}
 			c.set, err = safetensors.OpenIndex(index)
@@ -81,11 +87,26 @@ func Open(path string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// Weights reports whether the checkpoint holds tensors: a directory of
+// config.json alone (Open takes one) describes a model's shape, which a
+// plan needs, and nothing to load.
+func (c *Checkpoint) Weights() bool { return c.set != nil }
+
 // Tensor returns a tensor by name.
-func (c *Checkpoint) Tensor(name string) (Tensor, bool) { return c.set.Tensor(name) }
+func (c *Checkpoint) Tensor(name string) (Tensor, bool) {
+	if c.set == nil {
+		return Tensor{}, false
+	}
+	return c.set.Tensor(name)
+}
 
 // Names lists the tensors, sorted.
-func (c *Checkpoint) Names() []string { return c.set.Names() }
+func (c *Checkpoint) Names() []string {
+	if c.set == nil {
+		return nil
+	}
+	return c.set.Names()
+}
 
 // Close unmaps the files: the tensors' Data is invalid afterwards.
 func (c *Checkpoint) Close() error {

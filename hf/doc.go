@@ -12,21 +12,31 @@
 // without the "transformer." prefix, Conv1D weights stored (in, out) and
 // transposed into memfit's (out, in) Linear weights, the head tied to the
 // token embedding, the attn.bias and attn.masked_bias buffers skipped.
-// The Llama family maps onto models.Llama (LoadLlama, SaveLlama): names
-// model.embed_tokens, model.layers.N.self_attn.{q,k,v,o}_proj,
-// model.layers.N.mlp.{gate,up,down}_proj, input_layernorm,
-// post_attention_layernorm, model.norm and lm_head (absent when
+// The decoder families (Llama, Mistral, Qwen 2 and 3, Gemma 2 and 3,
+// Phi-3, SmolLM 3; family.go) map onto models.Decoder (LoadDecoder,
+// SaveDecoder): names model.embed_tokens, model.layers.N.self_attn.
+// {q,k,v,o}_proj (Phi-3's qkv_proj), q_norm and k_norm,
+// model.layers.N.mlp.{gate,up,down}_proj (Phi-3's gate_up_proj),
+// input_layernorm, post_attention_layernorm (Gemma's
+// pre/post_feedforward_layernorm too), model.norm and lm_head (absent when
 // tie_word_embeddings); q_proj and k_proj are used as stored, since
 // memfit's rotary embeddings pair a head's halves as Hugging Face's
-// rotate_half does. Architecture tells the families apart (config.json's
-// model_type or architectures, else the tensor names); Load and Save pick
-// the family's functions.
+// rotate_half does. Each family reads its config.json with its
+// transformers config class's defaults and refuses, naming it, any key
+// that changes the math in a way memfit does not compute. Architecture
+// tells the families apart (config.json's model_type or architectures,
+// else the tensor names); Load and Save pick the family's functions. A
+// directory of config.json alone gives a model's shape, which a plan
+// builds on the meta device before the weights are downloaded. An export
+// is a model directory: config.json, weights sharded past 5 GB, the
+// tokenizer's files, generation_config.json, and LoRA adapters in PEFT's
+// layout on request.
 //
 // Files are read through package safetensors, which checks every header
 // and index before anything is allocated and opens only regular files (a
 // FIFO never blocks a load); a directory's model.safetensors wins over an
 // index, as in transformers. config.json's values are bounded (MaxLayers
-// and the others), so GPT2Config.Params and LlamaConfig.Params size a
+// and the others), so GPT2Config.Params and DecoderConfig.Params size a
 // model from the config alone; and the model a config describes is bound
 // to the checkpoint's tensors on the meta device before it is built, so a
 // config that does not describe its checkpoint never allocates the model

@@ -41,7 +41,7 @@ func ExampleLoad() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%T %q %v\n", m, note, tokens)
-	// Output: *models.Llama "" [5 19 44 23 14 0 10 38]
+	// Output: *models.Decoder "" [5 19 44 23 14 0 10 38]
 }
 
 // Options.Quantize stores the Linear weights it names in NF4 as they are

@@ -21,7 +21,7 @@ func TestFillInChunks(t *testing.T) {
 		defer func(c int) { fillChunk = c }(fillChunk)
 		fillChunk = chunk
 		dev := cpu.New()
-		l, _, err := LoadLlamaWith(dev, dir, Options{DType: dt, Defer: deferred})
+		l, _, err := LoadDecoderWith(dev, dir, Options{DType: dt, Defer: deferred})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,9 +69,17 @@ func FuzzReadGPT2Config(f *testing.F) {
 	})
 }
 
-func FuzzReadLlamaConfig(f *testing.F) {
+// FuzzReadDecoderConfig fuzzes config.json of every decoder family over
+// a Llama's tensors (seeds: each family fixture's config.json too).
+func FuzzReadDecoderConfig(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/*/config.json")
+	for _, s := range seeds {
+		if b, err := os.ReadFile(s); err == nil {
+			f.Add(b)
+		}
+	}
 	fuzzConfig(f, "testdata/llama3-f32", func(c *hf.Checkpoint) (int64, error) {
-		cfg, _, err := hf.ReadLlamaConfig(c)
+		cfg, _, err := hf.ReadDecoderConfig(c)
 		if err != nil {
 			return 0, err
 		}

@@ -200,6 +200,14 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 		return nil, "", err
 	}
 	mc := models.GPTConfig{Layers: cfg.Layers, Heads: cfg.Heads, Dim: cfg.Dim, Context: cfg.Positions, Vocab: cfg.Vocab}
+	if !c.Weights() {
+		mc.Dropout, mc.Seed, mc.HeadChunkRows, mc.DType = o.Dropout, o.Seed, o.HeadChunkRows, o.DType
+		g, err := shapeOnly(c, dev, o, func(defer_ bool) (*models.GPT, error) {
+			mc.Defer = defer_
+			return models.NewGPT(dev, mc)
+		})
+		return g, note, err
+	}
 	bind := func(g *models.GPT) ([]binding, error) { return bindGPT2(c, g.Parameters(), cfg.Layers) }
 	if err := probe(c, func(dev device.Device) (*models.GPT, error) { return models.NewGPT(dev, mc) }, bind); err != nil {
 		return nil, "", err
@@ -417,6 +425,9 @@ func (b binding) copyChunks(dev device.Device, v device.View) error {
 	for at := 0; at < n; at += fillChunk {
 		m := min(fillChunk, n-at)
 		vals, err := safetensors.Float32s(t.DType, t.Data[at*size:(at+m)*size])
+		if err == nil {
+			err = finite(vals, at)
+		}
 		if err != nil {
 			return fmt.Errorf("hf: %s: tensor %s: %v", t.File, b.name, err)
 		}
@@ -443,6 +454,9 @@ func (b binding) values() ([]float32, error) {
 		return vals, nil
 	}
 	vals, err := t.Float32s()
+	if err == nil {
+		err = finite(vals, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hf: %s: tensor %s: %v", t.File, b.name, err)
 	}
@@ -450,6 +464,18 @@ func (b binding) values() ([]float32, error) {
 		vals = transpose(vals, t.Shape[0], t.Shape[1])
 	}
 	return vals, nil
+}
+
+// finite returns an error naming the first element of v (numbered from
+// at) that is not a finite number: a model that would train on it
+// computes NaN from the first step (and would save and export it).
+func finite(v []float32, at int) error {
+	for i, x := range v {
+		if x-x != 0 { // ±Inf and NaN
+			return fmt.Errorf("element %d is %v: not a finite weight", at+i, x)
+		}
+	}
+	return nil
 }
 
 // openFiles closes a checkpoint when the last of its holders is done:
@@ -485,10 +511,13 @@ func transpose(v []float32, rows, cols int) []float32 {
 // stored, as Hugging Face stores it), each through a temporary file and a
 // rename. LoRA adapters are merged into the weights they adapt
 // (nn.Export): the files hold a plain GPT-2 that computes what g does.
-func SaveGPT2(g *models.GPT, dir string) error { return saveGPT2(g, dir, safetensors.F32) }
+func SaveGPT2(g *models.GPT, dir string) error {
+	return saveGPT2(g, dir, safetensors.F32, SaveOptions{})
+}
 
-// saveGPT2 is SaveGPT2 writing tensors of dtype dt (F32 or BF16).
-func saveGPT2(g *models.GPT, dir string, dt safetensors.DType) error {
+// saveGPT2 is SaveGPT2 writing tensors of dtype dt (F32 or BF16) and o's
+// companion files.
+func saveGPT2(g *models.GPT, dir string, dt safetensors.DType, o SaveOptions) error {
 	c := g.Config
 	cfg := map[string]any{
 		"model_type": "gpt2", "architectures": []string{"GPT2LMHeadModel"},
@@ -503,5 +532,9 @@ func saveGPT2(g *models.GPT, dir string, dt safetensors.DType) error {
 		hn, conv := gpt2Name(p.Name)
 		params = append(params, savedTensor{name: "transformer." + hn, conv: conv, p: p})
 	}
-	return writeModel(dir, cfg, params, dt)
+	files, err := o.companionFiles(cfg)
+	if err != nil {
+		return err
+	}
+	return writeModel(dir, cfg, params, dt, files, o.ShardBytes)
 }

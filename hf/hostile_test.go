@@ -170,7 +170,7 @@ func TestParams(t *testing.T) {
 		}
 		var params int64
 		if arch, _ := hf.Architecture(c); arch == "llama" {
-			cfg, _, err := hf.ReadLlamaConfig(c)
+			cfg, _, err := hf.ReadDecoderConfig(c)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package hf
 import (
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
@@ -79,7 +80,29 @@ func bnbWeight(c *Checkpoint, hn string) (shape []int, p device.NF4Parts, names 
 	if err != nil {
 		return nil, p, nil, false, fmt.Errorf("hf: %s: %v", w.File, err)
 	}
+	if err := nf4Finite(&p); err != nil {
+		return nil, p, nil, false, fmt.Errorf("hf: %s: tensor %s: %v", w.File, hn, err)
+	}
 	return shape, p, names, true, nil
+}
+
+// nf4Finite checks that every value of p dequantizes to a finite number:
+// each level and each block's absmax (a value is one times the other), a
+// pass over the blocks, not the elements. A nested offset finite in
+// float64 but not in float32, or a scale that overflows, shows there.
+func nf4Finite(p *device.NF4Parts) error {
+	for i, l := range p.Levels {
+		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+			return fmt.Errorf("quant_map level %d is %v: the weights it dequantizes are not finite", i, l)
+		}
+	}
+	for b := range p.AbsmaxCodes {
+		if a := p.Absmax(b); math.IsNaN(float64(a)) || math.IsInf(float64(a), 0) {
+			return fmt.Errorf("the absmax of block %d (elements %d to %d) dequantizes to %v in float32: the weights are not finite",
+				b, b*device.QuantBlock, (b+1)*device.QuantBlock-1, a)
+		}
+	}
+	return nil
 }
 
 // isBnb reports whether the checkpoint stores hn in bitsandbytes' 4-bit
@@ -158,6 +181,25 @@ type SaveOptions struct {
 	// than bf16 to keep, and bf16 is what such a model is loaded in),
 	// F32 otherwise.
 	DType safetensors.DType
+	// ShardBytes is the size past which the weights are sharded (0:
+	// ShardBytes, transformers' 5 GB).
+	ShardBytes int64
+	// Tokenizer, a tokenizer.json or its directory, is copied beside the
+	// model (tokenizer.json, tokenizer_config.json,
+	// special_tokens_map.json, chat_template.jinja where present), so that
+	// the directory is a model transformers and vLLM load whole.
+	Tokenizer string
+	// ChatTemplate, when the tokenizer's files hold none, is written into
+	// tokenizer_config.json's chat_template.
+	ChatTemplate string
+	// From is the directory the model was initialized from: its token
+	// ids (bos, eos, pad) go into config.json and its
+	// generation_config.json beside it (or one of those ids).
+	From string
+	// Adapters also writes the model's LoRA adapters in PEFT's layout
+	// (adapter_model.safetensors, adapter_config.json naming From as the
+	// base), beside the merged model.
+	Adapters bool
 }
 
 // dtypeFor resolves o.DType for m.

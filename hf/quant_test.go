@@ -1,10 +1,12 @@
 package hf_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -42,59 +44,69 @@ func load(t *testing.T, dev device.Device, path string, o hf.Options) models.Mod
 	return m
 }
 
-// TestLoadBitsandbytesNF4: hf/testdata/llama-nf4 (scripts/bnb_fixture.py:
-// llama-f32 saved in bitsandbytes' 4-bit layout by the reference
-// definition, layer 0 double-quantized, layer 1 not) loads into NF4
-// weights holding exactly what memfit's own quantization of llama-f32
-// holds, bit for bit; into F32 weights as their dequantized values; into
-// Int8 through those values. Embeddings, norms and the head are read as
+// TestLoadBitsandbytesNF4: hf/testdata/llama-nf4, qwen3-nf4 and phi3-nf4
+// (scripts/bnb_fixture.py: llama-f32, qwen3-f32 and phi3-f32 saved in
+// bitsandbytes' 4-bit layout by the reference definition, layer 0
+// double-quantized, layer 1 not; Phi-3's fused projections quantized
+// whole) load into NF4 weights holding exactly what memfit's own
+// quantization of the F32 fixture holds, bit for bit; into F32 weights
+// as their dequantized values; into Int8 through those values.
+// Embeddings, norms (Qwen 3's head norms too) and the head are read as
 // stored. The parameter bytes are the formats' exactly.
 func TestLoadBitsandbytesNF4(t *testing.T) {
-	dev := cpu.New()
-	bnb := load(t, dev, filepath.Join("testdata", "llama-nf4"), hf.Options{Quantize: quantizeAll(device.NF4)})
-	own := load(t, dev, filepath.Join("testdata", "llama-f32"), hf.Options{Quantize: quantizeAll(device.NF4)})
-	plain := load(t, dev, filepath.Join("testdata", "llama-nf4"), hf.Options{})
-	int8 := load(t, dev, filepath.Join("testdata", "llama-nf4"), hf.Options{Quantize: quantizeAll(device.Int8)})
-	var nf4, want int64
-	for i, p := range bnb.Parameters() {
-		o, f, q := own.Parameters()[i], plain.Parameters()[i], int8.Parameters()[i]
-		// The Linear weights: blocks.N.attn.{q,k,v,o} and blocks.N.mlp.{gate,up,down}.
-		quantized := strings.Contains(p.Name(), ".attn.") || strings.Contains(p.Name(), ".mlp.")
-		wantDT := device.F32
-		if quantized {
-			wantDT = device.NF4
-			nf4++
-		}
-		if p.DType() != wantDT || o.DType() != wantDT || f.DType() != device.F32 {
-			t.Fatalf("%s: %v (own quantization %v, plain %v), want %v", p.Name(), p.DType(), o.DType(), f.DType(), wantDT)
-		}
-		if quantized && (p.RequiresGrad() || q.DType() != device.Int8) {
-			t.Errorf("%s: a quantized weight requires grad, or the int8 import holds %v", p.Name(), q.DType())
-		}
-		pv := p.Float32s()
-		if !slices.Equal(bits(pv), bits(o.Float32s())) {
-			t.Errorf("%s: the 4-bit checkpoint's values differ from memfit's quantization of the F32 weights", p.Name())
-		}
-		if !slices.Equal(bits(pv), bits(f.Float32s())) {
-			t.Errorf("%s: loaded as F32, the values are not the dequantized ones", p.Name())
-		}
-		if quantized {
-			ref, err := tensor.QuantizeFloat32(dev, device.Int8, pv, p.Shape(), memory.Temporary)
-			if err != nil {
-				t.Fatal(err)
+	for _, c := range []struct {
+		fixture string
+		linear  int // Linear weights, all quantized
+	}{{"llama", 14}, {"qwen3", 14}, {"phi3", 8}} {
+		t.Run(c.fixture, func(t *testing.T) {
+			dev := cpu.New()
+			q4 := filepath.Join("testdata", c.fixture+"-nf4")
+			bnb := load(t, dev, q4, hf.Options{Quantize: quantizeAll(device.NF4)})
+			own := load(t, dev, filepath.Join("testdata", c.fixture+"-f32"), hf.Options{Quantize: quantizeAll(device.NF4)})
+			plain := load(t, dev, q4, hf.Options{})
+			int8 := load(t, dev, q4, hf.Options{Quantize: quantizeAll(device.Int8)})
+			linear := nn.LinearWeights(plain)
+			var nf4, want int64
+			for i, p := range bnb.Parameters() {
+				o, f, q := own.Parameters()[i], plain.Parameters()[i], int8.Parameters()[i]
+				quantized := linear[f] && f.Name() != "head.weight"
+				wantDT := device.F32
+				if quantized {
+					wantDT = device.NF4
+					nf4++
+				}
+				if p.DType() != wantDT || o.DType() != wantDT || f.DType() != device.F32 {
+					t.Fatalf("%s: %v (own quantization %v, plain %v), want %v", p.Name(), p.DType(), o.DType(), f.DType(), wantDT)
+				}
+				if quantized && (p.RequiresGrad() || q.DType() != device.Int8) {
+					t.Errorf("%s: a quantized weight requires grad, or the int8 import holds %v", p.Name(), q.DType())
+				}
+				pv := p.Float32s()
+				if !slices.Equal(bits(pv), bits(o.Float32s())) {
+					t.Errorf("%s: the 4-bit checkpoint's values differ from memfit's quantization of the F32 weights", p.Name())
+				}
+				if !slices.Equal(bits(pv), bits(f.Float32s())) {
+					t.Errorf("%s: loaded as F32, the values are not the dequantized ones", p.Name())
+				}
+				if quantized {
+					ref, err := tensor.QuantizeFloat32(dev, device.Int8, pv, p.Shape(), memory.Temporary)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(bits(q.Float32s()), bits(ref.Float32s())) {
+						t.Errorf("%s: the int8 import is not the int8 quantization of the dequantized values", p.Name())
+					}
+					ref.Release()
+				}
+				want += p.Bytes()
 			}
-			if !slices.Equal(bits(q.Float32s()), bits(ref.Float32s())) {
-				t.Errorf("%s: the int8 import is not the int8 quantization of the dequantized values", p.Name())
+			if nf4 != int64(c.linear) {
+				t.Errorf("%d NF4 weights, want %d", nf4, c.linear)
 			}
-			ref.Release()
-		}
-		want += p.Bytes()
-	}
-	if nf4 != 14 {
-		t.Errorf("%d NF4 weights, want 14 (7 per layer)", nf4)
-	}
-	if got := paramBytes(bnb); got != want {
-		t.Errorf("the NF4 import holds %d parameter bytes, want %d", got, want)
+			if got := paramBytes(bnb); got != want {
+				t.Errorf("the NF4 import holds %d parameter bytes, want %d", got, want)
+			}
+		})
 	}
 }
 
@@ -117,16 +129,16 @@ func paramBytes(m nn.Module) int64 {
 // bigLlama writes a random Llama (F32) with layers blocks into a
 // directory and returns it with its config: large enough that a
 // tensor's bytes are small beside the model's.
-func bigLlama(t *testing.T, layers int) (string, models.LlamaConfig) {
+func bigLlama(t *testing.T, layers int) (string, models.DecoderConfig) {
 	t.Helper()
-	c := models.LlamaConfig{Layers: layers, Heads: 4, KVHeads: 2, Dim: 128, Hidden: 320, Context: 64, Vocab: 96, Seed: 3}
-	l, err := models.NewLlama(cpu.New(), c)
+	c := models.DecoderConfig{Layers: layers, Heads: 4, KVHeads: 2, Dim: 128, Hidden: 320, Context: 64, Vocab: 96, Seed: 3}
+	l, err := models.NewDecoder(cpu.New(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nn.Release(l)
 	dir := t.TempDir()
-	if err := hf.SaveLlama(l, dir); err != nil {
+	if err := hf.SaveDecoder(l, dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir, c
@@ -233,7 +245,7 @@ func TestQuantizedExport(t *testing.T) {
 	}
 	f.Close()
 	back := load(t, cpu.New(), dir, hf.Options{})
-	if got := back.(*models.Llama).Config; got.Layers != c.Layers || got.Dim != c.Dim || got.KVHeads != c.KVHeads {
+	if got := back.(*models.Decoder).Config; got.Layers != c.Layers || got.Dim != c.Dim || got.KVHeads != c.KVHeads {
 		t.Errorf("read back as %+v", got)
 	}
 	for _, p := range back.Parameters() {
@@ -300,10 +312,19 @@ func TestLoadBitsandbytesRefusals(t *testing.T) {
 			s.Name = w + ".quant_state.bitsandbytes__fp4"
 			return edit(t, src, []string{w + ".quant_state.bitsandbytes__nf4"}, s)
 		}, []string{w, "fp4"}},
+		{"nested offset infinite in float32", func() []byte {
+			js := regexp.MustCompile(`"nested_offset": [^,}]*`).ReplaceAllString(orig, `"nested_offset": 1e39`)
+			return edit(t, src, []string{w + ".quant_state.bitsandbytes__nf4"}, state(js))
+		}, []string{w, "absmax of block 0", "+Inf", "not finite"}},
+		{"infinite level", func() []byte {
+			m := make([]byte, 64)
+			binary.LittleEndian.PutUint32(m[4*15:], math.Float32bits(float32(math.Inf(1))))
+			return edit(t, src, []string{w + ".quant_map"}, safetensors.Source{Name: w + ".quant_map", DType: safetensors.F32, Shape: []int{16}, Data: m})
+		}, []string{w + ".quant_map", "value 15 is +Inf"}},
 		{"stray absmax", func() []byte {
 			return edit(t, filepath.Join("testdata", "llama-f32", "model.safetensors"), nil,
 				safetensors.Source{Name: w + ".absmax", DType: safetensors.U8, Shape: []int{4}, Data: make([]byte, 4)})
-		}, []string{w + ".absmax is not part of a Llama"}},
+		}, []string{w + ".absmax is not part of a llama"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -1,7 +1,5 @@
 package hf
 
-import "fmt"
-
 // Shape is a checkpoint's model shape in the terms a trainer names a
 // model by, whatever its architecture: what ReadShape returns.
 type Shape struct {
@@ -34,13 +32,11 @@ func ReadShape(c *Checkpoint) (s Shape, note string, err error) {
 		}
 		return Shape{Layers: h.Layers, Heads: h.Heads, KVHeads: 0, Dim: h.Dim, Positions: h.Positions, Learned: true,
 			Vocab: h.Vocab, Params: h.Params()}, n, nil
-	case "llama":
-		h, n, err := ReadLlamaConfig(c)
-		if err != nil {
-			return s, "", err
-		}
-		return Shape{Layers: h.Layers, Heads: h.Heads, KVHeads: h.KVHeads, Dim: h.Dim, Hidden: h.Hidden, Positions: h.Positions,
-			Vocab: h.Vocab, Params: h.Params()}, n, nil
 	}
-	return s, "", fmt.Errorf("hf: %s: architecture %q has no shape reader", c.Dir, arch)
+	h, n, err := ReadDecoderConfig(c)
+	if err != nil {
+		return s, "", err
+	}
+	return Shape{Layers: h.Layers, Heads: h.Heads, KVHeads: h.KVHeads, Dim: h.Dim, Hidden: h.Hidden, Positions: h.Positions,
+		Vocab: h.Vocab, Params: h.Params()}, n, nil
 }

@@ -2,6 +2,7 @@ package lora
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/freeze"
@@ -15,8 +16,14 @@ type Config struct {
 	Alpha   float64 // scale Alpha/Rank; 0: Alpha = Rank
 	Dropout float64 // on the adapters' input while training
 	// Targets are path patterns of Linear layers (package freeze's globs);
-	// none: every Linear layer.
+	// none: every Linear layer. With Alias they may name layers by their
+	// other names too, as PEFT's target_modules do: "q_proj" (a bare name:
+	// every layer whose name ends in it), or a glob over the whole name
+	// ("model.layers.1*.mlp.*").
 	Targets []string
+	// Alias, when set, gives a layer's other name (Hugging Face's and
+	// PEFT's, hf.PEFTName) from its path; false for none.
+	Alias func(path string) (string, bool)
 	// Seed draws the adapters' A matrices.
 	Seed uint64
 	// DType of the adapters (F32 when unset).
@@ -76,7 +83,7 @@ func Apply(m nn.Module, opt freeze.StateDropper, c Config) (*Adapted, error) {
 	if len(targets) == 0 {
 		targets = []string{"*"}
 	}
-	chosen, err := freeze.Select("Linear layer", paths, targets...)
+	chosen, err := selectTargets(paths, targets, c.Alias)
 	if err != nil {
 		return nil, fmt.Errorf("lora: targets: %v", err)
 	}
@@ -129,6 +136,51 @@ func Apply(m nn.Module, opt freeze.StateDropper, c Config) (*Adapted, error) {
 		opt.DropState(ad.Base...)
 	}
 	return ad, nil
+}
+
+// selectTargets returns the paths the targets choose, in paths' order:
+// each target matches paths as a freeze pattern, or, when it matches
+// none and alias is set, the layers' other names (a bare name as PEFT
+// reads one: any name ending in ".name").
+func selectTargets(paths, targets []string, alias func(string) (string, bool)) ([]string, error) {
+	var names []string // paths' other names, and which path each is
+	var of []string
+	if alias != nil {
+		for _, p := range paths {
+			if a, ok := alias(p); ok {
+				names, of = append(names, a), append(of, p)
+			}
+		}
+	}
+	hit := map[string]bool{}
+	for _, t := range targets {
+		got, err := freeze.Select("Linear layer", paths, t)
+		if err != nil && len(names) > 0 {
+			pattern := t
+			if !strings.ContainsAny(t, ".*?[") {
+				pattern = "*." + t
+			}
+			if other, aerr := freeze.Select("Linear layer", names, pattern); aerr == nil {
+				got, err = nil, nil
+				for _, a := range other {
+					got = append(got, of[slices.Index(names, a)])
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range got {
+			hit[p] = true
+		}
+	}
+	var out []string
+	for _, p := range paths {
+		if hit[p] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // Merge folds every adapter of m into its weight (nn.Linear.MergeLoRA):

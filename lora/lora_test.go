@@ -18,7 +18,7 @@ import (
 
 var (
 	gptConfig   = models.GPTConfig{Layers: 2, Heads: 2, Dim: 16, Context: 12, Vocab: 19, Seed: 3}
-	llamaConfig = models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 16, Hidden: 24, Context: 12, Vocab: 19, Seed: 3}
+	llamaConfig = models.DecoderConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 16, Hidden: 24, Context: 12, Vocab: 19, Seed: 3}
 )
 
 // lm is a language model of package models.
@@ -33,7 +33,7 @@ func newModel(t *testing.T, kind string, dev device.Device) lm {
 	var m lm
 	var err error
 	if kind == "llama" {
-		m, err = models.NewLlama(dev, llamaConfig)
+		m, err = models.NewDecoder(dev, llamaConfig)
 	} else {
 		m, err = models.NewGPT(dev, gptConfig)
 	}
@@ -347,4 +347,41 @@ func TestApplyErrors(t *testing.T) {
 			t.Errorf("a failed Apply left %d parameters, want %d", len(g.Parameters()), n)
 		}
 	})
+}
+
+// Targets may name layers by their other names, as PEFT's target_modules
+// do: a bare name matches every layer whose name ends in it, a glob the
+// whole name; memfit's own paths still match as before.
+func TestApplyTargetsByAlias(t *testing.T) {
+	alias := func(path string) (string, bool) {
+		// blocks.N.attn.q -> model.layers.N.self_attn.q_proj, and so on
+		r := strings.NewReplacer("blocks.", "model.layers.", ".attn.", ".self_attn.", ".mlp.", ".mlp.")
+		return r.Replace(path) + "_proj", true
+	}
+	for _, c := range []struct {
+		targets []string
+		want    int // adapted layers of the 2-block llama
+	}{
+		{[]string{"q_proj", "v_proj"}, 4},
+		{[]string{"model.layers.1.*"}, 7},
+		{[]string{"*.attn.q", "down_proj"}, 4},
+	} {
+		m, err := models.NewDecoder(cpu.New(), models.DecoderConfig{Layers: 2, Heads: 2, Dim: 8, Hidden: 16, Context: 8, Vocab: 11, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad, err := lora.Apply(m, nil, lora.Config{Rank: 2, Targets: c.targets, Alias: alias})
+		if err != nil {
+			t.Fatalf("%v: %v", c.targets, err)
+		}
+		if len(ad.Layers) != c.want {
+			t.Errorf("%v adapted %v, want %d layers", c.targets, ad.Layers, c.want)
+		}
+		nn.Release(m)
+	}
+	m, _ := models.NewDecoder(cpu.New(), models.DecoderConfig{Layers: 1, Heads: 2, Dim: 8, Hidden: 16, Context: 8, Vocab: 11, Seed: 1})
+	defer nn.Release(m)
+	if _, err := lora.Apply(m, nil, lora.Config{Rank: 2, Targets: []string{"c_attn"}, Alias: alias}); err == nil || !strings.Contains(err.Error(), "c_attn") {
+		t.Errorf("a name no layer has: %v", err)
+	}
 }

@@ -1,6 +1,7 @@
 // Package models holds ready-made models built from package nn: an MLP, a
 // LeNet-style CNN for 28×28 images, a GPT-style decoder-only transformer
-// and a Llama-style one.
+// and the decoder families built like Llama (Decoder: Llama, Mistral,
+// Qwen 2 and 3, Gemma 2 and 3, Phi-3, SmolLM 3; families.go).
 //
 // Each constructor takes a device and a config struct and returns the model
 // or an error naming the config field that is wrong (zero sizes, Dim not
@@ -9,7 +10,8 @@
 //	mlp, err := models.NewMLP(dev, models.MLPConfig{Widths: []int{784, 256, 10}, Dropout: 0.1, Seed: 1})
 //	cnn, err := models.NewCNN(dev, models.CNNConfig{Conv1: 6, Conv2: 16, Hidden: 120, Classes: 10, Seed: 1})
 //	gpt, err := models.NewGPT(dev, models.GPTConfig{Layers: 6, Heads: 6, Dim: 384, Context: 256, Vocab: 256, Dropout: 0.1, Seed: 1})
-//	llama, err := models.NewLlama(dev, models.LlamaConfig{Layers: 6, Heads: 8, KVHeads: 2, Dim: 512, Context: 256, Vocab: 256, Seed: 1})
+//	llama, err := models.NewDecoder(dev, models.DecoderConfig{Layers: 6, Heads: 8, KVHeads: 2, Dim: 512, Context: 256, Vocab: 256, Seed: 1})
+//	qwen3, err := models.NewDecoder(dev, models.DecoderConfig{Arch: models.Arch{Family: "qwen3", QKNorm: true}, Layers: 6, Heads: 8, KVHeads: 2, Dim: 512, HeadDim: 128, Context: 256, Vocab: 256, Seed: 1})
 //
 // Parameters are F32 (config DType F64 is for gradient checks on CPU). Each
 // one is drawn with a seed derived from the config's Seed and the
@@ -26,9 +28,9 @@
 //     and returns logits [B, T, Vocab]. GPT.TokenLoss takes the same tokens
 //     and targets [B, T] and returns the cross-entropy without ever holding
 //     the logits whole (the trainer's default for token tasks; see
-//     tensor.LinearCrossEntropy). Llama.Forward and Llama.TokenLoss take
+//     tensor.LinearCrossEntropy). Decoder.Forward and Decoder.TokenLoss take
 //     and return the same.
-//   - GPT and Llama are Packed: ForwardPacked and TokenLossPacked take
+//   - GPT and Decoder are Packed: ForwardPacked and TokenLossPacked take
 //     per-token positions too ([]int32, B·T, restarting at 0 where an
 //     example begins; nil is Forward and TokenLoss) for rows that pack
 //     several examples end to end, each attending its own example only.
@@ -47,8 +49,8 @@
 // Every model implements nn.Model: Blocks returns its repeated blocks in
 // order and SetBlockRunner replaces the nn.RunSequential that Forward runs
 // them with (package checkpoint's policies plug in there). For the MLP and
-// the CNN the blocks are the layers; for GPT and Llama, the transformer
-// blocks. GPT and Llama are nn.TokenTiled too: SetTokenRunner makes their
+// the CNN the blocks are the layers; for GPT and Decoder, the transformer
+// blocks. GPT and Decoder are nn.TokenTiled too: SetTokenRunner makes their
 // blocks run the work they do row by row (norms, projections, MLP,
 // residual sums) through an nn.TokenRunner, package tile's over tiles of
 // the sequence, around attention, to the same values (tokens.go).
@@ -89,24 +91,31 @@
 //	blocks.N.mlp.proj.weight  [D, 4·D]       blocks.N.mlp.proj.bias [D]
 //	final_norm.weight         [D]            final_norm.bias [D]
 //
-// Llama (N = 0 … Layers-1, D = Dim, K = KVHeads·Dim/Heads, F = Hidden;
-// Hugging Face's names in hf.LoadLlama):
+// Decoder (N = 0 … Layers-1, D = Dim, H = Heads·HeadDim, K =
+// KVHeads·HeadDim, F = Hidden; Hugging Face's names in hf.LoadDecoder);
+// the parts in brackets only where the family's Arch has them:
 //
-//	embed.tokens.weight        [Vocab, D]     also the head when TiedHead
-//	blocks.N.attn_norm.weight  [D]            RMSNorm gain
-//	blocks.N.attn.q.weight     [D, D]
-//	blocks.N.attn.k.weight     [K, D]
-//	blocks.N.attn.v.weight     [K, D]
-//	blocks.N.attn.o.weight     [D, D]
-//	blocks.N.mlp_norm.weight   [D]
-//	blocks.N.mlp.gate.weight   [F, D]
-//	blocks.N.mlp.up.weight     [F, D]
-//	blocks.N.mlp.down.weight   [D, F]
-//	final_norm.weight          [D]
-//	head.weight                [Vocab, D]     absent when TiedHead
+//	embed.tokens.weight          [Vocab, D]     also the head when TiedHead
+//	blocks.N.attn_norm.weight    [D]            RMSNorm gain
+//	blocks.N.attn.q.weight       [H, D]         [.bias [H]: QKVBias]
+//	blocks.N.attn.k.weight       [K, D]         [.bias [K]]
+//	blocks.N.attn.v.weight       [K, D]         [.bias [K]]
+//	[blocks.N.attn.qkv.weight    [H+2K, D]]     FusedQKV, for q, k and v
+//	[blocks.N.attn.q_norm.weight [HeadDim]]     QKNorm
+//	[blocks.N.attn.k_norm.weight [HeadDim]]
+//	blocks.N.attn.o.weight       [D, H]
+//	[blocks.N.post_attn_norm.weight [D]]        SandwichNorms
+//	blocks.N.mlp_norm.weight     [D]
+//	blocks.N.mlp.gate.weight     [F, D]
+//	blocks.N.mlp.up.weight       [F, D]
+//	[blocks.N.mlp.gate_up.weight [2F, D]]       FusedGateUp, for gate and up
+//	blocks.N.mlp.down.weight     [D, F]
+//	[blocks.N.post_mlp_norm.weight [D]]         SandwichNorms
+//	final_norm.weight            [D]
+//	head.weight                  [Vocab, D]     absent when TiedHead
 //
-// GPT and Llama generate (Generate, with a KVCache under memory.KVCache;
-// a Llama's holds its KVHeads key/value heads, rotated, not Heads) and
+// GPT and Decoder generate (Generate, with a KVCache under memory.KVCache;
+// a Decoder's holds its KVHeads key/value heads, rotated, not Heads) and
 // implement Generator.
 //
 // # Memory

@@ -12,7 +12,7 @@ import (
 	"github.com/memfit/memfit/tensor"
 )
 
-// KVCache holds, for every block of a GPT or a Llama, the keys and values of the
+// KVCache holds, for every block of a GPT or a Decoder, the keys and values of the
 // tokens generated so far, so that each new token costs one token's
 // forward instead of the whole prefix's. Its tensors are allocated once, at
 // their full length, under memory.KVCache: generation allocates nothing
@@ -195,12 +195,12 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 		dst.Device().Copy(dst.View(), c.src.View())
 		dst.Release()
 	}
-	scale := 1 / math.Sqrt(float64(dh))
+	o := tensor.AttentionOptions{Scale: 1 / math.Sqrt(float64(dh))}
 	var y *tensor.Tensor
 	if pos == 0 {
-		y = r.CausalAttention(q, k, v, scale, 0, 0)
+		y = r.Attention(q, k, v, nil, o)
 	} else {
-		y = overCache(r, q, keys, values, pos, scale, nil)
+		y = overCache(r, q, keys, values, pos, o, nil)
 	}
 	q.Release()
 	k.Release()
@@ -215,15 +215,20 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 }
 
 // overCache is the attention of queries q [B, H, T, Dh] at positions
-// [pos, pos+T) over the first pos+T keys and values of a cache
-// [B, KVH, MaxLen, Dh]: a plain product and softmax (the cache's prefix
-// is not the fused causal kernel's square), with a mask when several
-// queries arrive at once. repeat, when not nil, spreads KVH cached heads
-// over the H query heads (grouped-query attention).
-func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, scale float64, repeat func(*tensor.Tensor) *tensor.Tensor) *tensor.Tensor {
+// [pos, pos+T) over the cached keys and values [B, KVH, MaxLen, Dh] up to
+// each query's own, with o's scale and soft cap, and within its window:
+// a plain product and softmax (the cache's prefix is not the fused
+// causal kernel's square) over the keys the earliest query may see, with
+// a mask where a query sees fewer. repeat, when not nil, spreads KVH
+// cached heads over the H query heads (grouped-query attention).
+func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, o tensor.AttentionOptions, repeat func(*tensor.Tensor) *tensor.Tensor) *tensor.Tensor {
 	t := q.Shape()[2]
 	n := pos + t
-	kc, vc := r.Narrow(keys, 2, 0, n), r.Narrow(values, 2, 0, n)
+	lo := 0 // the first key any query sees
+	if o.Window > 0 {
+		lo = max(0, pos-o.Window+1)
+	}
+	kc, vc := r.Narrow(keys, 2, lo, n-lo), r.Narrow(values, 2, lo, n-lo)
 	if repeat != nil {
 		kr, vr := repeat(kc), repeat(vc)
 		kc.Release()
@@ -231,18 +236,28 @@ func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, scale float64
 		kc, vc = kr, vr
 	}
 	kt := r.Transpose(kc, 2, 3)
-	s := r.ScaledMatMul(q, kt, scale) // [B, H, T, pos+T]
+	s := r.ScaledMatMul(q, kt, o.Scale) // [B, H, T, n-lo]
 	kt.Release()
 	kc.Release()
+	if o.Softcap > 0 {
+		capped := r.Softcap(s, o.Softcap)
+		s.Release()
+		s = capped
+	}
 	if t > 1 {
-		// Query i (position pos+i) sees keys up to pos+i.
-		mask := make([]float32, t*n)
+		// Query i (position pos+i) sees keys up to pos+i, and none
+		// Window or more before it.
+		w := n - lo
+		mask := make([]float32, t*w)
 		for i := range t {
-			for j := pos + i + 1; j < n; j++ {
-				mask[i*n+j] = 1
+			for j := range w {
+				key, at := lo+j, pos+i
+				if key > at || o.Window > 0 && key <= at-o.Window {
+					mask[i*w+j] = 1
+				}
 			}
 		}
-		m, err := tensor.FromFloat32(q.Device(), mask, []int{t, n}, memory.Temporary)
+		m, err := tensor.FromFloat32(q.Device(), mask, []int{t, w}, memory.Temporary)
 		if err != nil {
 			panic(err)
 		}
@@ -300,7 +315,7 @@ func (g *GPT) Generate(prompt []int, n int, o SampleOptions) ([]int, error) {
 // ContextLen is the longest sequence the model takes (Config.Context).
 func (g *GPT) ContextLen() int { return g.Config.Context }
 
-// Generator is a token model that continues prompts: GPT and Llama.
+// Generator is a token model that continues prompts: GPT and Decoder.
 type Generator interface {
 	Model
 	// Generate continues prompt by n tokens (fewer at a stop token).
@@ -312,7 +327,7 @@ type Generator interface {
 
 var (
 	_ Generator = (*GPT)(nil)
-	_ Generator = (*Llama)(nil)
+	_ Generator = (*Decoder)(nil)
 )
 
 // cachedModel is what generate runs: a model with a KV cache.
@@ -358,7 +373,17 @@ func generate(m cachedModel, model string, context, vocab int, emb *tensor.Tenso
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d666974)) // "memfit"
 	var out []int
 	next := prompt
+	switchAt := 0 // the length at which cached keys stop holding (longrope)
+	if s, ok := m.(interface{ cacheSwitchesAt() int }); ok {
+		switchAt = s.cacheSwitchesAt()
+	}
 	for len(out) < n {
+		if switchAt > 0 && kv.len > 0 && kv.len < switchAt && kv.len+len(next) >= switchAt {
+			// The whole sequence's frequencies change here: its keys are
+			// made again, as a forward of the whole sequence makes them.
+			kv.Reset()
+			next = append(slices.Clone(prompt), out...)
+		}
 		var row []float64
 		err := tensor.Catch(func() error {
 			s := tensor.NewScope(scope...)

@@ -57,16 +57,49 @@ func TestModelGradients(t *testing.T) {
 			return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2}, 2, 3), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0}, 2, 3)
 		}},
 		{"llama", func(dev device.Device) (nn.Module, error) {
-			return models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 8, Hidden: 6, Context: 4, Vocab: 5, Dropout: 0.2, Seed: 1, DType: tensor.F64})
+			return models.NewDecoder(dev, models.DecoderConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 8, Hidden: 6, Context: 4, Vocab: 5, Dropout: 0.2, Seed: 1, DType: tensor.F64})
 		}, func(dev device.Device) (x, y *tensor.Tensor) {
 			return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2}, 2, 3), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0}, 2, 3)
 		}},
 		{"llama/tied-llama3-rope", func(dev device.Device) (nn.Module, error) {
-			return models.NewLlama(dev, models.LlamaConfig{Layers: 1, Heads: 2, KVHeads: 1, Dim: 8, Hidden: 4, Context: 4, Vocab: 5, TiedHead: true, RopeTheta: 500000,
+			return models.NewDecoder(dev, models.DecoderConfig{Layers: 1, Heads: 2, KVHeads: 1, Dim: 8, Hidden: 4, Context: 4, Vocab: 5, TiedHead: true, RopeTheta: 500000,
 				RopeScaling: nn.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 16}, NormEps: 1e-6, Seed: 2, DType: tensor.F64})
 		}, func(dev device.Device) (x, y *tensor.Tensor) {
 			return mustI32(t, dev, []int32{0, 3, 4, 1}, 1, 4), mustI32(t, dev, []int32{3, 4, 1, 2}, 1, 4)
 		}},
+	}
+	// The decoder families' features, each family on a batch long enough
+	// for its windows and rope switches to matter.
+	tokens := func(dev device.Device) (x, y *tensor.Tensor) {
+		return mustI32(t, dev, []int32{0, 3, 4, 1, 2, 2, 1, 4}, 1, 8), mustI32(t, dev, []int32{3, 4, 1, 2, 2, 0, 4, 1}, 1, 8)
+	}
+	sliding := []models.LayerKind{{Sliding: true}, {}}
+	for _, f := range []struct {
+		name string
+		cfg  models.DecoderConfig
+	}{
+		{"qwen3", models.DecoderConfig{Arch: models.Arch{Family: "qwen3", QKNorm: true}, Heads: 2, KVHeads: 1, Dim: 6, HeadDim: 4}},
+		{"qwen2-sliding", models.DecoderConfig{Arch: models.Arch{Family: "qwen2", QKVBias: true}, Heads: 2, KVHeads: 1, Dim: 8,
+			Window: 3, LayerKinds: sliding}},
+		{"gemma2", models.DecoderConfig{Arch: models.Arch{Family: "gemma2", NormOffset: 1, SandwichNorms: true, Activation: "gelu_tanh",
+			ScaleEmbeddings: true}, Heads: 2, KVHeads: 1, Dim: 6, HeadDim: 4, QueryScale: 0.3, AttnSoftcap: 0.8, FinalSoftcap: 1.5,
+			Window: 3, LayerKinds: sliding, TiedHead: true}},
+		{"gemma3", models.DecoderConfig{Arch: models.Arch{Family: "gemma3_text", QKNorm: true, NormOffset: 1, SandwichNorms: true,
+			Activation: "gelu_tanh", ScaleEmbeddings: true}, Heads: 2, KVHeads: 1, Dim: 6, HeadDim: 4, QueryScale: 0.4, Window: 3,
+			LayerKinds: sliding, LocalRopeTheta: 10000, RopeTheta: 1e6, RopeScaling: nn.RopeScaling{Type: "linear", Factor: 8}, TiedHead: true}},
+		{"phi3", models.DecoderConfig{Arch: models.Arch{Family: "phi3", FusedQKV: true, FusedGateUp: true}, Heads: 2, KVHeads: 1, Dim: 8,
+			HeadDim: 6, RotaryDim: 4, RopeScaling: nn.RopeScaling{Type: "longrope", Factor: 4, OriginalContext: 4,
+				ShortFactor: []float64{1, 1.5}, LongFactor: []float64{2, 3.5}}}},
+		{"smollm3", models.DecoderConfig{Arch: models.Arch{Family: "smollm3"}, Heads: 2, KVHeads: 1, Dim: 8,
+			LayerKinds: []models.LayerKind{{}, {NoRope: true}}, TiedHead: true}},
+	} {
+		c := f.cfg
+		c.Layers, c.Hidden, c.Context, c.Vocab, c.Dropout, c.Seed, c.DType = 2, 6, 8, 5, 0.2, 1, tensor.F64
+		cases = append(cases, struct {
+			name  string
+			build func(dev device.Device) (nn.Module, error)
+			batch func(dev device.Device) (x, y *tensor.Tensor)
+		}{f.name, func(dev device.Device) (nn.Module, error) { return models.NewDecoder(dev, c) }, tokens})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -68,7 +68,7 @@ var modelCases = []modelCase{
 	{
 		name: "llama",
 		build: func(dev device.Device) (nn.Model, error) {
-			return models.NewLlama(dev, models.LlamaConfig{Layers: 3, Heads: 4, KVHeads: 2, Dim: 64, Context: 32, Vocab: 50, Dropout: 0.1, Seed: 1})
+			return models.NewDecoder(dev, models.DecoderConfig{Layers: 3, Heads: 4, KVHeads: 2, Dim: 64, Context: 32, Vocab: 50, Dropout: 0.1, Seed: 1})
 		},
 		batch: func(t testing.TB, dev device.Device) (x, y *tensor.Tensor) {
 			return cycle(t, dev, rand.New(rand.NewPCG(1, 1)), []int32{1, 7, 3, 49, 12, 30}, 4, 32)

@@ -6,11 +6,11 @@ import (
 )
 
 // Packed is a model whose batch rows may pack several examples end to end
-// (padding-free packing): GPT and Llama. positions are the tokens'
+// (padding-free packing): GPT and Decoder. positions are the tokens'
 // positions, B·T of them row by row, restarting at 0 where an example
 // begins (a position of 0 begins one, and so does the first token of each
 // row); each token attends the tokens of its own example only, and its
-// position embedding (GPT's learned one, Llama's rotary one) is taken at
+// position embedding (GPT's learned one, a Decoder's rotary one) is taken at
 // its position. nil positions are Forward and TokenLoss exactly. The loss
 // and gradients of a packed batch are those of its examples as rows of
 // their own (padded, with the padding's targets ignored), within float
@@ -19,7 +19,7 @@ import (
 // The costs of packing do not depend on the positions' values: one int32
 // per token in each fused attention call's workspace (the start of its
 // example), GPT's [B, T] positions and the [B, T, Dim] embedding looked up
-// from them, and Llama's cos and sin tables of [B, 1, T, HeadDim] per
+// from them, and a Decoder's cos and sin tables of [B, 1, T, HeadDim] per
 // block instead of [T, HeadDim] per rotation. A plan traced on the meta
 // device with any positions is exact.
 type Packed interface {
@@ -31,7 +31,7 @@ type Packed interface {
 
 var (
 	_ Packed = (*GPT)(nil)
-	_ Packed = (*Llama)(nil)
+	_ Packed = (*Decoder)(nil)
 )
 
 // packedRun returns r with the segments of positions for tokens, or r
@@ -65,11 +65,11 @@ func (g *GPT) TokenLossPacked(r *nn.Run, tokens, targets *tensor.Tensor, positio
 
 // ForwardPacked maps tokens [B, T] at positions (see Packed) to logits
 // [B, T, Vocab].
-func (l *Llama) ForwardPacked(r *nn.Run, tokens *tensor.Tensor, positions []int32) *tensor.Tensor {
-	return l.Forward(packedRun("llama", r, tokens, positions), tokens)
+func (l *Decoder) ForwardPacked(r *nn.Run, tokens *tensor.Tensor, positions []int32) *tensor.Tensor {
+	return l.Forward(packedRun(l.Config.Arch.name(), r, tokens, positions), tokens)
 }
 
 // TokenLossPacked is TokenLoss of tokens [B, T] at positions (see Packed).
-func (l *Llama) TokenLossPacked(r *nn.Run, tokens, targets *tensor.Tensor, positions []int32, o tensor.CrossEntropyOptions) *tensor.Tensor {
-	return l.TokenLoss(packedRun("llama", r, tokens, positions), tokens, targets, o)
+func (l *Decoder) TokenLossPacked(r *nn.Run, tokens, targets *tensor.Tensor, positions []int32, o tensor.CrossEntropyOptions) *tensor.Tensor {
+	return l.TokenLoss(packedRun(l.Config.Arch.name(), r, tokens, positions), tokens, targets, o)
 }

@@ -39,7 +39,7 @@ var packedModels = []packedModel{
 		nn.Model
 		models.Packed
 	}, error) {
-		return models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Context: 64, Vocab: 40, Seed: 3, DType: dt})
+		return models.NewDecoder(dev, models.DecoderConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Context: 64, Vocab: 40, Seed: 3, DType: dt})
 	}},
 }
 

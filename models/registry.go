@@ -172,17 +172,12 @@ func init() {
 			return built(NewGPT(dev, GPTConfig{Layers: s.Layers, Heads: s.Heads, Dim: s.Width, Context: s.Context, Vocab: s.Classes,
 				Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
 		}})
-	// llama: a Llama-layout decoder (RMSNorm, rotary embeddings,
-	// SwiGLU, grouped-query attention with KVHeads, an untied head) of
-	// Layers blocks, Heads heads, width Width, over Classes tokens.
-	RegisterKind("llama", Kind{LR: 3e-4, Tokens: true, Recompute: true, DTypes: []tensor.DType{tensor.BF16}, HF: "llama", Params: llamaParams,
-		Key: func(s Spec) string {
-			return fmt.Sprintf("llama layers=%d width=%d heads=%d kv_heads=%d hidden=%d context=%d", s.Layers, s.Width, s.Heads, s.KVHeads, s.Hidden, s.Context)
-		},
-		Build: func(dev device.Device, s Spec) (Model, error) {
-			return built(NewLlama(dev, LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden,
-				Context: s.Context, Vocab: s.Classes, Dropout: s.Dropout, Seed: s.Seed, HeadChunkRows: s.HeadChunkRows, DType: s.DType, Defer: s.Defer}))
-		}})
+	// The decoder families (families.go): Llama's blocks and what each
+	// adds, of Layers blocks, Heads heads (KVHeads key/value heads), width
+	// Width and MLP width Hidden, over Classes tokens.
+	for _, f := range Families() {
+		RegisterKind(f.Name, f.kind())
+	}
 }
 
 // built turns a constructor's result into a registry's, so that a failed
@@ -229,14 +224,4 @@ func cnnParams(s Spec) int64 {
 func gptParams(s Spec) int64 {
 	d, l := int64(s.Width), int64(s.Layers)
 	return int64(s.Classes)*d + int64(s.Context)*d + l*(12*d*d+13*d) + 2*d
-}
-
-// llamaParams: the embedding, per block two RMSNorms, q and o, k and v
-// (KVHeads heads), gate, up and down; the final RMSNorm and the untied
-// head.
-func llamaParams(s Spec) int64 {
-	c := LlamaConfig{Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads, Dim: s.Width, Hidden: s.Hidden}.withDefaults()
-	d, f, l, v := int64(c.Dim), int64(c.Hidden), int64(c.Layers), int64(s.Classes)
-	kv := int64(c.KVHeads) * (d / int64(c.Heads))
-	return 2*v*d + l*(2*d+2*d*d+2*kv*d+3*d*f) + d
 }

@@ -17,5 +17,5 @@ func ExampleNew() {
 	}
 	defer nn.Release(m)
 	fmt.Println(nn.Count(m), models.Names()) // 4·8+8 + 8·3+3
-	// Output: 67 [cnn gpt llama mlp]
+	// Output: 67 [cnn gemma2 gemma3 gpt llama mistral mlp phi3 qwen2 qwen3 smollm3]
 }

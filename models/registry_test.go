@@ -10,7 +10,7 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	if got := strings.Join(models.Names(), ","); got != "cnn,gpt,llama,mlp" {
+	if got := strings.Join(models.Names(), ","); got != "cnn,gemma2,gemma3,gpt,llama,mistral,mlp,phi3,qwen2,qwen3,smollm3" {
 		t.Errorf("Names() = %s", got)
 	}
 	dev := cpu.New()
@@ -26,6 +26,17 @@ func TestRegistry(t *testing.T) {
 		// 2·4·8, gate, up and down 3·8·16; the final norm 8; the head 5·8
 		{"llama", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 40 + 16 + 128 + 64 + 384 + 8 + 40},
 		{"cnn", models.Spec{Width: 64, InShape: []int{1, 28, 28}, Classes: 10}, -1},
+		// Qwen 2 adds q, k and v biases (8 + 4 + 4) to llama's.
+		{"qwen2", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680 + 16},
+		// Qwen 3 adds the head norms (2·4).
+		{"qwen3", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680 + 8},
+		// Gemma 3: two norms more (2·8) and the head norms (2·4), tied.
+		{"gemma3", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680 + 16 + 8 - 40},
+		{"gemma2", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680 + 16 - 40},
+		// Phi-3's fused projections hold what llama's separate ones do.
+		{"phi3", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680},
+		{"mistral", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680},
+		{"smollm3", models.Spec{Layers: 1, Width: 8, Heads: 2, KVHeads: 1, Hidden: 16, Context: 4, InShape: []int{4}, Classes: 5}, 680},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := models.New(tc.name, dev, tc.spec)
@@ -47,7 +58,7 @@ func TestRegistry(t *testing.T) {
 		spec        models.Spec
 		want        string
 	}{
-		{"unknown", "rnn", models.Spec{}, "cnn, gpt, llama, mlp"},
+		{"unknown", "rnn", models.Spec{}, "cnn, gemma2, gemma3, gpt, llama, mistral, mlp, phi3, qwen2, qwen3, smollm3"},
 		{"cnn on vectors", "cnn", models.Spec{Width: 64, InShape: []int{32}, Classes: 10}, "28x28"},
 		{"gpt without heads", "gpt", models.Spec{Layers: 1, Width: 8, Context: 4, Classes: 5}, "Heads"},
 		{"llama with kv heads not dividing heads", "llama", models.Spec{Layers: 1, Width: 8, Heads: 4, KVHeads: 3, Context: 4, Classes: 5}, "KVHeads"},

@@ -13,7 +13,8 @@ import (
 // piece is the ops the block's ordinary Forward runs there, so a block
 // computes the same values through a runner as without one.
 //
-//	Llama:  x ─ attn_norm, q/k/v, rotary ─ attention ─ o, +x, mlp_norm, SwiGLU, +h
+//	Decoder: x ─ attn_norm, q/k/v, head norms, rotary ─ attention ─ o, post_attn_norm, +x,
+//	         mlp_norm, gated MLP, post_mlp_norm, +h
 //	GPT:    x ─ ln1 ─ qkv ─ attention ─ proj, +x ─ ln2 ─ fc, GELU, proj, +h
 //
 // GPT's LayerNorms run whole: their fused kernel keeps nothing but its
@@ -22,15 +23,15 @@ import (
 // kernel does not continue from tile to tile.
 
 var (
-	_ nn.TokenTiled = (*Llama)(nil)
+	_ nn.TokenTiled = (*Decoder)(nil)
 	_ nn.TokenTiled = (*GPT)(nil)
 )
 
 // SetTokenRunner makes the blocks run their token-wise pieces through t
 // (nil: as whole tensors).
-func (l *Llama) SetTokenRunner(t nn.TokenRunner) error {
+func (l *Decoder) SetTokenRunner(t nn.TokenRunner) error {
 	for _, m := range l.blocks {
-		m.(*LlamaBlock).tokens = t
+		m.(*DecoderBlock).tokens = t
 	}
 	return nil
 }
@@ -61,16 +62,22 @@ func checkNoMasks(r *nn.Run, block string, ms ...nn.Module) {
 
 // forwardTokens is Forward through the token runner, x a leaf of its own
 // when recording (nn.TokenRunner.RunBlock).
-func (k *LlamaBlock) forwardTokens(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+func (k *DecoderBlock) forwardTokens(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 	defer r.Enter(k.path())()
-	checkNoMasks(r, k.path(), k.AttnNorm, k.Attn, k.MLPNorm, k.MLP)
+	checkNoMasks(r, k.path(), k.Children()...)
 	if x.Dim() != 3 {
-		panic(shapeError("llama", "block input %v must be [batch, time, dim]", x))
+		panic(shapeError("decoder", "block input %v must be [batch, time, dim]", x))
 	}
 	b, t, d := x.Shape()[0], x.Shape()[1], x.Shape()[2]
 	a := k.Attn
 	dh := a.HeadDim()
 	seg := r.Segments
+	// The rotary frequencies are the whole pass's (longrope's depend on
+	// its length), whatever rows a piece holds.
+	seqLen := t
+	if seg != nil {
+		seqLen = seg.MaxPosition() + 1
+	}
 	in := func(r *nn.Run, rows nn.Rows, in []*tensor.Tensor) []*tensor.Tensor {
 		pos := make([]int32, rows.Len)
 		for i := range pos {
@@ -81,20 +88,26 @@ func (k *LlamaBlock) forwardTokens(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 			}
 		}
 		n := k.AttnNorm.Forward(r, in[0])
-		q, kk, v := a.ProjectRows(r, n, pos)
+		q, kk, v := a.ProjectRows(r, n, pos, seqLen)
 		n.Release()
 		return []*tensor.Tensor{q, kk, v}
 	}
 	qkv := k.tokens.RunTokens(r, nn.Tokens{Fn: in, In: []*tensor.Tensor{x},
-		Params: parametersOf(k.AttnNorm, a.Q, a.K, a.V), Out: []int{a.Heads * dh, a.KVHeads * dh, a.KVHeads * dh}})
+		Params: append(k.AttnNorm.Parameters(), a.ProjectionParameters()...), Out: []int{a.Heads * dh, a.KVHeads * dh, a.KVHeads * dh}})
 	joined := a.AttendRows(r, qkv, b, t)
 	qkv.Release()
 	out := func(r *nn.Run, _ nn.Rows, in []*tensor.Tensor) []*tensor.Tensor {
 		y := a.O.Forward(r, in[0])
 		return []*tensor.Tensor{k.mlp(r, y, in[1])}
 	}
+	rest := []nn.Module{a.O}
+	for _, m := range k.Children() {
+		if m != k.AttnNorm && m != nn.Module(a) {
+			rest = append(rest, m)
+		}
+	}
 	o := k.tokens.RunTokens(r, nn.Tokens{Fn: out, In: []*tensor.Tensor{joined, x},
-		Params: parametersOf(a.O, k.MLPNorm, k.MLP), Out: []int{d}})
+		Params: parametersOf(rest...), Out: []int{d}})
 	joined.Release()
 	res := r.Reshape(o, b, t, d)
 	o.Release()

@@ -62,7 +62,7 @@ func TestModelsLearn(t *testing.T) {
 		{
 			name: "llama/repeating-pattern",
 			build: func(dev *cpu.Device) (nn.Module, error) {
-				return models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Context: 16, Vocab: 16, Seed: 1})
+				return models.NewDecoder(dev, models.DecoderConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Context: 16, Vocab: 16, Seed: 1})
 			},
 			batch: func(t *testing.T, dev *cpu.Device) batchFunc {
 				rng := rand.New(rand.NewPCG(5, 6))

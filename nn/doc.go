@@ -26,10 +26,13 @@
 //
 // Linear, Conv2d, MaxPool2d, AvgPool2d, Flatten, LayerNorm, Embedding,
 // CausalSelfAttention, the pointwise layers ReLU, GELU, Tanh and Dropout,
-// Sequential and Fused; losses CrossEntropy and MSE. Llama's layers:
-// RMSNorm, Rotary (rotary position embeddings in Hugging Face's
-// rotate_half layout, with Llama 3's "llama3" frequency scaling), SwiGLU
-// and GroupedQueryAttention; they are composed of tensor ops, so their
+// Sequential and Fused; losses CrossEntropy and MSE. The decoder
+// families' layers: RMSNorm (Gemma's with a gain offset), Rotary (rotary
+// position embeddings in Hugging Face's rotate_half layout, partial, with
+// llama3, linear and longrope frequency scaling), GatedMLP (SwiGLU or
+// GeGLU, gate and up fused or not) and GroupedQueryAttention (head
+// norms, biases, a fused qkv, a score scale, soft cap and sliding
+// window); they are composed of tensor ops, so their
 // gradients are the ops' (each is checked against finite differences). Dropout masks are a
 // function of Run.Seed and the layer's path, regenerated in backward rather
 // than stored, and identical when checkpointing recomputes a block.

@@ -207,7 +207,7 @@ var layerCases = []layerCase{
 	{name: "rotary/llama3", build: rotaryModule(nn.RotaryConfig{HeadDim: 8, Theta: 500000,
 		Scaling: nn.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 64}}, 3), in: []int{1, 2, 4, 8}, want: []int{1, 2, 4, 8}},
 	{name: "swiglu", build: func(b *nn.Builder) (nn.Module, error) {
-		return nn.NewSwiGLU(b, "mlp", nn.SwiGLUConfig{Dim: 4, Hidden: 6, Weight: nn.Normal(0, 0.5)})
+		return nn.NewGatedMLP(b, "mlp", nn.GatedMLPConfig{Dim: 4, Hidden: 6, Weight: nn.Normal(0, 0.5)})
 	}, in: []int{2, 3, 4}, want: []int{2, 3, 4}},
 	{name: "gqa", build: func(b *nn.Builder) (nn.Module, error) {
 		return nn.NewGroupedQueryAttention(b, "attn", nn.GQAConfig{Dim: 8, Heads: 4, KVHeads: 2, Rotary: nn.RotaryConfig{HeadDim: 2, Theta: 10000}, Weight: nn.Normal(0, 0.5)})

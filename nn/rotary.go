@@ -12,69 +12,108 @@ import (
 )
 
 // RopeScaling stretches rotary embeddings to contexts longer than a model
-// was pretrained on. Type "" (or "default") is none; "llama3" is Llama
-// 3.1's rule (Hugging Face's rope_type "llama3"), which divides the
-// frequencies of long wavelengths by Factor, keeps short ones, and blends
-// linearly in between:
+// was pretrained on (Hugging Face's rope_scaling). Type "" (or
+// "default") is none. The others, as transformers' modeling_rope_utils
+// computes them, in float32:
 //
-//	wavelen = 2π / f
-//	wavelen < OriginalContext/HighFreqFactor: f
-//	wavelen > OriginalContext/LowFreqFactor:  f / Factor
-//	otherwise, with s = (OriginalContext/wavelen - LowFreqFactor) / (HighFreqFactor - LowFreqFactor):
-//	                                          (1-s)·f/Factor + s·f
+//   - "linear" divides every frequency by Factor (Gemma 3's global layers).
 //
-// (Hugging Face's _compute_llama3_parameters; its attention factor is 1,
-// so cos and sin are not rescaled.)
+//   - "llama3" is Llama 3.1's rule: it divides the frequencies of long
+//     wavelengths by Factor, keeps short ones, and blends linearly in
+//     between:
+//
+//     wavelen = 2π / f
+//     wavelen < OriginalContext/HighFreqFactor: f
+//     wavelen > OriginalContext/LowFreqFactor:  f / Factor
+//     otherwise, with s = (OriginalContext/wavelen - LowFreqFactor) / (HighFreqFactor - LowFreqFactor):
+//     (1-s)·f/Factor + s·f
+//
+//   - "longrope" (Phi-3's, once called "su") divides frequency j by
+//     ShortFactor[j] while a pass's sequence (its largest position plus
+//     one) is at most OriginalContext, by LongFactor[j] beyond, and
+//     multiplies cos and sin by AttentionFactor (0: √(1 + ln(Factor) /
+//     ln(OriginalContext)) when Factor > 1, else 1, Factor being
+//     max_position_embeddings / original_max_position_embeddings).
 type RopeScaling struct {
 	Type                          string
 	Factor                        float64
 	LowFreqFactor, HighFreqFactor float64
 	OriginalContext               int // original_max_position_embeddings
+	ShortFactor, LongFactor       []float64
+	AttentionFactor               float64
 }
 
 // RotaryConfig configures rotary position embeddings over heads of
-// HeadDim (even) elements.
+// HeadDim elements, of which the first Dim rotate (Dim even; 0: all of
+// them; fewer under Phi's partial_rotary_factor, the rest passing
+// through unchanged).
 type RotaryConfig struct {
 	HeadDim int
+	Dim     int
 	Theta   float64 // the base of the frequencies (rope_theta; Llama 2: 10000, Llama 3: 500000)
 	Scaling RopeScaling
 }
 
 // Rotary applies rotary position embeddings (RoPE) in Hugging Face's
 // "rotate_half" layout, the one Llama checkpoints' q_proj and k_proj are
-// stored for: element j of a head's first half is paired with element j
-// of its second half (not with its neighbour, as the original paper's
-// interleaved layout does), and the pair at position p is rotated by the
-// angle p·f_j:
+// stored for: element j of the rotated part's first half is paired with
+// element j of its second half (not with its neighbour, as the original
+// paper's interleaved layout does), and the pair at position p is rotated
+// by the angle p·f_j:
 //
 //	out = x·cos + rotate_half(x)·sin,  rotate_half(x) = concat(-x₂, x₁)
 //
-// with cos and sin [T, HeadDim] repeating the HeadDim/2 angles twice. It
-// has no parameters: the frequencies are fixed at construction.
+// with cos and sin [T, Dim] repeating the Dim/2 angles twice (scaled by
+// longrope's attention factor). Elements past Dim pass through. It has
+// no parameters: the frequencies are fixed at construction.
 type Rotary struct {
 	HeadDim int
-	// invFreq are the frequencies f_j = Theta^(-2j/HeadDim) (scaled),
+	Dim     int // rotated elements of a head
+	// invFreq are the frequencies f_j = Theta^(-2j/Dim) (scaled),
 	// rounded to float32 as Hugging Face computes them.
 	invFreq []float32
+	// long is the rotary of passes longer than original (longrope), nil
+	// for every other scaling.
+	long     *Rotary
+	original int
+	// attn multiplies cos and sin (longrope's attention factor; 1).
+	attn float64
 }
 
 // NewRotary computes the frequencies of c.
 func NewRotary(c RotaryConfig) (*Rotary, error) {
-	if c.HeadDim < 2 || c.HeadDim%2 != 0 {
+	if c.HeadDim < 2 || c.HeadDim%2 != 0 && c.Dim == 0 {
 		return nil, fmt.Errorf("nn: rotary: HeadDim %d must be even and at least 2", c.HeadDim)
+	}
+	dim := c.Dim
+	if dim == 0 {
+		dim = c.HeadDim
+	}
+	if dim < 2 || dim%2 != 0 || dim > c.HeadDim {
+		return nil, fmt.Errorf("nn: rotary: Dim %d must be even, at least 2 and at most HeadDim %d", c.Dim, c.HeadDim)
 	}
 	if !(c.Theta > 1) || math.IsInf(c.Theta, 0) {
 		return nil, fmt.Errorf("nn: rotary: Theta %v must be a finite base > 1", c.Theta)
 	}
-	half := c.HeadDim / 2
+	half := dim / 2
+	pow := make([]float32, half) // Theta^(2j/Dim), as torch's float32 power gives it
 	inv := make([]float32, half)
 	for j := range inv {
 		// HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
-		e := float32(2*j) / float32(c.HeadDim)
-		inv[j] = float32(1 / float64(float32(math.Pow(c.Theta, float64(e)))))
+		e := float32(2*j) / float32(dim)
+		pow[j] = float32(math.Pow(c.Theta, float64(e)))
+		inv[j] = float32(1 / float64(pow[j]))
 	}
+	p := &Rotary{HeadDim: c.HeadDim, Dim: dim, invFreq: inv, attn: 1}
 	switch s := c.Scaling; s.Type {
 	case "", "default":
+	case "linear":
+		if !(s.Factor >= 1) || math.IsInf(s.Factor, 0) {
+			return nil, fmt.Errorf("nn: rotary: linear scaling factor %v: want a finite factor >= 1", s.Factor)
+		}
+		for j, f := range inv {
+			inv[j] = float32(float64(f) / s.Factor)
+		}
 	case "llama3":
 		if !(s.Factor >= 1) || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalContext < 1 {
 			return nil, fmt.Errorf("nn: rotary: llama3 scaling %+v: want factor >= 1, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings >= 1", s)
@@ -94,16 +133,72 @@ func NewRotary(c RotaryConfig) (*Rotary, error) {
 				inv[j] = float32((1-sm)*f/s.Factor + sm*f)
 			}
 		}
+	case "longrope", "su":
+		if len(s.ShortFactor) != half || len(s.LongFactor) != half {
+			return nil, fmt.Errorf("nn: rotary: longrope scaling has %d short and %d long factors, want %d each (half the rotated dimensions)", len(s.ShortFactor), len(s.LongFactor), half)
+		}
+		if s.OriginalContext < 2 {
+			return nil, fmt.Errorf("nn: rotary: longrope scaling: original_max_position_embeddings %d, want at least 2", s.OriginalContext)
+		}
+		for j := range half {
+			for _, f := range []float64{s.ShortFactor[j], s.LongFactor[j]} {
+				if !(f > 0) || math.IsInf(f, 0) {
+					return nil, fmt.Errorf("nn: rotary: longrope factor %v: want finite factors above 0", f)
+				}
+			}
+		}
+		attn := s.AttentionFactor
+		switch {
+		case attn < 0 || math.IsInf(attn, 0) || math.IsNaN(attn):
+			return nil, fmt.Errorf("nn: rotary: longrope attention_factor %v: want a finite number above 0", attn)
+		case attn == 0 && s.Factor > 1:
+			attn = math.Sqrt(1 + math.Log(s.Factor)/math.Log(float64(s.OriginalContext)))
+		case attn == 0:
+			attn = 1
+		}
+		scaled := func(ext []float64) []float32 {
+			out := make([]float32, half)
+			for j := range out {
+				// HF: 1.0 / (ext_factors * base**inv_freq_shape), in float32.
+				out[j] = float32(1 / float64(float32(ext[j])*pow[j]))
+			}
+			return out
+		}
+		p.invFreq, p.original, p.attn = scaled(s.ShortFactor), s.OriginalContext, attn
+		p.long = &Rotary{HeadDim: c.HeadDim, Dim: dim, invFreq: scaled(s.LongFactor), attn: attn}
 	default:
-		return nil, fmt.Errorf("nn: rotary: rope scaling type %q (memfit knows llama3)", s.Type)
+		return nil, fmt.Errorf("nn: rotary: rope scaling type %q (memfit knows linear, llama3 and longrope)", s.Type)
 	}
-	return &Rotary{HeadDim: c.HeadDim, invFreq: inv}, nil
+	return p, nil
+}
+
+// For returns the rotary of a pass whose sequence is seqLen long (its
+// largest position plus one): longrope's long frequencies past its
+// original context, p itself otherwise (and for every other scaling).
+// Hugging Face decides so for each forward.
+func (p *Rotary) For(seqLen int) *Rotary {
+	if p.long != nil && seqLen > p.original {
+		return p.long
+	}
+	return p
+}
+
+// SwitchesAt is the sequence length from which For gives other
+// frequencies than for shorter ones (longrope's original context plus
+// one), or 0 when it never does: keys a KV cache holds were rotated for
+// the length at which they were made, so a cache that grows past it must
+// be filled again.
+func (p *Rotary) SwitchesAt() int {
+	if p.long == nil {
+		return 0
+	}
+	return p.original + 1
 }
 
 // InvFreq returns a copy of the (scaled) frequencies f_j.
 func (p *Rotary) InvFreq() []float32 { return append([]float32(nil), p.invFreq...) }
 
-// Tables returns cos and sin [T, HeadDim] for positions pos..pos+T-1 in
+// Tables returns cos and sin [T, Dim] for positions pos..pos+T-1 in
 // row-major order. The angle is the float32 product of position and
 // frequency, as Hugging Face forms it; cos and sin are then exact to
 // float64. The slices may be shared with later calls: read them only.
@@ -111,7 +206,7 @@ func (p *Rotary) Tables(pos, t int) (cos, sin []float64) {
 	return p.tables(t, func(i int) int { return pos + i })
 }
 
-// TablesAt returns cos and sin [len(positions), HeadDim] for the given
+// TablesAt returns cos and sin [len(positions), Dim] for the given
 // positions, row by row, as Tables computes them: a position gives the
 // same row whichever way it is asked for.
 func (p *Rotary) TablesAt(positions []int32) (cos, sin []float64) {
@@ -136,6 +231,7 @@ var tableCache struct {
 // positions they were made for.
 type tableEntry struct {
 	freq      []float32
+	attn      float64
 	positions []int32
 	cos, sin  []float64
 }
@@ -153,7 +249,7 @@ func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
 	c.Lock()
 	defer c.Unlock()
 	for i, e := range c.entries {
-		if !slices.Equal(e.freq, p.invFreq) || len(e.positions) != t {
+		if !slices.Equal(e.freq, p.invFreq) || e.attn != p.attn || len(e.positions) != t {
 			continue
 		}
 		same := true
@@ -168,7 +264,7 @@ func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
 	}
 	cos, sin = p.compute(t, at)
 	tablesComputed++
-	e := &tableEntry{freq: slices.Clone(p.invFreq), positions: make([]int32, t), cos: cos, sin: sin}
+	e := &tableEntry{freq: slices.Clone(p.invFreq), attn: p.attn, positions: make([]int32, t), cos: cos, sin: sin}
 	for i := range t {
 		e.positions[i] = int32(at(i))
 	}
@@ -185,15 +281,15 @@ func (p *Rotary) tables(t int, at func(i int) int) (cos, sin []float64) {
 // size is the bytes e holds.
 func (e *tableEntry) size() int { return 8*(len(e.cos)+len(e.sin)) + 4*(len(e.positions)+len(e.freq)) }
 
-// compute makes tables' cos and sin.
+// compute makes tables' cos and sin, [t, Dim].
 func (p *Rotary) compute(t int, at func(i int) int) (cos, sin []float64) {
-	d, half := p.HeadDim, p.HeadDim/2
+	d, half := p.Dim, p.Dim/2
 	cos, sin = make([]float64, t*d), make([]float64, t*d)
 	for i := range t {
 		pos := float32(at(i))
 		for j, f := range p.invFreq {
 			a := float64(pos * f)
-			c, s := math.Cos(a), math.Sin(a)
+			c, s := math.Cos(a)*p.attn, math.Sin(a)*p.attn
 			cos[i*d+j], cos[i*d+half+j] = c, c
 			sin[i*d+j], sin[i*d+half+j] = s, s
 		}
@@ -202,22 +298,24 @@ func (p *Rotary) compute(t int, at func(i int) int) (cos, sin []float64) {
 }
 
 // Apply rotates x [..., T, HeadDim] whose T rows are the positions
-// pos..pos+T-1 (pos > 0 for tokens after a KV cache's). cos and sin are
-// made on x's device in x's dtype (as Hugging Face casts them to the
-// query's), so the result is x's dtype. It is composed of Narrow, Neg,
-// Concat, Mul and Add: the gradient is theirs.
+// pos..pos+T-1 (pos > 0 for tokens after a KV cache's), with the
+// frequencies of a pass of pos+T tokens (For). cos and sin are made on
+// x's device in x's dtype (as Hugging Face casts them to the query's),
+// so the result is x's dtype. It is composed of Narrow, Neg, Concat, Mul
+// and Add: the gradient is theirs.
 func (p *Rotary) Apply(r *Run, x *tensor.Tensor, pos int) *tensor.Tensor {
 	n := x.Dim()
 	if n < 2 || x.Shape()[n-1] != p.HeadDim || pos < 0 {
 		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [..., time, %d] (at position %d)", x, p.HeadDim, pos)})
 	}
 	t := x.Shape()[n-2]
+	q := p.For(pos + t)
 	var cv, sv []float64
 	if device.StoresValues(x.Device()) {
 		// A planning device needs the tables' bytes, not their values.
-		cv, sv = p.Tables(pos, t)
+		cv, sv = q.Tables(pos, t)
 	}
-	shape := []int{t, p.HeadDim}
+	shape := []int{t, p.Dim}
 	cos, sin := table(x, shape, cv), table(x, shape, sv)
 	defer cos.Release()
 	defer sin.Release()
@@ -226,37 +324,44 @@ func (p *Rotary) Apply(r *Run, x *tensor.Tensor, pos int) *tensor.Tensor {
 
 // ApplyPositions rotates x [B, ..., T, HeadDim] whose tokens are at the
 // given positions (B·T of them, row by row: a packed batch's, which
-// restart at 0 where each example begins; tensor.Segments.Positions).
-// cos and sin are [B, 1, …, T, HeadDim], broadcast over the dimensions
-// between (the heads). Values and gradient are Apply's for each row's own
-// positions.
+// restart at 0 where each example begins; tensor.Segments.Positions),
+// with the frequencies of a pass as long as the largest position plus
+// one. cos and sin are [B, 1, …, T, Dim], broadcast over the dimensions
+// between (the heads). Values and gradient are Apply's for each row's
+// own positions.
 func (p *Rotary) ApplyPositions(r *Run, x *tensor.Tensor, positions []int32) *tensor.Tensor {
-	cos, sin := p.positionTables(x, positions)
+	cos, sin := p.positionTables(x, positions, 0)
 	defer cos.Release()
 	defer sin.Release()
 	return p.rotate(r, x, cos, sin)
 }
 
 // positionTables returns ApplyPositions' cos and sin for x, which
-// queries and keys of different head counts share.
-func (p *Rotary) positionTables(x *tensor.Tensor, positions []int32) (cos, sin *tensor.Tensor) {
+// queries and keys of different head counts share, for a pass of
+// seqLen tokens (0: the largest position plus one).
+func (p *Rotary) positionTables(x *tensor.Tensor, positions []int32, seqLen int) (cos, sin *tensor.Tensor) {
 	n := x.Dim()
 	if n < 3 || x.Shape()[n-1] != p.HeadDim || len(positions) != x.Shape()[0]*x.Shape()[n-2] {
 		panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("input %v must be [batch, ..., time, %d] with a position for each of its batch·time tokens (%d given)", x, p.HeadDim, len(positions))})
 	}
+	longest := int32(-1)
 	for i, q := range positions {
 		if q < 0 {
 			panic(&tensor.Error{Op: "rotary", Msg: fmt.Sprintf("position %d of %v is %d, want >= 0", i, x, q)})
 		}
+		longest = max(longest, q)
+	}
+	if seqLen == 0 {
+		seqLen = int(longest) + 1
 	}
 	shape := make([]int, n)
 	for i := range shape {
 		shape[i] = 1
 	}
-	shape[0], shape[n-2], shape[n-1] = x.Shape()[0], x.Shape()[n-2], p.HeadDim
+	shape[0], shape[n-2], shape[n-1] = x.Shape()[0], x.Shape()[n-2], p.Dim
 	var cv, sv []float64
 	if device.StoresValues(x.Device()) {
-		cv, sv = p.TablesAt(positions)
+		cv, sv = p.For(seqLen).TablesAt(positions)
 	}
 	return table(x, shape, cv), table(x, shape, sv)
 }
@@ -273,9 +378,27 @@ func table(x *tensor.Tensor, shape []int, v []float64) *tensor.Tensor {
 	return c
 }
 
-// rotate is x·cos + rotate_half(x)·sin.
+// rotate is x·cos + rotate_half(x)·sin over x's first Dim elements,
+// the rest passing through (partial rotary embeddings: Phi's
+// cat(rotated, passed)).
 func (p *Rotary) rotate(r *Run, x, cos, sin *tensor.Tensor) *tensor.Tensor {
-	n, half := x.Dim(), p.HeadDim/2
+	n := x.Dim()
+	if p.Dim < p.HeadDim {
+		xr := r.Narrow(x, n-1, 0, p.Dim)
+		xp := r.Narrow(x, n-1, p.Dim, p.HeadDim-p.Dim)
+		rot := p.rotateAll(r, xr, cos, sin)
+		xr.Release()
+		out := r.Concat(n-1, rot, xp)
+		rot.Release()
+		xp.Release()
+		return out
+	}
+	return p.rotateAll(r, x, cos, sin)
+}
+
+// rotateAll is rotate of x whose every element rotates.
+func (p *Rotary) rotateAll(r *Run, x, cos, sin *tensor.Tensor) *tensor.Tensor {
+	n, half := x.Dim(), p.Dim/2
 	x1 := r.Narrow(x, n-1, 0, half)
 	x2 := r.Narrow(x, n-1, half, half)
 	n2 := r.Neg(x2)

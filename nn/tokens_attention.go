@@ -17,59 +17,69 @@ import (
 
 // ProjectRows computes the rows of the queries [n, Heads·HeadDim] and of
 // the keys and values [n, KVHeads·HeadDim] of x [n, Dim], queries and keys
-// rotated at positions (one per row): the values Project and
-// ProjectPositions give, laid out token by token with the heads side by
-// side, as a token-wise piece returns them (AttendRows reads them so).
-func (a *GroupedQueryAttention) ProjectRows(r *Run, x *tensor.Tensor, positions []int32) (q, k, v *tensor.Tensor) {
-	defer r.Enter(parentOf(moduleOf(a.Q.Weight)))()
-	d := a.Q.Weight.Shape()[1]
+// normed (QKNorm) and rotated at positions (one per row) with the
+// frequencies of a pass of seqLen tokens (Rotary.For): the values
+// Project and ProjectPositions give, laid out token by token with the
+// heads side by side, as a token-wise piece returns them (AttendRows
+// reads them so).
+func (a *GroupedQueryAttention) ProjectRows(r *Run, x *tensor.Tensor, positions []int32, seqLen int) (q, k, v *tensor.Tensor) {
+	defer r.Enter(parentOf(moduleOf(a.O.Weight)))()
+	d := a.inWidth()
 	if x.Dim() != 2 || x.Shape()[1] != d || len(positions) != x.Shape()[0] {
 		panic(&tensor.Error{Op: "gqa", Msg: fmt.Sprintf("rows %v must be [n, %d] with a position each (%d given)", x, d, len(positions))})
 	}
 	for i, p := range positions {
-		if p < 0 {
-			panic(&tensor.Error{Op: "gqa", Msg: fmt.Sprintf("position %d of %v is %d, want >= 0", i, x, p)})
+		if p < 0 || int(p) >= seqLen {
+			panic(&tensor.Error{Op: "gqa", Msg: fmt.Sprintf("position %d of %v is %d, want it in [0, %d)", i, x, p, seqLen)})
 		}
 	}
 	n, dh := x.Shape()[0], a.HeadDim()
-	var cos, sin *tensor.Tensor // [n, 1, HeadDim]: queries and keys share them
+	var cos, sin *tensor.Tensor // [n, 1, Dim]: queries and keys share them
 	defer func() {
 		if cos != nil {
 			cos.Release()
 			sin.Release()
 		}
 	}()
-	rows := func(l *Linear, heads int, rope bool) *tensor.Tensor {
-		y := l.Forward(r, x)
-		if !rope {
+	rows := func(y *tensor.Tensor, heads int, norm *RMSNorm, rope bool) *tensor.Tensor {
+		if norm == nil && (!rope || a.Rotary == nil) {
 			return y
 		}
 		y3 := r.Reshape(y, n, heads, dh)
 		y.Release()
-		if cos == nil {
-			var cv, sv []float64
-			if device.StoresValues(y3.Device()) {
-				// A planning device needs the tables' bytes only.
-				cv, sv = a.Rotary.TablesAt(positions)
-			}
-			shape := []int{n, 1, dh}
-			cos, sin = table(y3, shape, cv), table(y3, shape, sv)
+		if norm != nil {
+			normed := norm.Forward(r, y3)
+			y3.Release()
+			y3 = normed
 		}
-		rot := a.Rotary.rotate(r, y3, cos, sin)
+		if rope && a.Rotary != nil {
+			if cos == nil {
+				var cv, sv []float64
+				if device.StoresValues(y3.Device()) {
+					// A planning device needs the tables' bytes only.
+					cv, sv = a.Rotary.For(seqLen).TablesAt(positions)
+				}
+				shape := []int{n, 1, a.Rotary.Dim}
+				cos, sin = table(y3, shape, cv), table(y3, shape, sv)
+			}
+			rot := a.Rotary.rotate(r, y3, cos, sin)
+			y3.Release()
+			y3 = rot
+		}
+		out := r.Reshape(y3, n, heads*dh)
 		y3.Release()
-		out := r.Reshape(rot, n, heads*dh)
-		rot.Release()
 		return out
 	}
-	return rows(a.Q, a.Heads, true), rows(a.K, a.KVHeads, true), rows(a.V, a.KVHeads, false)
+	yq, yk, yv := a.projections(r, x)
+	return rows(yq, a.Heads, a.QNorm, true), rows(yk, a.KVHeads, a.KNorm, true), rows(yv, a.KVHeads, nil, false)
 }
 
 // AttendRows is Forward between its projections: qkv [B·T, (Heads +
 // 2·KVHeads)·HeadDim] holds ProjectRows' queries, keys and values of the
 // pass's B·T tokens side by side. It returns the heads' outputs joined,
-// [B, T, Dim], which O takes (a piece of rows again).
+// [B, T, Heads·HeadDim], which O takes (a piece of rows again).
 func (a *GroupedQueryAttention) AttendRows(r *Run, qkv *tensor.Tensor, b, t int) *tensor.Tensor {
-	defer r.Enter(parentOf(moduleOf(a.Q.Weight)))()
+	defer r.Enter(parentOf(moduleOf(a.O.Weight)))()
 	dh := a.HeadDim()
 	if w := (a.Heads + 2*a.KVHeads) * dh; qkv.Dim() != 2 || qkv.Shape()[0] != b*t || qkv.Shape()[1] != w {
 		panic(&tensor.Error{Op: "gqa", Msg: fmt.Sprintf("projections %v must be [%d, %d]", qkv, b*t, w)})
@@ -88,11 +98,7 @@ func (a *GroupedQueryAttention) AttendRows(r *Run, qkv *tensor.Tensor, b, t int)
 	kr, vr := a.RepeatKV(r, k), a.RepeatKV(r, v)
 	k.Release()
 	v.Release()
-	p := 0.0
-	if r.Train && a.Dropout > 0 {
-		p = a.Dropout
-	}
-	y := r.SegmentedAttention(q, kr, vr, r.Segments, 1/math.Sqrt(float64(dh)), p, r.SeedFor(a.attnSalt))
+	y := r.Attention(q, kr, vr, r.Segments, a.Options(r))
 	q.Release()
 	kr.Release()
 	vr.Release()

@@ -53,15 +53,21 @@ func (f *Fused) Children() []Module {
 // Children are the two projections.
 func (a *CausalSelfAttention) Children() []Module { return []Module{a.QKV, a.Proj} }
 
-// Children are the four projections.
-func (a *GroupedQueryAttention) Children() []Module { return []Module{a.Q, a.K, a.V, a.O} }
+// Children are the projections (q, k and v or the fused qkv, then o) and
+// the query and key norms when it has them.
+func (a *GroupedQueryAttention) Children() []Module { return a.made() }
 
-// Children are the gate, up and down projections.
-func (m *SwiGLU) Children() []Module { return []Module{m.Gate, m.Up, m.Down} }
+// Children are the gate and up projections (or the fused one) and down.
+func (m *GatedMLP) Children() []Module {
+	if m.GateUp != nil {
+		return []Module{m.GateUp, m.Down}
+	}
+	return []Module{m.Gate, m.Up, m.Down}
+}
 
 // LinearWeights is the set of m's Linear weights: its layers' (Walk), and
 // an untied LM head's, which a model keeps out of its children when its
-// loss reads the weight directly (models.Llama's HeadWeight; a tied head is
+// loss reads the weight directly (models.Decoder's HeadWeight; a tied head is
 // the token embedding, never a Linear weight). These are the weights a
 // frozen base stores quantized.
 func LinearWeights(m Module) map[*tensor.Tensor]bool {

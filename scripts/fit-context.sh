@@ -11,6 +11,11 @@
 # Llama 3.1 8B, rank 32 on every linear layer, batch 1; plain Hugging Face
 # with FlashAttention-2). Plans only: nothing is trained, nothing
 # allocated. Each -fit's time goes to stderr.
+#
+# INIT=DIR plans another model from its config.json (a directory holding
+# it alone is enough: hf/testdata/configs has Qwen 3 8B's and Gemma 3
+# 12B's), up to its max_position_embeddings; the reference columns are
+# then empty.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=${START:-2048}
@@ -22,9 +27,16 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/train" ./cmd/train
 shape=(-model llama -layers 32 -heads 32 -kv-heads 8 -width 4096 -hidden 14336 -vocab 128256 -batch 1
   -lora 32 -amp bf16 -checkpoint every -base nf4 -device cuda)
+if [ -n "${INIT:-}" ]; then
+  shape=(-init "$INIT" -batch 1 -lora 32 -amp bf16 -checkpoint every -base nf4 -device cuda)
+fi
 
 # reference BUDGET prints Unsloth's and Hugging Face's tokens at BUDGET.
 reference() {
+  if [ -n "${INIT:-}" ]; then
+    echo "- | -"
+    return
+  fi
   case $1 in
   8GiB) echo "2,972 | OOM" ;;
   12GiB) echo "21,848 | 932" ;;

@@ -34,8 +34,73 @@ func (s *Scope) CausalAttention(q, k, v *Tensor, scale, dropout float64, seed ui
 // earliest start (device.Attention.Starts); the composed path fills the
 // scores before each query's start with −Inf, as CausalScores fills those
 // after it. Dropout draws the masks CausalAttention draws. A nil seg is
-// CausalAttention.
+// CausalAttention. It is Attention with Scale, Dropout and Seed alone.
 func (s *Scope) SegmentedAttention(q, k, v *Tensor, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
+	return s.Attention(q, k, v, seg, AttentionOptions{Scale: scale, Dropout: dropout, Seed: seed})
+}
+
+// AttentionOptions are the parameters of causal attention (Attention,
+// SelfAttention). The zero values of Dropout, Window and Softcap are
+// none, and a call that sets none of them is SegmentedAttention's
+// exactly.
+type AttentionOptions struct {
+	Scale   float64 // of the scores, usually 1/√D
+	Dropout float64 // probability of dropping a probability, in [0, 1)
+	Seed    uint64  // the dropout masks' stream
+	// Window, when above 0, is a sliding window of that many keys, the
+	// query's own included: query i attends the keys j with
+	// i-Window < j <= i (Hugging Face's sliding_window: Mistral, Qwen 2,
+	// Gemma 2 and 3's local layers), and, with Segments, none before its
+	// example's start either. A window of T keys or more is no window.
+	Window int
+	// Softcap, when above 0, caps each score softly before the mask and
+	// the softmax: s = Scale·q·k becomes Softcap·tanh(s/Softcap) (Gemma
+	// 2's attn_logit_softcapping), and the gradient goes through the cap.
+	Softcap float64
+}
+
+// check panics with *Error unless o is valid for op.
+func (o AttentionOptions) check(op string) {
+	if o.Dropout < 0 || o.Dropout >= 1 {
+		panic(errorf(op, "dropout %v must be in [0, 1)", o.Dropout))
+	}
+	if o.Window < 0 {
+		panic(errorf(op, "window %d: want 0 (none) or a number of keys above 0", o.Window))
+	}
+	if o.Softcap != 0 && !(o.Softcap > 0 && !math.IsInf(o.Softcap, 1)) {
+		panic(errorf(op, "soft cap %v: want 0 (none) or a finite number above 0", o.Softcap))
+	}
+}
+
+// Attention returns dropout(softmax(scores, mask))·v for q, k and v
+// [B, H, T, D] (heads of a fused projection viewed in place, say): causal
+// multi-head attention with the options o. The scores are o.Scale·q·kᵀ,
+// capped to o.Softcap·tanh(s/o.Softcap) under a soft cap; the mask keeps
+// for query i the keys j <= i, from the start of its example (seg, of
+// q's B and T; nil: one example per row) and within o.Window keys of it
+// (j > i-o.Window); dropout applies to the probabilities when
+// o.Dropout > 0, with masks keyed by o.Seed.
+//
+// On a device with fused attention kernels (device.CapAttention) neither
+// forward nor backward holds the [B, H, T, T] scores or probabilities:
+// the node saves q, k, v, the result and one log-sum-exp per row, and
+// backward recomputes the probabilities block by block. Example starts
+// and the window are one array of B·T int32 starts
+// (device.Attention.Starts: row i starts at max(its example's start,
+// i-Window+1)), made once per window and Segments (kept by the Segments)
+// or once per call without them, so that the kernels skip the key blocks
+// before a block of queries' earliest start: a window of W keys costs
+// O(T·W), forward and backward. Elsewhere (or with the capability hidden
+// by device.Without) it is the composition CausalScores, the cap
+// (MulScalar, Tanh, MulScalar) and CausalMask under a soft cap,
+// MaskedFill of the keys before each query's start (from a [B, 1, T, T]
+// mask made on the host, with Segments or a window), Softmax, Dropout
+// and CausalMatMul, which computes the same values within float
+// tolerance and draws the same dropout masks. Under autocast the
+// products run in the autocast dtype, as every product does. The result
+// is laid out as v, so heads viewed inside [B, T, H, D] join back into
+// [B, T, H·D] without a copy.
+func (s *Scope) Attention(q, k, v *Tensor, seg *Segments, o AttentionOptions) *Tensor {
 	dev := sameDevice("causal_attention", q, k, v)
 	if q.Dim() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
 		panic(errorf("causal_attention", "q %s, k %s and v %s must all be [B, H, T, D]", q.describe(), k.describe(), v.describe()))
@@ -43,15 +108,14 @@ func (s *Scope) SegmentedAttention(q, k, v *Tensor, seg *Segments, scale, dropou
 	if !q.dtype.IsFloat() || !k.dtype.IsFloat() || !v.dtype.IsFloat() {
 		panic(errorf("causal_attention", "q %s, k %s and v %s must be float tensors", q.describe(), k.describe(), v.describe()))
 	}
-	if dropout < 0 || dropout >= 1 {
-		panic(errorf("causal_attention", "dropout %v must be in [0, 1)", dropout))
-	}
+	o.check("causal_attention")
 	if seg != nil {
 		seg.check("causal_attention", q.shape[0], q.shape[2])
 	}
+	starts := attentionStarts(seg, q.shape[0], q.shape[2], o.Window)
 	kern := device.AttentionOf(dev)
 	if kern == nil {
-		return s.composedAttention(q, k, v, seg, scale, dropout, seed)
+		return s.composedAttention(q, k, v, starts, o)
 	}
 	target := promote(promote(q.dtype, k.dtype), v.dtype)
 	if s.autocast != device.Invalid && target != F64 {
@@ -70,7 +134,7 @@ func (s *Scope) SegmentedAttention(q, k, v *Tensor, seg *Segments, scale, dropou
 	defer pq.Release()
 	defer pk.Release()
 	defer pv.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil(), Tiled: device.AttentionTiled(dev, target, q.shape[3])}
+	a := device.Attention{Scale: o.Scale, Dropout: o.Dropout, Seed: o.Seed, Starts: starts, Softcap: o.Softcap, Tiled: device.AttentionTiled(dev, target, q.shape[3])}
 	out := mustAllocLike(dev, target, pv, s.cat)
 	lse := mustAlloc(dev, accumDType(target), append([]int(nil), q.shape[:3]...), s.cat)
 	kern.CausalAttention(out.view(), lse.view(), pq.view(), pk.view(), pv.view(), a)
@@ -108,8 +172,20 @@ func (s *Scope) CausalSelfAttention(qkv *Tensor, heads int, scale, dropout float
 // SegmentedSelfAttention is CausalSelfAttention of rows that pack several
 // examples end to end (seg, of qkv's B and T), each query attending its
 // own example only, as SegmentedAttention. A nil seg is
-// CausalSelfAttention.
+// CausalSelfAttention. It is SelfAttention with Scale, Dropout and Seed
+// alone.
 func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
+	return s.SelfAttention(qkv, heads, seg, AttentionOptions{Scale: scale, Dropout: dropout, Seed: seed})
+}
+
+// SelfAttention is Attention of the heads of one fused projection, as
+// CausalSelfAttention reads them: qkv [B, T, 3·H·D] holds each position's
+// q, k and v side by side, each H heads of D, and the result is
+// Attention's with the options o, [B, H, T, D] laid out as [B, T, H, D].
+// With fused attention kernels it reads the heads in place and its
+// backward writes the projection's gradient whole; without them it is
+// Attention of views of the heads.
+func (s *Scope) SelfAttention(qkv *Tensor, heads int, seg *Segments, o AttentionOptions) *Tensor {
 	const op = "causal_self_attention"
 	dev := sameDevice(op, qkv)
 	if qkv.Dim() != 3 || heads <= 0 || qkv.shape[2]%(3*heads) != 0 {
@@ -118,16 +194,14 @@ func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, sc
 	if !qkv.dtype.IsFloat() {
 		panic(errorf(op, "qkv %s must be a float tensor", qkv.describe()))
 	}
-	if dropout < 0 || dropout >= 1 {
-		panic(errorf(op, "dropout %v must be in [0, 1)", dropout))
-	}
+	o.check(op)
 	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
 	if seg != nil {
 		seg.check(op, b, t)
 	}
 	kern := device.AttentionOf(dev)
 	if kern == nil || !qkv.IsContiguous() {
-		return s.splitAttention(qkv, heads, seg, scale, dropout, seed)
+		return s.splitAttention(qkv, heads, seg, o)
 	}
 	target := qkv.dtype
 	if s.autocast != device.Invalid && target != F64 {
@@ -153,7 +227,7 @@ func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, sc
 	defer q.Release()
 	defer k.Release()
 	defer v.Release()
-	a := device.Attention{Scale: scale, Dropout: dropout, Seed: seed, Starts: seg.startsOrNil(), Tiled: device.AttentionTiled(dev, target, d/heads)}
+	a := device.Attention{Scale: o.Scale, Dropout: o.Dropout, Seed: o.Seed, Starts: attentionStarts(seg, b, t, o.Window), Softcap: o.Softcap, Tiled: device.AttentionTiled(dev, target, d/heads)}
 	out := mustAllocLike(dev, target, v, s.cat)
 	lse := mustAlloc(dev, accumDType(target), []int{b, heads, t}, s.cat)
 	kern.CausalAttention(out.view(), lse.view(), q.view(), k.view(), v.view(), a)
@@ -176,9 +250,9 @@ func (s *Scope) SegmentedSelfAttention(qkv *Tensor, heads int, seg *Segments, sc
 	return s.own(out)
 }
 
-// splitAttention is SegmentedSelfAttention through views of the heads and
-// SegmentedAttention.
-func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
+// splitAttention is SelfAttention through views of the heads and
+// Attention.
+func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, o AttentionOptions) *Tensor {
 	b, t, d := qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
 	r5 := s.Reshape(qkv, b, t, 3, heads, d/heads)
 	defer s.release(r5)
@@ -190,23 +264,40 @@ func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, scale, dro
 		qkvs[i] = s.Permute(n4, 0, 2, 1, 3)
 		s.release(n4)
 	}
-	y := s.SegmentedAttention(qkvs[0], qkvs[1], qkvs[2], seg, scale, dropout, seed)
+	y := s.Attention(qkvs[0], qkvs[1], qkvs[2], seg, o)
 	for _, x := range qkvs {
 		s.release(x)
 	}
 	return y
 }
 
-// composedAttention is SegmentedAttention from the ops a device without
-// the fused kernels has; its dropout draws the fused kernels' masks
-// (Dropout numbers the contiguous probabilities as they do). With seg,
+// composedAttention is Attention from the ops a device without the
+// fused kernels has; its dropout draws the fused kernels' masks (Dropout
+// numbers the contiguous probabilities as they do). Under a soft cap the
+// scores are computed with zeros above the diagonal, capped (c·tanh(s/c):
+// MulScalar, Tanh, MulScalar) and then masked (CausalMask), since the cap
+// of −Inf would be −c; without
+// one CausalScores fills −Inf itself. With starts (Segments, a window),
 // MaskedFill puts −Inf before each query's start, from a [B, 1, T, T]
-// mask made on the host; the backward of the fill passes no gradient
+// mask made on the host; the backward of the fills passes no gradient
 // there, as CausalScores' passes none above the diagonal.
-func (s *Scope) composedAttention(q, k, v *Tensor, seg *Segments, scale, dropout float64, seed uint64) *Tensor {
-	masked := s.CausalScores(q, k, scale, math.Inf(-1))
-	if seg != nil {
-		m := seg.mask(s, masked)
+func (s *Scope) composedAttention(q, k, v *Tensor, starts []int32, o AttentionOptions) *Tensor {
+	var masked *Tensor
+	if o.Softcap != 0 {
+		raw := s.CausalScores(q, k, o.Scale, 0)
+		a := s.MulScalar(raw, 1/o.Softcap)
+		s.release(raw)
+		th := s.Tanh(a)
+		s.release(a)
+		capped := s.MulScalar(th, o.Softcap)
+		s.release(th)
+		masked = s.CausalMask(capped, math.Inf(-1))
+		s.release(capped)
+	} else {
+		masked = s.CausalScores(q, k, o.Scale, math.Inf(-1))
+	}
+	if starts != nil {
+		m := startsMask(s, masked, starts, q.shape[0], q.shape[2])
 		filled := s.MaskedFill(masked, m, math.Inf(-1))
 		m.Release()
 		s.release(masked)
@@ -214,8 +305,8 @@ func (s *Scope) composedAttention(q, k, v *Tensor, seg *Segments, scale, dropout
 	}
 	probs := s.Softmax(masked)
 	s.release(masked)
-	if dropout > 0 {
-		dropped := s.Dropout(probs, dropout, seed)
+	if o.Dropout > 0 {
+		dropped := s.Dropout(probs, o.Dropout, o.Seed)
 		s.release(probs)
 		probs = dropped
 	}

@@ -1,8 +1,10 @@
 package tensor
 
 import (
-	"github.com/memfit/memfit/device"
 	"slices"
+
+	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 )
 
 func sameDevice(op string, ts ...*Tensor) device.Device {
@@ -135,15 +137,49 @@ func (s *Scope) MulAs(a, b *Tensor, dtype DType) *Tensor {
 	return s.mul(a, b, dtype)
 }
 
-func (s *Scope) mul(a, b *Tensor, dtype DType) *Tensor {
-	out := s.binaryAs(device.Mul, a, b, dtype)
+// MulShifted returns a·(b + shift) with b broadcast over a (a norm's
+// gain, Gemma's (1 + w)), rounded once to dtype (Invalid: a's dtype
+// promoted with F32 and b's): b + shift is formed in b's dtype widened to
+// at least F32, as Hugging Face's Gemma forms 1 + w.float(), and the
+// product in that and a's promoted dtype. b's gradient is Mul's,
+// Σ g·a over the broadcast rows — continued over tiles like a gain's
+// under SumRows, since b is the operand — and a's is g·(b + shift).
+// A shift of 0 is MulAs (Mul when dtype is Invalid).
+func (s *Scope) MulShifted(a, b *Tensor, shift float64, dtype DType) *Tensor {
+	if shift == 0 {
+		if dtype == device.Invalid {
+			return s.Mul(a, b)
+		}
+		return s.MulAs(a, b, dtype)
+	}
+	if !a.dtype.IsFloat() || !b.dtype.IsFloat() || (dtype != device.Invalid && !dtype.IsFloat()) {
+		panic(errorf("mul", "%s times %s shifted by %v in %v: want float tensors and a float dtype", a.describe(), b.describe(), shift, dtype))
+	}
+	wide := promote(b.dtype, F32)
+	bs := mustAlloc(b.st.dev, wide, b.shape, memory.Temporary)
+	b.st.dev.Copy(bs.view(), b.view())
+	b.st.dev.Unary(device.AddScalar, bs.view(), bs.view(), shift)
+	defer bs.Release()
+	if dtype == device.Invalid {
+		dtype = promote(a.dtype, wide)
+	}
+	return s.mulShifted(a, b, bs, dtype)
+}
+
+func (s *Scope) mul(a, b *Tensor, dtype DType) *Tensor { return s.mulShifted(a, b, b, dtype) }
+
+// mulShifted is a·bs recorded as the product of a and b: bs is b itself
+// or b shifted (MulShifted), which a's gradient takes and b's does not
+// need.
+func (s *Scope) mulShifted(a, b, bs *Tensor, dtype DType) *Tensor {
+	out := s.binaryAs(device.Mul, a, bs, dtype)
 	if s.grad && (a.needsGrad() || b.needsGrad()) {
 		aShape, bShape := a.shape, b.shape
 		aDT, bDT := a.dtype, b.dtype
 		// After MulAs, g may be narrower than the operands.
 		narrowed := dtype != promote(aDT, bDT)
 		sums := s.rows // a broadcast parameter's sum over rows, when summed over tiles (rowsums.go)
-		s.record(out, "mul", []*Tensor{a, b}, []*Tensor{a, b}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
+		s.record(out, "mul", []*Tensor{a, b}, []*Tensor{a, bs}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
 			sa, sb := saved[0], saved[1]
 			// Each operand's gradient in g's dtype promoted with the
 			// other operand's; after MulAs, with its own too, so that a

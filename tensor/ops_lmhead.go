@@ -1,6 +1,8 @@
 package tensor
 
 import (
+	"math"
+
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
 )
@@ -97,7 +99,10 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 	tc := targets.packed(targets.dtype, s.cat)
 	defer tc.Release()
 	ignore, scale := crossEntropyReduction(tc, o)
-	smoothing := o.LabelSmoothing
+	smoothing, softcap := o.LabelSmoothing, o.Softcap
+	if softcap != 0 && (!(softcap > 0) || math.IsInf(softcap, 0)) {
+		panic(errorf(op, "softcap %v: want a finite number above 0", softcap))
+	}
 
 	perRow := mustAlloc(dev, accumDType(cx.dtype), []int{rows}, memory.Temporary)
 	defer perRow.Release()
@@ -106,6 +111,7 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 		func() {
 			logits := chunkLogits(cx, cw, b, lo, n, s)
 			defer logits.Release()
+			softcapInPlace(logits, o.Softcap)
 			device.CrossEntropy(dev, rowRange(perRow, lo, n), logits.view(), rowRange(tc, lo, n), ignore, smoothing)
 		}()
 	}
@@ -171,7 +177,7 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 				}
 				for lo := 0; lo < rows; lo += chunkRows {
 					n := min(chunkRows, rows-lo)
-					linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dp, &db, grads, &fresh, lo, n, ignore, smoothing, part[0], i == 0, s)
+					linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dp, &db, grads, &fresh, lo, n, ignore, smoothing, softcap, part[0], i == 0, s)
 				}
 				grads()
 				if fresh {
@@ -201,7 +207,7 @@ func (s *Scope) LinearCrossEntropy(x, w, b, targets *Tensor, o CrossEntropyOptio
 			}
 			for lo := 0; lo < rows; lo += chunkRows {
 				n := min(chunkRows, rows-lo)
-				linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, 0, true, s)
+				linearCrossEntropyChunkBackward(sx, sw, sb, st, up, &dx, &dw, &db, grads, &fresh, lo, n, ignore, smoothing, softcap, 0, true, s)
 			}
 			grads()
 			if dw != nil {
@@ -242,13 +248,24 @@ func sumParts(vocab, in, blockRows int) [][2]int {
 // it has), and, with first, to *dx (the rows themselves) and *db (made on
 // the first chunk when there is a bias); grads makes *dx and *dw, where
 // wanted, once the chunk's logits are released.
-func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing float64, dv0 int, first bool, s *Scope) {
+func linearCrossEntropyChunkBackward(sx *Tensor, sw *headWeight, sb, st, up *Tensor, dx, dw, db **Tensor, grads func(), fresh *bool, lo, n int, ignore int, smoothing, softcap float64, dv0 int, first bool, s *Scope) {
 	dev := sx.st.dev
 	logits := chunkLogits(sx, sw, sb, lo, n, s)
 	defer logits.Release()
+	softcapInPlace(logits, softcap)
 	dl := mustAlloc(dev, logits.dtype, logits.shape, memory.Temporary)
 	defer dl.Release()
 	device.CrossEntropyBackward(dev, dl.view(), logits.view(), rowRange(st, lo, n), rowRange(up, lo, n), ignore, smoothing)
+	if softcap != 0 {
+		// Through the cap: d(c·tanh(z/c))/dz = 1 - (capped/c)², formed
+		// in the capped logits' place, which nothing reads after.
+		lv := logits.view()
+		dev.Unary(device.MulScalar, lv, lv, 1/softcap)
+		dev.Binary(device.Mul, lv, lv, lv)
+		dev.Unary(device.MulScalar, lv, lv, -1)
+		dev.Unary(device.AddScalar, lv, lv, 1)
+		dev.Binary(device.Mul, dl.view(), dl.view(), lv)
+	}
 	logits.Release() // before the products: a chunk's peak is its logits and their gradient
 	grads()
 	// Over the weight's vocabulary blocks: dx's rows sum the blocks'
@@ -431,4 +448,16 @@ func (h *headWeight) release() {
 func colsOf(t *Tensor, lo, n int) *Tensor {
 	shape := []int{t.shape[0], n}
 	return viewOf(t, shape, append([]int(nil), t.strides...), t.offset+lo*t.strides[1])
+}
+
+// softcapInPlace caps a chunk's logits softly, c·tanh(z/c), as
+// Scope.Softcap does (0: no cap).
+func softcapInPlace(logits *Tensor, c float64) {
+	if c == 0 {
+		return
+	}
+	dev, lv := logits.st.dev, logits.view()
+	dev.Unary(device.MulScalar, lv, lv, 1/c)
+	dev.Unary(device.Tanh, lv, lv, 0)
+	dev.Unary(device.MulScalar, lv, lv, c)
 }

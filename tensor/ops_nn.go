@@ -1,9 +1,11 @@
 package tensor
 
 import (
+	"math"
+	"slices"
+
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
-	"slices"
 )
 
 // toF32 returns x in F32 when autocast is on and x is 16-bit (ops that run
@@ -502,6 +504,24 @@ type CrossEntropyOptions struct {
 	Ignore         Ignore
 	LabelSmoothing float64
 	Reduction      Reduction
+	// Softcap, when above 0, caps the logits softly before the softmax,
+	// c·tanh(z/c) (Gemma 2's final_logit_softcapping), and the gradient
+	// goes through the cap.
+	Softcap float64
+}
+
+// Softcap returns c·tanh(x/c): x capped softly to (-c, c), as Gemma 2
+// caps its logits and attention scores. c must be above 0.
+func (s *Scope) Softcap(x *Tensor, c float64) *Tensor {
+	if !(c > 0) || math.IsInf(c, 0) {
+		panic(errorf("softcap", "cap %v of %s: want a finite number above 0", c, x.describe()))
+	}
+	a := s.MulScalar(x, 1/c)
+	t := s.Tanh(a)
+	s.release(a)
+	out := s.MulScalar(t, c)
+	s.release(t)
+	return out
 }
 
 // CrossEntropy is the fused, stable softmax cross-entropy of logits
@@ -510,6 +530,12 @@ type CrossEntropyOptions struct {
 // recomputed in backward.
 func (s *Scope) CrossEntropy(logits, targets *Tensor, o CrossEntropyOptions) *Tensor {
 	dev := sameDevice("cross_entropy", logits, targets)
+	if o.Softcap != 0 {
+		capped := s.Softcap(logits, o.Softcap)
+		defer s.release(capped)
+		o.Softcap = 0
+		return s.CrossEntropy(capped, targets, o)
+	}
 	c := logits.shape[logits.Dim()-1]
 	rows := logits.Len() / max(c, 1)
 	if targets.Len() != rows || (targets.dtype != I32 && targets.dtype != I64) {

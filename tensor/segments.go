@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Segments are the examples packed end to end into the rows of a [B, T]
@@ -14,12 +15,19 @@ import (
 // Segments are host data that never change once made, so an op's
 // backward or a checkpointed recompute may keep them as long as it needs:
 // the attention kernels read one int32 per row (the start of the row's
-// example) and no device tensor lives beside them.
+// example, or of its sliding window: a Segments keeps the starts of each
+// window attention asks for, made once) and no device tensor lives
+// beside them. They are safe for concurrent use.
 type Segments struct {
 	b, t      int
 	positions []int32 // [B·T], row by row
 	starts    []int32 // [B·T]: the row where each token's example begins
 	max       int32
+
+	// windows holds the starts under each sliding window attention has
+	// asked for (windowed): made once, read by every layer and pass.
+	mu      sync.Mutex
+	windows map[int][]int32
 }
 
 // NewSegments returns the segments of a [b, t] batch whose tokens are at
@@ -79,17 +87,66 @@ func (g *Segments) check(op string, b, t int) {
 	}
 }
 
-// mask returns a [B, 1, T, T] F32 tensor, 1 where key j lies before the
-// start of query i's example and 0 elsewhere: what the composed
-// attention fills with −Inf beside CausalScores' upper triangle.
-func (g *Segments) mask(s *Scope, like *Tensor) *Tensor {
-	b, t := g.b, g.t
+// windowed returns the starts of g's rows under a sliding window of w
+// keys (0 < w < T): max(the example's start, i-w+1). They are made on the
+// first call for w and kept, so that the layers and passes of a step
+// share one array per window.
+func (g *Segments) windowed(w int) []int32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st, ok := g.windows[w]; ok {
+		return st
+	}
+	if g.windows == nil {
+		g.windows = make(map[int][]int32)
+	}
+	st := windowStarts(g.starts, g.b, g.t, w)
+	g.windows[w] = st
+	return st
+}
+
+// windowStarts returns the starts of b rows of t queries under a sliding
+// window of w keys, each row i from max(starts[i], i-w+1) (starts nil:
+// 0): B·T int32s, non-decreasing along each row as the kernels require
+// (device.Attention.CheckStarts), since both terms are.
+func windowStarts(starts []int32, b, t, w int) []int32 {
+	st := make([]int32, b*t)
+	for r := range b {
+		for i := range t {
+			s := int32(max(i-w+1, 0))
+			if starts != nil {
+				s = max(s, starts[r*t+i])
+			}
+			st[r*t+i] = s
+		}
+	}
+	return st
+}
+
+// attentionStarts are the starts attention's kernels take
+// (device.Attention.Starts) for a [b, t] batch packed as seg (nil: one
+// example per row) under a window of w keys (0, or t and more: none): nil
+// when every query sees every key up to its own.
+func attentionStarts(seg *Segments, b, t, w int) []int32 {
+	switch {
+	case w <= 0 || w >= t:
+		return seg.startsOrNil()
+	case seg == nil:
+		return windowStarts(nil, b, t, w)
+	}
+	return seg.windowed(w)
+}
+
+// startsMask returns a [B, 1, T, T] F32 tensor, 1 where key j lies before
+// the start of query i (starts, B·T of them) and 0 elsewhere: what the
+// composed attention fills with −Inf beside CausalScores' upper triangle.
+func startsMask(s *Scope, like *Tensor, starts []int32, b, t int) *Tensor {
 	m := mustAlloc(like.st.dev, F32, []int{b, 1, t, t}, s.cat)
 	vals := make([]float32, b*t*t)
 	for r := range b {
 		for i := range t {
 			row := vals[(r*t+i)*t:]
-			for j := range int(g.starts[r*t+i]) {
+			for j := range int(starts[r*t+i]) {
 				row[j] = 1
 			}
 		}

@@ -28,7 +28,7 @@ func ExampleRunner_Tiles() {
 // 2048 tokens: the loss and the gradients are the untiled ones.
 func ExampleNew() {
 	dev := cpu.New()
-	m, _ := models.NewLlama(dev, models.LlamaConfig{Layers: 1, Heads: 2, Dim: 16, Context: 4096, Vocab: 32, Seed: 1})
+	m, _ := models.NewDecoder(dev, models.DecoderConfig{Layers: 1, Heads: 2, Dim: 16, Context: 4096, Vocab: 32, Seed: 1})
 	defer nn.Release(m)
 	ids := make([]int32, 4096)
 	for i := range ids {
@@ -43,7 +43,7 @@ func ExampleNew() {
 			loss = l.Item()
 			return nil
 		})
-		w := m.Blocks()[0].(*models.LlamaBlock).MLP.Up.Weight
+		w := m.Blocks()[0].(*models.DecoderBlock).MLP.Up.Weight
 		grad = w.Grad().Float32s()[0]
 		for _, p := range m.Parameters() {
 			p.SetGrad(nil)

@@ -51,9 +51,9 @@ func stepPeak(t *testing.T, dev device.Device, tokens, hidden int, tiles, ckpt b
 // width 512, 8 heads, 2 key/value heads, SwiGLU of hidden, LoRA rank 8 on
 // every Linear layer, checkpointed per block when ckpt, its token-wise
 // work over tiles of 2048 tokens when tiles.
-func tiledLlama(tb testing.TB, dev device.Device, hidden, context int, tiles, ckpt bool) *models.Llama {
+func tiledLlama(tb testing.TB, dev device.Device, hidden, context int, tiles, ckpt bool) *models.Decoder {
 	tb.Helper()
-	m, err := models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 8, KVHeads: 2, Dim: 512, Hidden: hidden, Context: context, Vocab: 256, Seed: 1})
+	m, err := models.NewDecoder(dev, models.DecoderConfig{Layers: 2, Heads: 8, KVHeads: 2, Dim: 512, Hidden: hidden, Context: context, Vocab: 256, Seed: 1})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -33,8 +33,24 @@ func buildLM(t *testing.T, dev device.Device, kind string, dt tensor.DType) lm {
 	switch kind {
 	case "gpt":
 		m, err = models.NewGPT(dev, models.GPTConfig{Layers: 2, Heads: 4, Dim: 32, Context: 4096, Vocab: 61, Seed: 5, DType: dt})
+	case "qwen2", "qwen3", "gemma2", "gemma3", "phi3":
+		// The families' features, windows and rope switches within the
+		// 2304 tokens of a row.
+		f := map[string]models.DecoderConfig{
+			"qwen2": {Arch: models.Arch{Family: "qwen2", QKVBias: true}, Window: 700, LayerKinds: []models.LayerKind{{}, {Sliding: true}}},
+			"qwen3": {Arch: models.Arch{Family: "qwen3", QKNorm: true}, HeadDim: 16},
+			"gemma2": {Arch: models.Arch{Family: "gemma2", NormOffset: 1, SandwichNorms: true, Activation: "gelu_tanh", ScaleEmbeddings: true},
+				HeadDim: 16, QueryScale: 0.2, AttnSoftcap: 5, FinalSoftcap: 3, Window: 900, LayerKinds: []models.LayerKind{{Sliding: true}, {}}, TiedHead: true},
+			"gemma3": {Arch: models.Arch{Family: "gemma3_text", QKNorm: true, NormOffset: 1, SandwichNorms: true, Activation: "gelu_tanh",
+				ScaleEmbeddings: true}, HeadDim: 16, Window: 600, LayerKinds: []models.LayerKind{{Sliding: true}, {}}, LocalRopeTheta: 10000,
+				RopeTheta: 1e6, RopeScaling: nn.RopeScaling{Type: "linear", Factor: 8}, TiedHead: true},
+			"phi3": {Arch: models.Arch{Family: "phi3", FusedQKV: true, FusedGateUp: true}, RotaryDim: 6, RopeScaling: nn.RopeScaling{Type: "longrope",
+				Factor: 4, OriginalContext: 1024, ShortFactor: []float64{1, 1.2, 1.5}, LongFactor: []float64{2, 3, 5}}},
+		}[kind]
+		f.Layers, f.Heads, f.KVHeads, f.Dim, f.Hidden, f.Context, f.Vocab, f.Seed, f.DType = 2, 4, 2, 32, 72, 4096, 61, 5, dt
+		m, err = models.NewDecoder(dev, f)
 	default:
-		m, err = models.NewLlama(dev, models.LlamaConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Hidden: 72, Context: 4096, Vocab: 61, Seed: 5, DType: dt})
+		m, err = models.NewDecoder(dev, models.DecoderConfig{Layers: 2, Heads: 4, KVHeads: 2, Dim: 32, Hidden: 72, Context: 4096, Vocab: 61, Seed: 5, DType: dt})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +225,41 @@ func TestTiledStepIsBitwiseUntiled(t *testing.T) {
 						})
 					}
 				}
+			}
+		}
+	}
+}
+
+// The decoder families' features tile bit for bit too: biases, head
+// norms, Gemma's offset and sandwich norms, GeGLU, scaled embeddings,
+// soft caps and sliding windows, Phi-3's fused projections, partial
+// rotary embeddings and longrope, whose frequencies are the whole
+// pass's whatever rows a tile holds (F32 on whole rows, bf16 autocast on
+// packed ones; checkpointing and LoRA in both).
+func TestTiledFamiliesAreBitwiseUntiled(t *testing.T) {
+	const rows, cols = 2, 2304
+	run, err := tile.New(2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"qwen2", "qwen3", "gemma2", "gemma3", "phi3"} {
+		for _, c := range []struct {
+			amp    tensor.DType
+			packed bool
+		}{{device.Invalid, false}, {tensor.BF16, true}} {
+			amp, packed := c.amp, c.packed
+			{
+				t.Run(fmt.Sprintf("%s/autocast=%v/packed=%v", kind, amp, packed), func(t *testing.T) {
+					m := buildLM(t, cpu.New(), kind, tensor.F32)
+					defer nn.Release(m)
+					adapt(t, m)
+					m.SetBlockRunner(checkpoint.Every.Runner())
+					want := runStep(t, m, rows, cols, packed, amp)
+					if err := m.SetTokenRunner(run); err != nil {
+						t.Fatal(err)
+					}
+					sameBits(t, runStep(t, m, rows, cols, packed, amp), want)
+				})
 			}
 		}
 	}

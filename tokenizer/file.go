@@ -25,6 +25,13 @@ const (
 	// speech tokens.
 	maxAddedTokens = 1 << 18
 
+	// maxAddedBytes bounds the text of all added tokens together (and
+	// again once normalized): Gemma 3's take about 100 KB, Llasa's
+	// 65,536 about 1.3 MB. Their index (added.go) takes about 16 bytes a
+	// byte of text, so 8 MiB keeps it under 150 MB, where the file alone
+	// could make it gigabytes.
+	maxAddedBytes = 8 << 20
+
 	// maxTokenizerJSON bounds a tokenizer.json: Llama 3's is 9 MB, Gemma
 	// 3's (the largest vocabulary above) about 33 MB. Parsing holds the
 	// file, the vocabulary and the merge table at once, a few times the

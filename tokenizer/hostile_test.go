@@ -116,6 +116,23 @@ func TestHostileTokenizerJSON(t *testing.T) {
 			`"normalizer":{"type":"Sequence","normalizers":[`+strings.Repeat(`{},`, 100)+`{}]}`, 1), want: []string{"normalizer", "more than 64 members"}},
 		{name: "Sequence too deep", whole: strings.Replace(hfText("", "", ""), `"decoder":{"type":"ByteLevel"}`,
 			`"decoder":`+strings.Repeat(`{"type":"Sequence","decoders":[`, 10)+`{"type":"ByteLevel"}`+strings.Repeat(`]}`, 10), 1), want: []string{"decoder", "nested more than 4 deep"}},
+		{name: "added tokens too long", whole: hfText("", "", strings.Repeat(`{"id":300,"content":"`+strings.Repeat("x", 1<<20)+`"},`, 8)+`{"id":301,"content":"y"}`),
+			want: []string{"added_tokens[8]): the added tokens take more than 8388608 bytes"}},
+		{name: "normalizer Lowercase", whole: withNormalizer(`{"type":"Lowercase"}`), want: []string{"normalizer Lowercase", "is not supported (only NFC, NFD, NFKC, NFKD"}},
+		{name: "two forms", whole: withNormalizer(`{"type":"Sequence","normalizers":[{"type":"NFD"},{"type":"NFC"}]}`),
+			want: []string{"normalizer NFC", "more than one Unicode normalization form"}},
+		{name: "Replace with byte level", whole: withNormalizer(`{"type":"Replace","pattern":{"String":" "},"content":"▁"}`),
+			want: []string{"a ByteLevel pre-tokenizer with Replace, Prepend or Metaspace is not supported"}},
+		{name: "regex Removed", whole: withPretok(`{"type":"Split","pattern":{"Regex":"\\d"},"behavior":"Removed","invert":true}`),
+			want: []string{"pre_tokenizer Split", "Removed inverted for a pattern memfit knows"}},
+		{name: "string Removed", whole: withPretok(`{"type":"Split","pattern":{"String":" "},"behavior":"Removed","invert":false}`),
+			want: []string{"a String splits with behavior Isolated, MergedWithPrevious"}},
+		{name: "empty string", whole: withPretok(`{"type":"Split","pattern":{"String":""},"behavior":"Isolated","invert":false}`),
+			want: []string{"an empty String"}},
+		{name: "Split after Metaspace", whole: withPretok(`{"type":"Sequence","pretokenizers":[{"type":"Metaspace"},{"type":"Split","pattern":{"String":"▁"},"behavior":"Isolated","invert":false}]}`),
+			want: []string{"pre_tokenizer Split", "after Metaspace is not supported"}},
+		{name: "Metaspace second", whole: withPretok(`{"type":"Sequence","pretokenizers":[{"type":"Digits"},{"type":"Metaspace"}]}`),
+			want: []string{"pre_tokenizer Metaspace after another pre-tokenizer is not supported"}},
 		{name: "bos not a token", config: `{"bos_token":"<nope>"}`, file: "tokenizer_config.json", want: []string{`bos_token "<nope>" is not a token of tokenizer.json`}},
 		{name: "eos not a string", config: `{"eos_token":5}`, file: "tokenizer_config.json", want: []string{`eos_token is 5, not a string or an object`}},
 		{name: "template not a string", config: `{"chat_template":{"a":1}}`, file: "tokenizer_config.json", want: []string{`chat_template is neither a string nor a list`}},
@@ -138,6 +155,16 @@ func TestHostileTokenizerJSON(t *testing.T) {
 			wantError(t, err, file, tc.want...)
 		})
 	}
+}
+
+// withNormalizer and withPretok are hfText("", "", "") with another
+// normalizer or pre-tokenizer, written as JSON text.
+func withNormalizer(n string) string {
+	return strings.Replace(hfText("", "", ""), `"normalizer":null`, `"normalizer":`+n, 1)
+}
+
+func withPretok(p string) string {
+	return strings.Replace(hfText("", "", ""), `"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true}`, `"pre_tokenizer":`+p, 1)
 }
 
 // gpt2Text returns an encoder.json of every byte plus extra members, and
@@ -336,7 +363,9 @@ func TestConfigFiles(t *testing.T) {
 		chatTemplate string
 	}{
 		{name: "no config", files: map[string]string{}, bos: 256, eos: 257, bosT: "<s>", eosT: "</s>"},
-		{name: "null tokens", files: map[string]string{"tokenizer_config.json": `{"bos_token":null,"eos_token":null}`}, bos: 256, eos: 257, bosT: "<s>", eosT: "</s>"},
+		// null is none, as transformers reads it (Qwen's BOS).
+		{name: "null tokens", files: map[string]string{"tokenizer_config.json": `{"bos_token":null,"eos_token":null}`}, bos: -1, eos: -1},
+		{name: "absent tokens", files: map[string]string{"tokenizer_config.json": `{}`}, bos: 256, eos: 257, bosT: "<s>", eosT: "</s>"},
 		{name: "strings", files: map[string]string{"tokenizer_config.json": `{"bos_token":"</s>","eos_token":"<s>","chat_template":"T"}`},
 			bos: 257, eos: 256, bosT: "</s>", eosT: "<s>", chatTemplate: "T"},
 		{name: "template list", files: map[string]string{"tokenizer_config.json": `{"chat_template":[{"name":"tool_use","template":"U"},{"name":"default","template":"D"}]}`},

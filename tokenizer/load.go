@@ -99,6 +99,7 @@ var (
 // transformers prefers it). Each is "" when absent.
 type config struct {
 	bos, eos     string
+	noBOS, noEOS bool // the token is null: the tokenizer has none (Qwen's BOS)
 	chatTemplate string
 	path         string // tokenizer_config.json, for errors
 	raw          []byte // its bytes, for the fingerprint
@@ -168,6 +169,10 @@ func parseConfig(path string, raw []byte) (*config, error) {
 	if c.eos, err = token("eos_token", f.EOS); err != nil {
 		return nil, err
 	}
+	// A null token is none, as transformers reads it: Qwen's configs say
+	// "bos_token": null, and a guess among the usual names would put
+	// <|endoftext|> before its text.
+	c.noBOS, c.noEOS = string(f.BOS) == "null", string(f.EOS) == "null"
 	if m := f.ChatTemplate; len(m) > 0 && string(m) != "null" {
 		if json.Unmarshal(m, &c.chatTemplate) != nil {
 			var list []struct {
@@ -319,7 +324,7 @@ func loadGPT2(vocabPath, mergesPath string, vraw, mraw []byte, cfg *config) (*BP
 			}
 		}
 	}
-	t := &BPE{split: splitGPT2, unk: -1}
+	t := &BPE{splits: []splitter{splitGPT2}, unk: -1}
 	if err := t.setByteLevel(vocabPath, "entries", v); err != nil {
 		return nil, err
 	}
@@ -347,22 +352,23 @@ func loadGPT2(vocabPath, mergesPath string, vraw, mraw []byte, cfg *config) (*BP
 // hfComponent is any normalizer, pre-tokenizer or decoder of a
 // tokenizer.json, with the fields memfit reads.
 type hfComponent struct {
-	Type           string        `json:"type"`
-	Normalizers    componentList `json:"normalizers"`
-	Pretokenizers  componentList `json:"pretokenizers"`
-	Decoders       componentList `json:"decoders"`
-	Pattern        *hfPattern    `json:"pattern"`
-	Content        *string       `json:"content"`
-	Behavior       string        `json:"behavior"`
-	Invert         bool          `json:"invert"`
-	AddPrefixSpace *bool         `json:"add_prefix_space"`
-	UseRegex       *bool         `json:"use_regex"`
-	Prepend        *string       `json:"prepend"`
-	Replacement    *string       `json:"replacement"`
-	PrependScheme  *string       `json:"prepend_scheme"`
-	Split          *bool         `json:"split"`
-	Start          int           `json:"start"`
-	Stop           int           `json:"stop"`
+	Type             string        `json:"type"`
+	Normalizers      componentList `json:"normalizers"`
+	Pretokenizers    componentList `json:"pretokenizers"`
+	Decoders         componentList `json:"decoders"`
+	Pattern          *hfPattern    `json:"pattern"`
+	Content          *string       `json:"content"`
+	Behavior         string        `json:"behavior"`
+	Invert           bool          `json:"invert"`
+	AddPrefixSpace   *bool         `json:"add_prefix_space"`
+	UseRegex         *bool         `json:"use_regex"`
+	Prepend          *string       `json:"prepend"`
+	Replacement      *string       `json:"replacement"`
+	PrependScheme    *string       `json:"prepend_scheme"`
+	Split            *bool         `json:"split"`
+	IndividualDigits *bool         `json:"individual_digits"`
+	Start            int           `json:"start"`
+	Stop             int           `json:"stop"`
 }
 
 type hfPattern struct {
@@ -474,14 +480,23 @@ func loadHF(path string, raw []byte, cfg *config) (*BPE, error) {
 	if err != nil {
 		return nil, &Error{Path: path, Err: err}
 	}
+	nforms := 0
 	for _, n := range norms {
+		if f, ok := forms[n.Type]; ok {
+			if nforms++; nforms > 1 {
+				return nil, errorf(path, "normalizer %s: more than one Unicode normalization form is not supported", describe(n))
+			}
+			t.norms = append(t.norms, normOp{kind: normForm, form: f})
+			continue
+		}
 		switch {
 		case n.Type == "Prepend" && n.Prepend != nil && *n.Prepend == "▁":
-			t.prepend = prependAlways
+			t.norms = append(t.norms, normOp{kind: normPrepend})
 		case n.Type == "Replace" && n.Pattern != nil && n.Pattern.String != nil && *n.Pattern.String == " " && n.Content != nil && *n.Content == "▁":
+			t.norms = append(t.norms, normOp{kind: normReplace})
 			t.replaceSpace = true
 		default:
-			return nil, errorf(path, "normalizer %s is not supported (only Prepend \"▁\" and Replace \" \" with \"▁\")", describe(n))
+			return nil, errorf(path, "normalizer %s is not supported (only NFC, NFD, NFKC, NFKD, Prepend \"▁\" and Replace \" \" with \"▁\")", describe(n))
 		}
 	}
 
@@ -491,59 +506,71 @@ func loadHF(path string, raw []byte, cfg *config) (*BPE, error) {
 	}
 	byteLevel, metaspace := false, false
 	for i, p := range pres {
+		if metaspace && p.Type != "Digits" {
+			// Metaspace hands on "▁" where memfit keeps spaces until the
+			// pieces are looked up; digits read the same either way.
+			return nil, errorf(path, "pre_tokenizer %s after Metaspace is not supported", describe(p))
+		}
 		switch p.Type {
 		case "ByteLevel":
 			byteLevel = true
 			if p.AddPrefixSpace != nil && *p.AddPrefixSpace {
+				// It puts a space before each piece it is given.
 				if i > 0 {
 					return nil, errorf(path, "pre_tokenizer ByteLevel with add_prefix_space after another pre-tokenizer is not supported")
 				}
 				t.prefixSpace = true
 			}
 			if p.UseRegex == nil || *p.UseRegex {
-				if t.split != nil {
-					return nil, errorf(path, "pre_tokenizer: ByteLevel's regex after a Split is not supported")
-				}
-				t.split = splitGPT2
+				t.splits = append(t.splits, splitGPT2)
 			}
 		case "Split":
-			if p.Behavior != "Isolated" || p.Invert || p.Pattern == nil || p.Pattern.Regex == nil {
-				return nil, errorf(path, "pre_tokenizer %s is not supported (only Split with a Regex, behavior Isolated, not inverted)", describe(p))
-			}
-			if t.split != nil {
-				return nil, errorf(path, "pre_tokenizer: two splitting pre-tokenizers are not supported")
-			}
-			if t.split, err = patternSplitter(*p.Pattern.Regex); err != nil {
+			sp, err := splitFor(p)
+			if err != nil {
 				return nil, &Error{Path: path, Err: err}
 			}
+			t.splits = append(t.splits, sp)
+		case "Digits":
+			if p.IndividualDigits != nil && *p.IndividualDigits {
+				t.splits = append(t.splits, splitDigits)
+			} else {
+				t.splits = append(t.splits, splitNumbers)
+			}
 		case "Metaspace":
+			// It puts "▁" before each piece it is given, and writes
+			// spaces as "▁" for the pre-tokenizers after it; memfit puts
+			// it only before a stretch of text and reads spaces as "▁"
+			// throughout, so it must come first.
+			if i > 0 {
+				return nil, errorf(path, "pre_tokenizer Metaspace after another pre-tokenizer is not supported")
+			}
 			if p.Replacement != nil && *p.Replacement != "▁" {
 				return nil, errorf(path, "pre_tokenizer Metaspace with replacement %q is not supported", *p.Replacement)
 			}
 			metaspace, t.replaceSpace = true, true
-			t.prepend = prependAlways
+			t.metaspace = prependAlways
 			if p.PrependScheme != nil {
 				switch *p.PrependScheme {
 				case "always":
 				case "first":
-					t.prepend = prependFirst
+					t.metaspace = prependFirst
 				case "never":
-					t.prepend = prependNever
+					t.metaspace = prependNever
 				default:
 					return nil, errorf(path, "pre_tokenizer Metaspace prepend_scheme %q is not supported", *p.PrependScheme)
 				}
 			} else if p.AddPrefixSpace != nil && !*p.AddPrefixSpace {
-				t.prepend = prependNever
+				t.metaspace = prependNever
 			}
 			if p.Split == nil || *p.Split {
-				t.split = splitMetaspace
+				t.splits = append(t.splits, splitMetaspace)
 			}
 		default:
-			return nil, errorf(path, "pre_tokenizer %s is not supported (only ByteLevel, Split and Metaspace)", describe(p))
+			return nil, errorf(path, "pre_tokenizer %s is not supported (only ByteLevel, Split, Digits and Metaspace)", describe(p))
 		}
 	}
-	if byteLevel && (len(norms) > 0 || metaspace) {
-		return nil, errorf(path, "a ByteLevel pre-tokenizer with a normalizer or Metaspace is not supported")
+	if byteLevel && (t.replaceSpace || metaspace || hasPrepend(t.norms)) {
+		return nil, errorf(path, "a ByteLevel pre-tokenizer with Replace, Prepend or Metaspace is not supported")
 	}
 
 	decs, err := flatten(f.Decoder, "decoder")
@@ -583,8 +610,8 @@ func loadHF(path string, raw []byte, cfg *config) (*BPE, error) {
 		if err := t.setByteLevel(path, "model.vocab entries", v); err != nil {
 			return nil, err
 		}
-		if t.split == nil {
-			t.split = splitWhole
+		if len(t.splits) == 0 {
+			t.splits = []splitter{splitWhole}
 		}
 		key = rawBytes
 	} else {
@@ -602,10 +629,10 @@ func loadHF(path string, raw []byte, cfg *config) (*BPE, error) {
 		return nil, err
 	}
 	m.Merges = nil
-	if !byteLevel && t.split == nil {
-		t.split = splitWhole
-		if t.replaceSpace && t.spaceID >= 0 && !spaceInside(t.vocab) {
-			t.split = splitPieces
+	if !byteLevel && len(t.splits) == 0 {
+		t.splits = []splitter{splitWhole}
+		if t.replaceSpace && t.spaceID >= 0 {
+			t.splits[0] = splitPieces(joinsSpace(t.vocab))
 		}
 	}
 
@@ -657,44 +684,129 @@ func (t *BPE) setPieces(path string, v *vocabulary, unk *string) error {
 		}
 		t.unk = id
 	}
-	if t.byteFallback {
+	// A character missing from the vocabulary becomes its bytes' tokens
+	// when there are all, else the unknown token (Gemma 2 has no <0x09>:
+	// the tab is a piece of its own).
+	if t.unk < 0 {
+		if !t.byteFallback {
+			return errorf(path, "neither byte_fallback nor unk_token: some text could not be encoded")
+		}
 		for b, id := range t.byteTok {
 			if id < 0 {
-				return errorf(path, "byte_fallback is on but model.vocab lacks <0x%02X>", b)
+				return errorf(path, "byte_fallback is on but model.vocab lacks <0x%02X>, and there is no unk_token", b)
 			}
 		}
-	} else if t.unk < 0 {
-		return errorf(path, "neither byte_fallback nor unk_token: some text could not be encoded")
 	}
 	return nil
 }
 
-// spaceInside reports whether a piece has "▁" after another character,
-// which would let merges join across spaces.
-func spaceInside(vocab map[string]int32) bool {
+// joinsSpace returns the runes that some vocabulary piece has right
+// before a "▁" (leading ones aside): a merge may join them with the space
+// after them, nothing else with a space before it. Nil when there are
+// none (Llama 2, Gemma 2; Gemma 3 has one, ">" of ">▁</").
+func joinsSpace(vocab map[string]int32) map[rune]bool {
+	var join map[rune]bool
 	for p := range vocab {
-		if strings.Contains(strings.TrimLeft(p, "▁"), "▁") {
-			return true
+		p = strings.TrimLeft(p, "▁")
+		for i := strings.Index(p, "▁"); i > 0; {
+			r, _ := utf8.DecodeLastRuneInString(p[:i])
+			if r != '▁' {
+				if join == nil {
+					join = map[rune]bool{}
+				}
+				join[r] = true
+			}
+			k := strings.Index(p[i+len("▁"):], "▁")
+			if k < 0 {
+				break
+			}
+			i += len("▁") + k
 		}
 	}
-	return false
+	return join
+}
+
+// knownSplitter returns the hand-written scanner of a split pattern, or
+// nil.
+func knownSplitter(p string) splitter {
+	switch p {
+	case GPT2Pattern:
+		return splitGPT2
+	case Llama3Pattern:
+		return splitLlama3
+	case Qwen2Pattern:
+		return splitQwen2
+	case TekkenPattern:
+		return splitTekken
+	case O200kPattern:
+		return splitO200k
+	}
+	return nil
 }
 
 // patternSplitter returns the scanner of a Split pattern: the hand-written
-// ones for GPT-2's and Llama 3's patterns, else Go's regexp when it
-// accepts the pattern.
+// ones for the patterns of knownSplitter, else Go's regexp when it accepts
+// the pattern.
 func patternSplitter(p string) (splitter, error) {
-	switch p {
-	case GPT2Pattern:
-		return splitGPT2, nil
-	case Llama3Pattern:
-		return splitLlama3, nil
+	if sp := knownSplitter(p); sp != nil {
+		return sp, nil
 	}
 	re, err := regexp.Compile(p)
 	if err != nil {
 		return nil, fmt.Errorf("pre_tokenizer Split pattern %q: not one memfit knows, and Go's regexp rejects it: %v", p, err)
 	}
 	return splitRegexp(re), nil
+}
+
+// splitFor returns the scanner of a Split pre-tokenizer. A regex splits
+// Isolated, or is inverted with its matches kept and the rest Removed
+// (GPT-4o's), which is the same for the hand-written patterns: every
+// character is in some match of theirs. A string splits with any
+// behaviour but Removed.
+func splitFor(p hfComponent) (splitter, error) {
+	bad := func(why string) (splitter, error) {
+		return nil, fmt.Errorf("pre_tokenizer %s is not supported: %s", describe(p), why)
+	}
+	switch {
+	case p.Pattern == nil || (p.Pattern.Regex == nil) == (p.Pattern.String == nil):
+		return bad("its pattern is not one Regex or String")
+	case p.Pattern.Regex != nil:
+		re := *p.Pattern.Regex
+		switch {
+		case p.Behavior == "Isolated" && !p.Invert:
+		case p.Behavior == "Removed" && p.Invert && knownSplitter(re) != nil:
+		default:
+			return bad("a Regex splits with behavior Isolated, or Removed inverted for a pattern memfit knows")
+		}
+		return patternSplitter(re)
+	}
+	str := *p.Pattern.String
+	if str == "" {
+		return bad("an empty String")
+	}
+	if p.Invert {
+		return bad("an inverted String")
+	}
+	how, ok := map[string]splitBehavior{
+		"Isolated":           splitIsolated,
+		"MergedWithPrevious": splitMergedWithPrevious,
+		"MergedWithNext":     splitMergedWithNext,
+		"Contiguous":         splitContiguous,
+	}[p.Behavior]
+	if !ok {
+		return bad("a String splits with behavior Isolated, MergedWithPrevious, MergedWithNext or Contiguous")
+	}
+	return splitLiteral(str, how), nil
+}
+
+// hasPrepend reports whether a Prepend normalizer is among ops.
+func hasPrepend(ops []normOp) bool {
+	for _, op := range ops {
+		if op.kind == normPrepend {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(c hfComponent) string {

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"sort"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -51,27 +49,33 @@ func errorf(path, format string, args ...any) *Error {
 	return &Error{Path: path, Err: fmt.Errorf(format, args...)}
 }
 
-// prepend says when a SentencePiece-style tokenizer puts "▁" before text.
+// prepend says when the Metaspace pre-tokenizer puts "▁" before a stretch
+// of text between added tokens that does not start with one (or a space).
 type prepend uint8
 
 const (
 	prependNever  prepend = iota
-	prependAlways         // before every stretch of text between added tokens
-	prependFirst          // only before the text's first stretch
+	prependAlways         // before every stretch
+	prependFirst          // only before a stretch that starts the text
 )
 
-// addedToken is a token matched in the raw text before anything else.
+// addedToken is a token of tokenizer.json's added_tokens, matched in the
+// text before anything else (see added.go).
 type addedToken struct {
 	content                    string
 	id                         int32
 	lstrip, rstrip, singleWord bool
+	normalized                 bool // matched in the normalized text
 }
 
 // BPE is a byte-level or SentencePiece-style BPE tokenizer. It is safe for
 // concurrent use.
 type BPE struct {
 	byteLevel bool
-	split     splitter
+	norms     []normOp
+	// splits are the pre-tokenizers, each splitting the pre-tokens of the
+	// one before (never empty: splitWhole when there is none).
+	splits []splitter
 	// byte-level: the ByteLevel pre-tokenizer's add_prefix_space.
 	prefixSpace bool
 
@@ -83,8 +87,8 @@ type BPE struct {
 	byteID [256]int32 // byte-level: the token of each byte
 
 	// SentencePiece style (byteLevel false).
-	replaceSpace bool // " " is "▁" (normalizer Replace, or Metaspace)
-	prepend      prepend
+	replaceSpace bool    // " " is "▁" (normalizer Replace, or Metaspace)
+	metaspace    prepend // when Metaspace puts "▁" before text that lacks one
 	runeID       map[rune]int32
 	asciiID      [utf8.RuneSelf]int32
 	spaceID      int32 // the token of "▁", or -1
@@ -94,10 +98,9 @@ type BPE struct {
 	fuseUnk      bool
 	strip        int // leading spaces the decoder strips
 
-	added    []addedToken // longest first
-	first    [256]bool    // bytes that start an added token
-	maxAdded int
-	special  map[string]int32
+	raw     *matcher // added tokens matched in the raw text, or nil
+	normed  *matcher // those matched in the normalized text, or nil
+	special map[string]int32
 
 	decoded   []string // id → its bytes in decoded text; "" with valid false for gaps
 	valid     []bool
@@ -123,8 +126,9 @@ func (t *BPE) BOS() int { return t.bos }
 func (t *BPE) EOS() int { return t.eos }
 
 // BOSToken returns the text of the beginning-of-text token: the bos_token
-// of tokenizer_config.json when it names one, else the usual name BOS
-// was found under, else "". Chat templates use it as bos_token.
+// of tokenizer_config.json when it names one, else (unless it is null)
+// the usual name BOS was found under, else "". Chat templates use it as
+// bos_token.
 func (t *BPE) BOSToken() string { return t.bosText }
 
 // EOSToken is BOSToken for the end-of-text token (eos_token).
@@ -157,7 +161,7 @@ func (t *BPE) Special(name string) (int, bool) {
 
 // rulesVersion changes whenever an encoding could change, so that caches
 // keyed by Fingerprint are not reused across such a change.
-const rulesVersion = "memfit tokenizer rules 1\n"
+const rulesVersion = "memfit tokenizer rules 2\n"
 
 // fingerprint is the SHA-256 of the files a tokenizer is read from and of
 // rulesVersion.
@@ -182,14 +186,27 @@ func (t *BPE) finish(path string, added []addedToken, sum string, cfg *config) e
 	for _, id := range t.vocab {
 		size = max(size, id+1)
 	}
+	var raw, normed []addedToken
+	var rawText, normText []string
+	normBytes := 0
 	for _, a := range added {
 		t.special[a.content] = a.id
 		size = max(size, a.id+1)
-		t.first[a.content[0]] = true
-		t.maxAdded = max(t.maxAdded, len(a.content))
+		if !a.normalized {
+			raw, rawText = append(raw, a), append(rawText, a.content)
+			continue
+		}
+		// Matched as the normalizers write it, as the Rust library does
+		// (with Prepend, "▁" before it).
+		n := t.normalize(a.content, true)
+		if normBytes += len(n); normBytes > maxAddedBytes {
+			return errorf(path, "added tokens take more than %d bytes normalized", maxAddedBytes)
+		}
+		if n != "" {
+			normed, normText = append(normed, a), append(normText, n)
+		}
 	}
-	t.added = append([]addedToken(nil), added...)
-	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
+	t.raw, t.normed = newMatcher(raw, rawText), newMatcher(normed, normText)
 	t.vocabSize = int(size)
 
 	t.decoded = make([]string, size)
@@ -198,21 +215,37 @@ func (t *BPE) finish(path string, added []addedToken, sum string, cfg *config) e
 		t.decoded[id], t.valid[id] = t.decodePiece(piece), true
 	}
 	for _, a := range added {
-		t.decoded[a.id], t.valid[a.id] = a.content, true
+		// The decoders see added tokens as any other (Gemma's "▁▁" is
+		// two spaces); byte-level ones are kept as written, as
+		// transformers.js keeps them (the Rust library would read one
+		// made only of byte characters as bytes: none of the models'
+		// is such that the two differ).
+		d := a.content
+		if !t.byteLevel {
+			d = t.decodePiece(d)
+		}
+		t.decoded[a.id], t.valid[a.id] = d, true
 	}
 
 	t.chatTemplate = cfg.chatTemplate
 	var err error
-	if t.bos, t.bosText, err = t.configToken(path, cfg, "bos_token", cfg.bos, bosNames); err != nil {
+	bos, eos := bosNames, eosNames
+	if cfg.noBOS {
+		bos = nil
+	}
+	if cfg.noEOS {
+		eos = nil
+	}
+	if t.bos, t.bosText, err = t.configToken(path, cfg, "bos_token", cfg.bos, bos); err != nil {
 		return err
 	}
-	t.eos, t.eosText, err = t.configToken(path, cfg, "eos_token", cfg.eos, eosNames)
+	t.eos, t.eosText, err = t.configToken(path, cfg, "eos_token", cfg.eos, eos)
 	return err
 }
 
 // configToken finds the token tokenizer_config.json names under key, or
 // without one the first of the usual names the vocabulary has; -1 and ""
-// when neither.
+// when neither (or the config says null).
 func (t *BPE) configToken(path string, cfg *config, key, name string, usual []string) (int, string, error) {
 	if name != "" {
 		id, ok := t.Special(name)
@@ -284,151 +317,4 @@ func (t *BPE) Decode(ids []int) (string, error) {
 		s = s[1:]
 	}
 	return s, nil
-}
-
-// Encode returns the tokens of text.
-func (t *BPE) Encode(text string) []int {
-	e := encoder{t: t, segStart: true, textStart: true}
-	_, out := e.encode(text, true, nil)
-	return out
-}
-
-// EncodeReader encodes r's text, calling fn with the tokens of each piece
-// read. Memory is bounded by the read size plus the longest pre-token
-// (for a SentencePiece vocabulary whose merges cross spaces, the longest
-// stretch between added tokens).
-func (t *BPE) EncodeReader(r io.Reader, fn func(ids []int) error) error {
-	e := encoder{t: t, segStart: true, textStart: true}
-	buf := make([]byte, readChunk)
-	var pending string
-	var out []int
-	for eof := false; !eof; {
-		n, err := io.ReadFull(r, buf)
-		switch err {
-		case nil:
-		case io.EOF, io.ErrUnexpectedEOF:
-			eof = true
-		default:
-			return err
-		}
-		pending += string(buf[:n])
-		var used int
-		used, out = e.encode(pending, eof, out[:0])
-		pending = pending[used:]
-		if len(out) > 0 {
-			if err := fn(out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// readChunk is how much EncodeReader reads at a time (tests make it small
-// to cut text everywhere).
-var readChunk = 1 << 20
-
-// encoder carries what one encoding remembers between pieces of text.
-type encoder struct {
-	t         *BPE
-	segStart  bool // the next text starts a stretch between added tokens
-	textStart bool // nothing has been consumed yet
-	ids       []int32
-}
-
-// encode encodes a prefix of s and returns its length: all of s when
-// atEOF, else up to where the tokens no longer depend on what follows.
-func (e *encoder) encode(s string, atEOF bool, out []int) (int, []int) {
-	t := e.t
-	done := 0
-	for done < len(s) {
-		rest := s[done:]
-		a, p, q := t.nextAdded(rest, atEOF)
-		seg, segEOF := rest, atEOF
-		if a != nil {
-			seg, segEOF = rest[:p], true
-		} else if !atEOF {
-			seg = rest[:max(0, len(rest)-t.maxAdded+1)]
-		}
-		if !segEOF {
-			seg = trimPartial(seg)
-		}
-		var used int
-		used, out = e.segment(seg, segEOF, out)
-		done += used
-		if a == nil || used < len(seg) {
-			break
-		}
-		if q == len(rest) && a.rstrip && !atEOF {
-			break // the spaces after it may go on
-		}
-		out = append(out, int(a.id))
-		done += q - p
-		e.segStart, e.textStart = true, false
-	}
-	return done, out
-}
-
-// nextAdded finds the leftmost, longest added token in s, with the text
-// it takes (spaces it strips included) as s[p:q]. Starts from which the
-// longest token would run past the end of s are not looked at unless
-// atEOF.
-func (t *BPE) nextAdded(s string, atEOF bool) (a *addedToken, p, q int) {
-	if len(t.added) == 0 {
-		return nil, 0, 0
-	}
-	lim := len(s)
-	if !atEOF {
-		lim = len(s) - t.maxAdded + 1
-	}
-	for i := 0; i < lim; i++ {
-		if !t.first[s[i]] {
-			continue
-		}
-		for k := range t.added {
-			c := &t.added[k]
-			if !strings.HasPrefix(s[i:], c.content) {
-				continue
-			}
-			end := i + len(c.content)
-			if c.singleWord && (isWordBefore(s[:i]) || isWordAfter(s[end:])) {
-				continue
-			}
-			p, q = i, end
-			if c.lstrip {
-				p = len(strings.TrimRightFunc(s[:i], unicode.IsSpace))
-			}
-			if c.rstrip {
-				q = len(s) - len(strings.TrimLeftFunc(s[end:], unicode.IsSpace))
-			}
-			return c, p, q
-		}
-	}
-	return nil, 0, 0
-}
-
-// trimPartial drops an incomplete UTF-8 sequence from the end of s, so
-// that a rune cut by a read is not taken for an invalid byte.
-func trimPartial(s string) string {
-	for k := 1; k <= utf8.UTFMax && k <= len(s); k++ {
-		if utf8.RuneStart(s[len(s)-k]) {
-			if !utf8.FullRuneInString(s[len(s)-k:]) {
-				return s[:len(s)-k]
-			}
-			break
-		}
-	}
-	return s
-}
-
-func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) }
-
-func isWordBefore(s string) bool {
-	r, n := utf8.DecodeLastRuneInString(s)
-	return n > 0 && isWordRune(r)
-}
-
-func isWordAfter(s string) bool {
-	r, n := utf8.DecodeRuneInString(s)
-	return n > 0 && isWordRune(r)
 }

@@ -277,11 +277,16 @@ type hfAdded struct {
 	SingleWord bool         `json:"single_word"`
 	Lstrip     bool         `json:"lstrip"`
 	Rstrip     bool         `json:"rstrip"`
+	// Normalized is true in the Rust library when absent; tokenizer.json
+	// files always write it, and memfit's tests and older tools leave it
+	// out meaning the raw text, as transformers.js matches every token.
+	Normalized bool `json:"normalized"`
 }
 
-// parseAdded reads added_tokens (part of a valid tokenizer.json) one at a time: every id an integer in
-// range, every content non-empty, a content with one id and an id with
-// one content (an entry repeated exactly is taken once).
+// parseAdded reads added_tokens (part of a valid tokenizer.json) one at a
+// time: every id an integer in range, every content non-empty, a content
+// with one id and an id with one content (an entry repeated exactly is
+// taken once), all contents together at most maxAddedBytes.
 func parseAdded(path string, raw []byte) ([]addedToken, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
@@ -293,6 +298,7 @@ func parseAdded(path string, raw []byte) ([]addedToken, error) {
 	var out []addedToken
 	byContent := map[string]int32{}
 	byID := map[int32]string{}
+	size := 0
 	for i := 0; dec.More(); i++ {
 		if i == maxAddedTokens {
 			return nil, errorf(path, "added_tokens has more than %d entries", maxAddedTokens)
@@ -312,6 +318,9 @@ func parseAdded(path string, raw []byte) ([]addedToken, error) {
 			return nil, errorf(path, "added token %q (added_tokens[%d]): %v", *a.Content, i, err)
 		}
 		c := *a.Content
+		if size += len(c); size > maxAddedBytes {
+			return nil, errorf(path, "added token %.40q (added_tokens[%d]): the added tokens take more than %d bytes", c, i, maxAddedBytes)
+		}
 		if prev, ok := byContent[c]; ok {
 			if prev != id {
 				return nil, errorf(path, "added token %q (added_tokens[%d]) has id %d and also %d", c, i, prev, id)
@@ -322,7 +331,7 @@ func parseAdded(path string, raw []byte) ([]addedToken, error) {
 			return nil, errorf(path, "added tokens %q and %q (added_tokens[%d]) both have id %d", prev, c, i, id)
 		}
 		byContent[c], byID[id] = id, c
-		out = append(out, addedToken{content: c, id: id, lstrip: a.Lstrip, rstrip: a.Rstrip, singleWord: a.SingleWord})
+		out = append(out, addedToken{content: c, id: id, lstrip: a.Lstrip, rstrip: a.Rstrip, singleWord: a.SingleWord, normalized: a.Normalized})
 	}
 	return out, nil
 }

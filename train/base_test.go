@@ -252,13 +252,13 @@ func TestBaseQuantizesWhatIsFrozen(t *testing.T) {
 // plus about one tensor, never the 16-bit model; without -base the same
 // run holds the bf16 base whole.
 func TestBaseImportPeak(t *testing.T) {
-	lc := models.LlamaConfig{Layers: 8, Heads: 4, KVHeads: 2, Dim: 128, Hidden: 384, Context: 64, Vocab: 128, Seed: 5}
-	l, err := models.NewLlama(cpuDevice(t), lc)
+	lc := models.DecoderConfig{Layers: 8, Heads: 4, KVHeads: 2, Dim: 128, Hidden: 384, Context: 64, Vocab: 128, Seed: 5}
+	l, err := models.NewDecoder(cpuDevice(t), lc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := hf.SaveLlama(l, dir); err != nil {
+	if err := hf.SaveDecoder(l, dir); err != nil {
 		t.Fatal(err)
 	}
 	var bf16Model, largest int64

@@ -204,8 +204,12 @@ type OutputConfig struct {
 	// model's weights in Hugging Face's layout, a directory with
 	// config.json and model.safetensors; not resumable).
 	SaveFormat string `json:"save_format,omitempty"`
-	Resume     string `json:"resume"`
-	Quiet      bool   `json:"quiet"`
+	// SavePEFT also writes a LoRA run's adapters in PEFT's layout
+	// (adapter_model.safetensors, adapter_config.json) beside the merged
+	// model of -save-format hf.
+	SavePEFT bool   `json:"save_peft,omitempty"`
+	Resume   string `json:"resume"`
+	Quiet    bool   `json:"quiet"`
 }
 
 // GenerateConfig is generation (token models): instead of training,
@@ -272,6 +276,10 @@ func (c Config) Resolved() Config {
 
 // bad is a flag's error: "-accum 0: want at least 1 micro-batch".
 func bad(flag string, v any, want string) error {
+	if s, ok := v.(string); ok && len(s) > 200 {
+		// A flag's value is the user's input: quoted at most this far.
+		v = quoteShort(s)
+	}
 	return fmt.Errorf("-%s %v: %s", flag, v, want)
 }
 
@@ -387,6 +395,15 @@ func (c *Config) checkCore() error {
 		}
 	default:
 		return bad("save-format", out.SaveFormat, "unknown format (want memfit or hf)")
+	}
+	switch {
+	case !out.SavePEFT:
+	case out.SaveFormat != "hf":
+		return bad("save-peft", "true", "needs -save-format hf (the adapters go beside the merged model)")
+	case c.Memory.LoRA.Rank == 0:
+		return bad("save-peft", "true", "needs -lora (there are no adapters to write)")
+	case !hf.HasPEFTLayout(k.HF):
+		return bad("save-peft", "true", fmt.Sprintf("PEFT's layout is written for the decoder families, not -model %s", c.Model.Name))
 	}
 	g := c.Generate
 	switch {

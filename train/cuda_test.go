@@ -5,6 +5,7 @@ package train
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/memfit/memfit/device"
@@ -23,6 +24,16 @@ func TestTechniquesMatchCPU(t *testing.T) {
 	mlp := Default()
 	mlp.Model.Layers, mlp.Model.Width, mlp.Optim.Batch, mlp.Output.Quiet, mlp.Output.EvalEvery, mlp.Data.ValSplit = 2, 128, 32, true, 0, 0.05
 	gpt := tinyGPT()
+	shard := fixtureData(t)
+	family := func(fixture string) Config {
+		c := initLlama(filepath.Join("..", "hf", "testdata", fixture))
+		c.Data.Path = shard
+		c, _, err := c.ApplyInit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 	cases := []struct {
 		name  string
 		tol   float64 // relative: each step's loss, and all weights together
@@ -50,6 +61,15 @@ func TestTechniquesMatchCPU(t *testing.T) {
 			c.Memory.Offload.Mode, c.Memory.Checkpoint, c.Precision.AMP, c.Memory.Offload.Prefetch = "activations", "every", "bf16", 1
 		}, gpt},
 		{"mlp offload optimizer fp16", 5e-3, func(c *Config) { c.Memory.Offload.Mode, c.Precision.AMP = "optimizer", "fp16" }, mlp},
+		// The decoder families: soft caps and sliding windows (the
+		// kernels' starts) on both devices, head norms, fused
+		// projections, partial rotary embeddings and longrope.
+		{"gemma2 f32", 1e-4, func(c *Config) {}, family("gemma2-f32")},
+		{"gemma3 lora bf16 checkpoint", 5e-3, func(c *Config) {
+			c.Memory.LoRA.Rank, c.Precision.AMP, c.Memory.Checkpoint = 4, "bf16", "every"
+		}, family("gemma3-f32")},
+		{"phi3 f32", 1e-4, func(c *Config) {}, family("phi3-f32")},
+		{"qwen2 sliding lora nf4 bf16", 5e-3, func(c *Config) { c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP = 4, "nf4", "bf16" }, family("qwen2-swa-f32")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,7 +99,7 @@ func openData(cfg Config) (*dataset, error) {
 		if tok != nil {
 			// -generate needs no data: the synthetic task only gives the
 			// shapes, and prompts go through the tokenizer.
-			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{t: tok}
+			ds.classes, ds.codec = tok.VocabSize(), tokenizerCodec{t: tok, path: cfg.Data.Tokenizer}
 		}
 	case path == "":
 		// Vectors of 32, or a model's images flattened.
@@ -139,7 +139,7 @@ func openData(cfg Config) (*dataset, error) {
 			}
 			var codec Codec = idCodec{classes}
 			if tok != nil {
-				codec = tokenizerCodec{t: tok}
+				codec = tokenizerCodec{t: tok, path: cfg.Data.Tokenizer}
 			}
 			all, ds.tokens, ds.classes, ds.codec = t, true, classes, codec
 		case err != nil:
@@ -151,7 +151,7 @@ func openData(cfg Config) (*dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("-data %s: %v", path, err)
 			}
-			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{t: tok}
+			all, ds.tokens, ds.classes, ds.codec = t, true, tok.VocabSize(), tokenizerCodec{t: tok, path: cfg.Data.Tokenizer}
 		case st.IsDir() && hasIDX(path):
 			tr, err := data.FashionMNIST(path, true)
 			if err != nil {
@@ -225,6 +225,15 @@ func openData(cfg Config) (*dataset, error) {
 	if _, bytes := ds.codec.(byteCodec); bytes && cfg.Model.Vocab > 0 && cfg.Model.Vocab < 256 {
 		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Model.Vocab)
 	}
+	if ds.tokens && cfg.Model.Vocab > 0 && ds.classes > cfg.Model.Vocab {
+		// Ids the embedding has no row for would fail the first step.
+		switch {
+		case path == "":
+			return nil, fmt.Errorf("-init %s: a vocabulary of %d tokens, fewer than the %d of the embedded synthetic task: give -data", cfg.Model.Init, cfg.Model.Vocab, ds.classes)
+		case tok != nil:
+			return nil, fmt.Errorf("-tokenizer %s: %d token ids, more than the model's vocabulary of %d (-init %s)", cfg.Data.Tokenizer, ds.classes, cfg.Model.Vocab, cfg.Model.Init)
+		}
+	}
 	if ds.tokens && cfg.Model.Vocab > 0 {
 		// The model's vocabulary (-init): token ids beyond it fail when
 		// their batch is read, naming the file.
@@ -261,6 +270,7 @@ func openTokenizer(path string) (*tokenizer.BPE, error) {
 type tokenizerCodec struct {
 	t    *tokenizer.BPE
 	chat *data.ChatTemplate // the model's chat template, nil without one
+	path string             // -tokenizer, which names the template's file
 }
 
 func (c tokenizerCodec) Encode(s string) ([]int, error) { return c.t.Encode(s), nil }
@@ -271,7 +281,7 @@ func (c tokenizerCodec) EncodeChat(s string) ([]int, error) {
 	chat := c.chat
 	if chat == nil {
 		var err error
-		if chat, err = chatTemplate(c.t); err != nil {
+		if chat, err = chatTemplate(c.t, c.path); err != nil {
 			return nil, err
 		}
 		if chat == nil {

@@ -186,7 +186,7 @@ func (f listFlag) Set(s string) error {
 	if len(*f.v) == 0 {
 		// An empty list would mean the flag's default (every Linear
 		// layer, say), which is not what was written.
-		return fmt.Errorf("%q names nothing (want a comma-separated list)", s)
+		return fmt.Errorf("%s names nothing (want a comma-separated list)", quoteShort(s))
 	}
 	return nil
 }
@@ -196,15 +196,15 @@ func (f listFlag) Set(s string) error {
 func bindModelFlags(f *Flags, c *Config) {
 	m := &c.Model
 	f.stringVar(&m.Name, "model", "model: "+orList(models.Names()))
-	f.intVar(&m.Layers, "layers", "hidden layers (mlp) or transformer blocks (gpt, llama)")
-	f.intVar(&m.Width, "width", "hidden width (mlp), model dimension (gpt, llama) or width/64 and width/32 channels and a width/8 hidden layer (cnn)")
-	f.intVar(&m.Heads, "heads", "attention heads (gpt, llama)")
-	f.intVar(&m.KVHeads, "kv-heads", "key/value heads of grouped-query attention (llama; must divide -heads; 0: as many as -heads)")
-	f.intVar(&m.Hidden, "hidden", "SwiGLU MLP width (llama; 0: 8/3 of -width, rounded up to a multiple of 8)")
-	f.intVar(&m.Context, "context", "tokens per sequence (gpt, llama)")
+	f.intVar(&m.Layers, "layers", "hidden layers (mlp) or transformer blocks (gpt and the decoders: llama, qwen3, ...)")
+	f.intVar(&m.Width, "width", "hidden width (mlp), model dimension (gpt, the decoders) or width/64 and width/32 channels and a width/8 hidden layer (cnn)")
+	f.intVar(&m.Heads, "heads", "attention heads (gpt, the decoders)")
+	f.intVar(&m.KVHeads, "kv-heads", "key/value heads of grouped-query attention (the decoders; must divide -heads; 0: as many as -heads)")
+	f.intVar(&m.Hidden, "hidden", "gated MLP width (the decoders; 0: 8/3 of -width, rounded up to a multiple of 8)")
+	f.intVar(&m.Context, "context", "tokens per sequence (gpt, the decoders)")
 	f.floatVar(&m.Dropout, "dropout", "dropout probability")
 	f.intVar(&m.Vocab, "vocab", "a token model's vocabulary (0: the data's: its tokenizer's, or for token shards without one their format's, GPT-2's 50304 for uint16 tokens, Llama 3's 128256 for uint32)")
-	f.stringVar(&m.Init, "init", "start from a pretrained GPT-2 or Llama in Hugging Face's layout (a `path`: directory with config.json and model.safetensors or its shards, or a .safetensors file); sets -model gpt or llama and its shape")
+	f.stringVar(&m.Init, "init", "start from a pretrained model in Hugging Face's layout: GPT-2, Llama, Mistral, Qwen 2/2.5/3, Gemma 2/3, Phi-3/3.5/4-mini, SmolLM 2/3 (a `path`: directory with config.json and model.safetensors or its shards, or a .safetensors file; config.json alone for -plan); sets -model and its shape")
 }
 
 func bindDataFlags(f *Flags, c *Config) {
@@ -247,7 +247,8 @@ func bindOutputFlags(f *Flags, c *Config) {
 	f.stringVar(&o.Summary, "summary", "write a JSON summary of the run to this file")
 	f.stringVar(&o.Save, "save", "save the final state (weights as safetensors) to this path")
 	f.intVar(&o.SaveEvery, "save-every", "also save every N steps (needs -save)")
-	f.stringVar(&o.SaveFormat, "save-format", "what -save writes: memfit (resumable state) or hf (the weights in Hugging Face's GPT-2 or Llama layout, a directory)")
+	f.stringVar(&o.SaveFormat, "save-format", "what -save writes: memfit (resumable state) or hf (a Hugging Face model directory in the model family's layout: config.json, weights sharded past 5 GB, the tokenizer's files, generation_config.json)")
+	f.boolVar(&o.SavePEFT, "save-peft", "with -save-format hf and -lora, also write the adapters in PEFT's layout (adapter_model.safetensors, adapter_config.json)")
 	f.stringVar(&o.Resume, "resume", "resume from a state saved with -save")
 	f.boolVar(&o.Quiet, "quiet", "no progress bar")
 }
@@ -259,7 +260,7 @@ func bindPlanFlags(f *Flags, c *Config) {
 
 func bindGenerateFlags(f *Flags, c *Config) {
 	g := &c.Generate
-	f.intVar(&g.Tokens, "generate", "instead of training, print the continuation of -prompt by `n` tokens (with -resume or -init; -model gpt or llama)")
+	f.intVar(&g.Tokens, "generate", "instead of training, print the continuation of -prompt by `n` tokens (with -resume or -init; -model gpt or a decoder)")
 	f.stringVar(&g.Prompt, "prompt", "the `text` -generate continues (a text corpus: bytes; token data: token ids separated by spaces)")
 	f.boolVar(&g.Chat, "chat", "with -generate: -prompt is a user's message, rendered with the model's chat template and its generation prompt")
 	f.floatVar(&g.Temperature, "temperature", "sampling temperature for -generate (0: greedy)")

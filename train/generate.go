@@ -47,7 +47,7 @@ func (c idCodec) Encode(s string) ([]int, error) {
 	for _, f := range strings.Fields(s) {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 || v >= c.vocab {
-			return nil, fmt.Errorf("%q is not a token id in [0, %d): without a tokenizer, write the prompt as token ids separated by spaces", f, c.vocab)
+			return nil, fmt.Errorf("%s is not a token id in [0, %d): without a tokenizer, write the prompt as token ids separated by spaces", quoteShort(f), c.vocab)
 		}
 		out = append(out, v)
 	}

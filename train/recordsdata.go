@@ -5,7 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/tokenizer"
@@ -55,7 +57,7 @@ func checkRecordFlags(cfg Config) error {
 	case d.Pack:
 		return fmt.Errorf("-pack: -data %s is not fine-tuning records (.jsonl, .json, .parquet): token windows are full already", displayPath(d.Path))
 	case d.LossOn != "":
-		return fmt.Errorf("-loss-on %s: -data %s is not fine-tuning records (.jsonl, .json, .parquet), whose prompts it could leave out", d.LossOn, displayPath(d.Path))
+		return fmt.Errorf("-loss-on %s: -data %s is not fine-tuning records (.jsonl, .json, .parquet), whose prompts it could leave out", quoteShort(d.LossOn), displayPath(d.Path))
 	case d.ShowExamples > 0:
 		return fmt.Errorf("-show-examples %d: -data %s is not fine-tuning records (.jsonl, .json, .parquet)", d.ShowExamples, displayPath(d.Path))
 	}
@@ -70,11 +72,28 @@ func openRecords(cfg Config, ds *dataset, tok *tokenizer.BPE) error {
 	}
 	lossOn, err := data.ParseLossOn(cfg.Data.LossOn)
 	if err != nil {
-		return fmt.Errorf("-loss-on %s: %v", cfg.Data.LossOn, err)
+		return fmt.Errorf("-loss-on %s: %v", quoteShort(cfg.Data.LossOn), err)
 	}
-	chat, err := chatTemplate(tok)
+	chat, err := chatTemplate(tok, cfg.Data.Tokenizer)
 	if err != nil {
 		return fmt.Errorf("-tokenizer %s: %v", cfg.Data.Tokenizer, err)
+	}
+	if chat != nil {
+		// A template writes bos_token and eos_token as text: each must
+		// come back as its one token, or the model would be trained to
+		// end its answers with pieces of the name instead.
+		for _, s := range []struct {
+			key, text string
+			id        int
+		}{{"bos_token", tok.BOSToken(), tok.BOS()}, {"eos_token", tok.EOSToken(), tok.EOS()}} {
+			if s.text == "" || s.id < 0 {
+				continue
+			}
+			if ids := tok.Encode(s.text); len(ids) != 1 || ids[0] != s.id {
+				return fmt.Errorf("-tokenizer %s: %s %s encodes to the tokens %v, not its one token %d: the chat template writes it as text (is it missing from added_tokens?)",
+					cfg.Data.Tokenizer, s.key, quoteShort(s.text), ids[:min(len(ids), 8)], s.id)
+			}
+		}
 	}
 	opt := data.SFTOptions{Context: cfg.Model.Context, Pack: cfg.Data.Pack, LossOn: lossOn, Template: chat}
 	// Non-chat records get the tokenizer's BOS before (where it has one
@@ -95,17 +114,30 @@ func openRecords(cfg Config, ds *dataset, tok *tokenizer.BPE) error {
 		return fmt.Errorf("-data %s: its tokenizer's vocabulary of %d is larger than the model's %d", path, sft.Vocab(), cfg.Model.Vocab)
 	}
 	ds.sft, ds.tokens, ds.classes, ds.packed, ds.ignore = sft, true, sft.Vocab(), cfg.Data.Pack, data.IgnoreIndex
-	ds.codec = tokenizerCodec{t: tok, chat: chat}
+	ds.codec = tokenizerCodec{t: tok, chat: chat, path: cfg.Data.Tokenizer}
 	return nil
 }
 
 // chatTemplate is the tokenizer's chat template (tokenizer_config.json),
 // nil when it has none.
-func chatTemplate(tok *tokenizer.BPE) (*data.ChatTemplate, error) {
+func chatTemplate(tok *tokenizer.BPE, path string) (*data.ChatTemplate, error) {
 	if tok.ChatTemplate() == "" {
 		return nil, nil
 	}
-	return data.NewChatTemplate(tok.ChatTemplate(), tok.BOSToken(), tok.EOSToken())
+	t, err := data.NewChatTemplate(tok.ChatTemplate(), tok.BOSToken(), tok.EOSToken())
+	if err == nil {
+		// Errors about the template name where it came from: the
+		// tokenizer's chat_template.jinja, else its tokenizer_config.json.
+		dir := path
+		if st, err := os.Stat(path); err == nil && !st.IsDir() {
+			dir = filepath.Dir(path)
+		}
+		t.Name = filepath.Join(dir, "tokenizer_config.json")
+		if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+			t.Name = filepath.Join(dir, "chat_template.jinja")
+		}
+	}
+	return t, err
 }
 
 // ShowExamples writes the first n training examples of cfg's records as
@@ -130,4 +162,18 @@ func ShowExamples(cfg Config, w io.Writer, n int) error {
 	}
 	defer ds.sft.Close()
 	return data.WriteExamples(w, ds.sft, n)
+}
+
+// quoteShort quotes s for a message, at most 200 bytes of it: an error
+// never echoes a whole hostile input.
+func quoteShort(s string) string {
+	const most = 200
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
 }

@@ -133,6 +133,11 @@ func checksumBytes(run string, b []byte) string {
 // above). With -dist every rank must call it (under ZeRO the optimizer's
 // shards are gathered first); rank 0 writes.
 func (t *Trainer) Save(path string) error {
+	if name := t.notFinite(); name != "" {
+		// A run whose state went bad keeps the last good save rather
+		// than overwrite it with what it would resume or export.
+		return fmt.Errorf("save %s: %s holds values that are not finite: not saved (a save already there is kept; lower -lr, or -clip)", path, name)
+	}
 	wh, sharded := partAs[weightHolder](t)
 	if sharded && t.Config.Output.SaveFormat == "hf" {
 		// hf.Save reads the model's parameters: all of them are gathered
@@ -168,7 +173,9 @@ func (t *Trainer) save(path string, weights map[string][]float32) error {
 		if t.rank != 0 {
 			return nil
 		}
-		if err := hf.Save(t.Model, path); err != nil {
+		c := t.Config
+		o := hf.SaveOptions{Tokenizer: c.Data.Tokenizer, From: c.Model.Init, Adapters: c.Output.SavePEFT}
+		if err := hf.SaveWith(t.Model, path, o); err != nil {
 			return fmt.Errorf("save %s: %v", path, err)
 		}
 		return nil
@@ -423,7 +430,7 @@ func verify(tensors map[string]Tensor, meta map[string]string) (weights, opt map
 	case strconv.Itoa(st.Step) != meta["step"]:
 		return nil, nil, st, fmt.Errorf("trainer state is from step %d, the file's metadata from step %s (%s)", st.Step, meta["step"], why)
 	case st.Model != meta["model"]:
-		return nil, nil, st, fmt.Errorf("trainer state is for %q, the file's metadata for %q (%s)", st.Model, meta["model"], why)
+		return nil, nil, st, fmt.Errorf("trainer state is for %s, the file's metadata for %s (%s)", quoteShort(st.Model), quoteShort(meta["model"]), why)
 	}
 	weights, opt = map[string]Tensor{}, map[string]Tensor{}
 	for n, v := range tensors {
@@ -446,7 +453,7 @@ func readLegacyState(path string, wmeta map[string]string) (map[string]Tensor, t
 		return nil, st, err
 	}
 	if smeta["format"] != legacyFormat {
-		return nil, st, fmt.Errorf("%s.state: not a memfit/1 state file (format %q)", path, smeta["format"])
+		return nil, st, fmt.Errorf("%s.state: not a memfit/1 state file (format %s)", path, quoteShort(smeta["format"]))
 	}
 	if err := json.Unmarshal([]byte(smeta["trainer"]), &st); err != nil {
 		return nil, st, fmt.Errorf("%s.state: trainer metadata: %v", path, err)
@@ -475,4 +482,20 @@ func convertPosition(st trainerState, global int) (data.Position, error) {
 		return p, fmt.Errorf("saved after %d examples of epoch %d (global batch %d); that is not a whole number of global batches of %d here (choose -batch × ranks dividing %d)", done, p.Epoch, saved, global, done)
 	}
 	return data.Position{Epoch: p.Epoch, Batch: done / global}, nil
+}
+
+// notFinite names the first of the run's parameters (those on this rank
+// that are resident) that holds an inf or a NaN, or returns "". Quantized
+// weights are checked as their dequantized values.
+func (t *Trainer) notFinite() string {
+	for _, p := range t.Model.Parameters() {
+		if p.Evicted() {
+			continue
+		}
+		ok := true
+		if err := tensor.Catch(func() error { ok = p.AllFinite(); return nil }); err == nil && !ok {
+			return "parameter " + p.Name()
+		}
+	}
+	return ""
 }

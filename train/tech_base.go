@@ -302,9 +302,9 @@ func (quantFreezePart) checkResume(t *Trainer, st trainerState) error {
 	const why = "the checkpoint does not hold the quantized frozen weights, which the run builds again"
 	switch {
 	case a.Precision.Base != b.Precision.Base:
-		return fmt.Errorf("it was saved by a run with -base %q, this run has -base %q (%s)", a.Precision.Base, b.Precision.Base, why)
+		return fmt.Errorf("it was saved by a run with -base %s, this run has -base %s (%s)", quoteShort(a.Precision.Base), quoteShort(b.Precision.Base), why)
 	case a.Model.Init != b.Model.Init:
-		return fmt.Errorf("it was trained from -init %q, this run has -init %q (%s from it)", a.Model.Init, b.Model.Init, why)
+		return fmt.Errorf("it was trained from -init %s, this run has -init %s (%s from it)", quoteShort(a.Model.Init), quoteShort(b.Model.Init), why)
 	case a.Model.Init == "" && a.Seed != b.Seed:
 		return fmt.Errorf("its frozen weights were drawn with -seed %d, this run has -seed %d (%s from the seed)", a.Seed, b.Seed, why)
 	case !slices.Equal(a.Memory.Freeze, b.Memory.Freeze):

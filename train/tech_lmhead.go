@@ -34,7 +34,7 @@ var chunkedHead = &technique{
 }
 
 // TokenLosser is a model that computes its token loss from its hidden
-// states without materialising the logits (models.GPT and models.Llama,
+// states without materialising the logits (models.GPT and models.Decoder,
 // through tensor.LinearCrossEntropy). For token tasks the trainer uses it
 // unless -lm-head is full.
 type TokenLosser interface {

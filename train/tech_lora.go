@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
@@ -25,7 +26,7 @@ var lowRank = &technique{
 		f.intVar(&l.Rank, "lora", "train low-rank adapters of this `rank` on Linear layers and freeze everything else (0: off); -save then writes the adapters only")
 		f.floatVar(&l.Alpha, "lora-alpha", "LoRA scale numerator: the update is scaled by alpha/rank (0: alpha = rank)")
 		f.floatVar(&l.Dropout, "lora-dropout", "dropout on the LoRA adapters' input while training")
-		f.listVar(&l.Targets, "lora-targets", "comma-separated Linear layer path `patterns` to adapt, e.g. *.attn.*,*.mlp.fc (default: every Linear layer)")
+		f.listVar(&l.Targets, "lora-targets", "comma-separated Linear layer path `patterns` to adapt, e.g. *.attn.*,*.mlp.fc, or PEFT's module names, e.g. q_proj,v_proj (default: every Linear layer)")
 	},
 	features: []feature{{
 		name: "-lora",
@@ -107,10 +108,12 @@ func (p *loraPart) adaptModel(t *Trainer) error {
 		p.baseSum = baseFingerprint(t.Model.Parameters())
 	}
 	l := c.Memory.LoRA
-	ad, err := lora.Apply(t.Model, nil, lora.Config{
-		Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets,
-		Seed: c.Seed, DType: c.paramDType(),
-	})
+	lc := lora.Config{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Seed: c.Seed, DType: c.paramDType()}
+	if k, ok := c.kind(); ok && k.HF != "" {
+		// Targets may name layers as PEFT does (q_proj, qkv_proj).
+		lc.Alias = func(path string) (string, bool) { return hf.PEFTName(k.HF, path+".weight") }
+	}
+	ad, err := lora.Apply(t.Model, nil, lc)
 	if err != nil {
 		return fmt.Errorf("-lora %d: %s", l.Rank, strings.TrimPrefix(err.Error(), "lora: "))
 	}

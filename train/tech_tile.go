@@ -35,6 +35,9 @@ var tiling = &technique{
 		if n < 0 {
 			return bad("tile", n, "want a tile of tokens (0: off)")
 		}
+		if rows := int64(c.Optim.Batch) * int64(c.Model.Context); c.Model.Context > 0 && c.Optim.Batch > 0 && int64(n) > rows {
+			return bad("tile", n, fmt.Sprintf("more tokens than a step has (-batch %d × -context %d = %d): a tile cuts a step's tokens", c.Optim.Batch, c.Model.Context, rows))
+		}
 		if _, err := tile.New(n); err != nil {
 			return bad("tile", n, fmt.Sprintf("want a multiple of %d of at least %d tokens: tiles start on the products' blocks of summed tokens and span more than one, so that the weights' gradients are the untiled ones bit for bit", tile.Align, tile.MinRows))
 		}

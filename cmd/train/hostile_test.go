@@ -121,6 +121,40 @@ func TestHostileInputs(t *testing.T) {
 	text := filepath.Join(dir, "text.txt")
 	os.WriteFile(text, []byte(strings.Repeat("some text ", 100)), 0o644)
 	gptFlags := []string{"-model", "gpt", "-layers", "1", "-width", "16", "-heads", "2", "-context", "8"}
+	// Chat records, and byte-level tokenizers whose chat templates are
+	// hostile (issue #43): each in a directory of its own, beside its
+	// tokenizer_config.json.
+	chat := filepath.Join(dir, "chat.jsonl")
+	os.WriteFile(chat, []byte(`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}`+"\n"), 0o644)
+	chatTok := func(name, tmpl string) string {
+		d := filepath.Join(dir, name)
+		os.MkdirAll(d, 0o755)
+		vocab := map[string]int{}
+		n := 0
+		for b := range 256 {
+			r := rune(b)
+			if !(b >= '!' && b <= '~' || b >= 0xa1 && b <= 0xac || b >= 0xae) {
+				r = rune(256 + n)
+				n++
+			}
+			vocab[string(r)] = b
+		}
+		tok, _ := json.Marshal(map[string]any{
+			"added_tokens":  []any{map[string]any{"id": 256, "content": "<|endoftext|>", "special": true}},
+			"pre_tokenizer": map[string]any{"type": "ByteLevel"},
+			"decoder":       map[string]any{"type": "ByteLevel"},
+			"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}},
+		})
+		os.WriteFile(filepath.Join(d, "tokenizer.json"), tok, 0o644)
+		cfg, _ := json.Marshal(map[string]any{"chat_template": tmpl, "eos_token": "<|endoftext|>"})
+		os.WriteFile(filepath.Join(d, "tokenizer_config.json"), cfg, 0o644)
+		return filepath.Join(d, "tokenizer.json")
+	}
+	chatLoop := chatTok("chat-loop", "{% for m in messages %}{{ m.content }}{% endfor %}{% for i in range(10**12) %}{% endfor %}")
+	chatDouble := chatTok("chat-double", "{% set ns = namespace(s=messages[0].content) %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}")
+	chatRecurse := chatTok("chat-recurse", "{% macro f(m) %}{{ f(m) }}{% endmacro %}{{ f(messages[0]) }}")
+	chatZero := chatTok("chat-zero", "{{ messages|length // 0 }}")
+	chatDeep := chatTok("chat-deep", "{{ "+strings.Repeat("(", 100000)+"1"+strings.Repeat(")", 100000)+" }}")
 
 	cases := []struct {
 		name string
@@ -163,6 +197,14 @@ func TestHostileInputs(t *testing.T) {
 		{"-offload-prefetch alone", []string{"-offload-prefetch", "2"}, 2, "-offload-prefetch 2: needs -offload activations"},
 		{"-init with another -context", []string{"-init", gpt2, "-context", "16"}, 2, "-context 16"},
 		{"-init with another -layers", []string{"-init", gpt2, "-layers", "4"}, 2, "-layers 4"},
+		// Chat templates (issue #43): an error naming the template's file
+		// and key, and the limit, at once.
+		{"chat template looping 10^12 times", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatLoop}, 2, "chat-loop/tokenizer_config.json: chat_template: line 1: range() of 1000000000000 items"},
+		{"chat template doubling a string", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatDouble}, 2, "chat-double/tokenizer_config.json: chat_template: line 1: the template builds a string of"},
+		{"chat template recursing", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatRecurse}, 2, "chat-recurse/tokenizer_config.json: chat_template: line 1: macros, caller() or recursive loops call each other more than 100 deep"},
+		{"chat template dividing by zero", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatZero}, 2, "chat-zero/tokenizer_config.json: chat_template: line 1: integer division by zero"},
+		{"chat template of 10^5 nested parentheses", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatDeep}, 2, "chat-deep/tokenizer.json: chat template: line 1: brackets nest more than 256 deep"},
+		{"-generate -chat looping 10^12 times", append(append([]string{}, gptFlags...), "-tokenizer", chatLoop, "-generate", "2", "-prompt", "hi", "-chat"), 2, "chat-loop/tokenizer_config.json: chat_template: line 1: range() of 1000000000000 items"},
 		// Messages.
 		{"negative n_head named by key", []string{"-init", negative}, 2, "config.json: n_head -1"},
 		{"-zero 3 without -dist", []string{"-zero", "3", "-plan"}, 2, "-zero 3: needs -dist"},

@@ -16,13 +16,18 @@ import (
 // worker or the data loader would): the supervised child panics, its
 // parent reports it.
 func init() {
-	if os.Getenv("MEMFIT_TRAIN_CRASH") != "goroutine" {
+	mode := os.Getenv("MEMFIT_TRAIN_CRASH")
+	if mode != "goroutine" && mode != "hang" {
 		return
 	}
 	if os.Getenv(supervisedEnv) == "" {
 		main()
 	}
 	supervise() // the child: crash output to the parent's file
+	if mode == "hang" {
+		time.Sleep(time.Minute) // until the test kills the supervisor
+		os.Exit(0)
+	}
 	go func() {
 		var s []int
 		i := len(os.Args) + 7
@@ -76,4 +81,23 @@ func TestPanicInRunIsInternalError(t *testing.T) {
 		t.Errorf("the stack file %s: %v", m[1], err)
 	}
 	os.Remove(m[1])
+}
+
+// TestKilledSupervisorLeavesNoCrashFile: the crash report's file is
+// unlinked as soon as it is made, so a supervisor killed mid-run (its
+// child with it) leaves nothing in the temporary directory.
+func TestKilledSupervisorLeavesNoCrashFile(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-quiet")
+	cmd.Env = append(os.Environ(), "MEMFIT_TRAIN_CRASH=hang", "TMPDIR="+tmp)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the supervisor has made the file and started the child
+	cmd.Process.Kill()
+	cmd.Wait()
+	time.Sleep(100 * time.Millisecond)
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("a killed run left %v in the temporary directory", left)
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,6 +43,10 @@ func supervise() (int, bool) {
 	if err != nil {
 		return 0, false
 	}
+	// Unlinked at once: the child writes through the descriptor, and a
+	// supervisor killed before it could look leaves no empty file
+	// behind. A crash's report is copied to a file of its own below.
+	os.Remove(crash.Name())
 	// Pdeathsig follows the thread that started the child: keep it.
 	runtime.LockOSThread()
 	cmd := exec.Command(exe, os.Args[1:]...)
@@ -54,7 +59,6 @@ func supervise() (int, bool) {
 	if err := cmd.Start(); err != nil {
 		signal.Stop(sigs)
 		crash.Close()
-		os.Remove(crash.Name())
 		return 0, false
 	}
 	go func() {
@@ -76,10 +80,13 @@ func supervise() (int, bool) {
 				break
 			}
 		}
-		os.Stderr.WriteString("train: internal error (a bug in memfit, not in your input): " + what + "; the stack is in " + crash.Name() + " (please report it)\n")
+		where := "stderr above"
+		if kept, err := keepReport(crash); err == nil {
+			where = kept
+		}
+		os.Stderr.WriteString("train: internal error (a bug in memfit, not in your input): " + what + "; the stack is in " + where + " (please report it)\n")
 		return exitInternal, true
 	}
-	os.Remove(crash.Name())
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -92,4 +99,25 @@ func supervise() (int, bool) {
 	}
 	os.Stderr.WriteString("train: " + err.Error() + "\n")
 	return 1, true
+}
+
+// keepReport copies a crash report (the unlinked file the child wrote)
+// into a new file of the temporary directory and returns its name.
+func keepReport(report *os.File) (string, error) {
+	if _, err := report.Seek(0, 0); err != nil {
+		return "", err
+	}
+	out, err := os.CreateTemp("", "memfit-crash-*.txt")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(out, report)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out.Name())
+		return "", err
+	}
+	return out.Name(), nil
 }

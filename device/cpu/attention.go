@@ -18,11 +18,20 @@ import (
 // row in place, are multiplied by v; nothing of size T×T exists. Backward
 // recomputes each block's probabilities from the saved log-sum-exps.
 //
-// With example boundaries (device.Attention.Starts) a block meets only the
-// keys from the earliest start among its rows: the products below take
-// their operands from that key, k0, so a block of a packed row whose
-// examples all begin at or after its first row costs its diagonal square
-// alone; the rows that begin later mask the keys before their own start.
+// With example boundaries or a sliding window (device.Attention.Starts) a
+// block meets only the keys from the earliest start among its rows: the
+// products below take their operands from that key, k0, so a block of a
+// packed row whose examples all begin at or after its first row costs its
+// diagonal square alone, and a block under a window of W keys meets
+// W-1+Br of them, forward and backward (its dk and dv products too: they
+// run over keys k0…, into the head's rows from k0); the rows that begin
+// later mask the keys before their own start.
+//
+// Under a soft cap (device.Attention.Softcap) each row's live scores are
+// capped, c·tanh(s/c), before its maximum is found (softcapRow); backward
+// recomputes the cap and multiplies the scores' gradient by its
+// derivative, element by element (softcapGrad). Without one the code is
+// the code above, bit for bit.
 //
 // The products read q, k, v and dout where they lie (heads viewed in a
 // fused projection, at its row stride), in their own dtype, as the
@@ -227,6 +236,38 @@ func rowMaxT[T float](x []T) float64 {
 	return m
 }
 
+// softcapRow caps a row of scores softly in place: c·tanh(s/c)
+// (device.Attention.Softcap), computed in float64 and rounded once.
+func softcapRow[T float](x []T, c float64) {
+	for j, v := range x {
+		x[j] = T(c * math.Tanh(float64(v)/c))
+	}
+}
+
+// softcapGrad is backward's row under a soft cap: from the raw scores s
+// (in p) and dP (in dp) of one row's keys, it writes the dropped
+// probabilities P' = P·z into p and the raw scores' gradient
+// dS = P·(z·dP − Δ)·(1 − tanh²(s/c)) into dp, P = exp(c·tanh(s/c) − lse)
+// and z the dropout factor of element base+j: the rows without a cap
+// take the vector kernels above instead. Each element is computed in
+// float64 and rounded once.
+func softcapGrad[T float](p, dp []T, a device.Attention, lse, delta float64, base uint64) {
+	c, keep := a.Softcap, 1/(1-a.Dropout)
+	for j, s := range p {
+		th := math.Tanh(float64(s) / c)
+		pij := math.Exp(c*th - lse)
+		z := 1.0
+		if a.Dropout > 0 {
+			z = keep
+			if uniform01(a.Seed, base+uint64(j)) < a.Dropout {
+				z = 0
+			}
+		}
+		dp[j] = T(pij * (z*float64(dp[j]) - delta) * (1 - th*th))
+		p[j] = T(pij * z)
+	}
+}
+
 // forHeads runs f for every (batch, head) pair: slot s (of
 // device.AttentionSlots at most) takes heads s, s+slots, … with its own
 // share of the workspace, and the device's threads take the slots.
@@ -308,7 +349,7 @@ func checkUntiled(a device.Attention) {
 
 // CausalAttention writes out and lse (see device.AttentionKernels).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	checkUntiled(a)
 	ws := d.workspace(a.Workspace(q.Shape, q.DType, false))
 	defer d.Free(ws)
@@ -348,6 +389,9 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 				lo := rowStart(starts, b, t, i)
 				row := sc[r*t : r*t+n-k0]
 				live := row[lo-k0 : i+1-k0]
+				if a.Softcap != 0 {
+					softcapRow(live, a.Softcap)
+				}
 				mx := rowMaxT(live)
 				expShifted(live, mx)
 				sum := sumT(live)
@@ -386,7 +430,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 // CausalAttentionBackward writes dq, dk and dv (see
 // device.AttentionKernels).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	checkUntiled(a)
 	ws := d.workspace(a.Workspace(q.Shape, q.DType, true))
 	defer d.Free(ws)
@@ -457,9 +501,13 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				prow := sc[r*t : r*t+n-k0]
 				dprow := dpw[r*t : r*t+n-k0]
 				p, dp := prow[lo-k0:i+1-k0], dprow[lo-k0:i+1-k0] // keys lo…i
-				expShifted(p, float64(lses[bh*t+i]))
 				dl := delta[r]
-				if a.Dropout == 0 {
+				switch {
+				case a.Softcap != 0:
+					// Through the cap, element by element.
+					softcapGrad(p, dp, a, float64(lses[bh*t+i]), float64(dl), uint64((bh*t+i)*t+lo))
+				case a.Dropout == 0:
+					expShifted(p, float64(lses[bh*t+i]))
 					// dSᵢⱼ = Pᵢⱼ·(dPᵢⱼ - Δᵢ): the softmax gradient's row
 					// kernel (the same two roundings as the loop).
 					j0 := 0
@@ -469,7 +517,8 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 					for j := j0; j < len(p); j++ {
 						dp[j] = p[j] * (dp[j] - dl)
 					}
-				} else {
+				default:
+					expShifted(p, float64(lses[bh*t+i]))
 					// dP = dP'·z and the dropped probabilities P' = P·z,
 					// z the mask over (1-p).
 					base := uint64((bh*t+i)*t + lo)

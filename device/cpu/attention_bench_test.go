@@ -31,6 +31,21 @@ func BenchmarkSegmentedAttention(b *testing.B) {
 	benchAttentionWith(b, "packed8x128/segments/", bs, t, starts, device.F32, device.BF16)
 }
 
+// BenchmarkSlidingWindowAttention runs the fused kernels over rows of
+// 4096 tokens (B 1, H 6, D 64) under a sliding window of 512 keys
+// (device.Attention.Starts from i-511: each block of queries meets the
+// window's keys alone) and without one, in one run: the window's cost is
+// O(T·W), about a fifth of the whole causal square's here.
+func BenchmarkSlidingWindowAttention(b *testing.B) {
+	const bs, t, w = 1, 4096, 512
+	starts := make([]int32, bs*t)
+	for i := range starts {
+		starts[i] = int32(max(i%t-w+1, 0))
+	}
+	benchAttention(b, "t4096/", bs, t, device.BF16)
+	benchAttentionWith(b, "t4096/window512/", bs, t, starts, device.BF16)
+}
+
 func benchAttention(b *testing.B, prefix string, bs, t int, dts ...device.DType) {
 	benchAttentionWith(b, prefix, bs, t, nil, dts...)
 }

@@ -33,19 +33,21 @@ func (d *Device) tensorCores() bool { return d.major >= 8 }
 // tensor cores where the GPU has them, k_flash_fwd_tc), else k_attention,
 // one block per workspace slot; nothing of T×T size either way. Both take
 // a.Workspace bytes from the allocator, as the contract says (plans count
-// them): the tiled kernels only the copy of a.Starts.
+// them): the tiled kernels only the copy of a.Starts. Starts (example
+// boundaries, sliding windows) and a.Softcap are the kernels' arguments
+// (kernels.cu: att_cap, fa_cap, fa_prob).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, false)
 	defer d.freeWorkspace(ws)
 	if f, ok := d.tiles(q, a); ok {
 		g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 		d.launchBlock("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), f.threads(), g)
 		return
 	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 	d.launch("k_attention"+computeSuffix(q), grid, g)
 }
 
@@ -53,7 +55,7 @@ func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attenti
 // k_flash_bwd_kv (dk and dv, one block per key tile) then k_flash_bwd_q
 // (dq, one block per query tile) under a.Tiled, or k_attention_bwd.
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	ws, starts, slot, grid := d.attentionWorkspace(q, a, true)
 	defer d.freeWorkspace(ws)
 	if f, ok := d.tiles(q, a); ok {
@@ -61,7 +63,7 @@ func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v dev
 			return new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3]))
 		}
 		tail := func(g *args) *args {
-			return g.heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+			return g.heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 		}
 		heads := q.Shape[0] * q.Shape[1]
 		d.launchBlock("k_flash_bwd_kv"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdCols), f.threads(), tail(shape().heads(dk).heads(dv)))
@@ -70,7 +72,7 @@ func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v dev
 	}
 	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
 		heads(dq).heads(dk).heads(dv).heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).
-		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts)
+		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 	d.launch("k_attention_bwd"+computeSuffix(q), grid, g)
 }
 

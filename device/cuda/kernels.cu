@@ -1182,9 +1182,13 @@ extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double mo
 // that take them, as on the CPU. Dropout draws element ((b·H+h)·T+i)·T+j
 // of the seed's stream, the mask the composed path draws. With example
 // boundaries (seg, an I32 [B·T] operand in the workspace's front, null
-// without) row i of batch b sees keys seg[b·T+i]…i only, and a block
-// starts its keys at its rows' earliest start: the slot's columns before
-// it are never written or read.
+// without) row i of batch b sees keys seg[b·T+i]…i only (example
+// boundaries and sliding windows alike), and a block starts its keys at
+// its rows' earliest start: the slot's columns before it are never
+// written or read. Under a soft cap c (softcap > 0, device.Attention's
+// Softcap) each score s = scale·q·k is c·tanh(s/c) before the mask and
+// the softmax, and backward multiplies the scores' gradient by the cap's
+// derivative 1 − tanh²(s/c) (att_cap); softcap 0 runs the code without.
 
 // Heads are the strides of a [B, H, T, D] view whose last stride is 1.
 struct Heads {
@@ -1201,16 +1205,18 @@ __device__ __forceinline__ i64 att_start(const Op& seg, i64 b, i64 Tn, i64 i) {
     return seg.p ? ldi(seg, b * Tn + i) : 0;
 }
 
-// att_block_start is the first key a block of m rows from i0 meets: the
-// earliest start of its rows (at most i0).
-__device__ __forceinline__ i64 att_block_start(const Op& seg, i64 b, i64 Tn, i64 i0, i64 m) {
-    if (!seg.p) return 0;
-    i64 k0 = i0;
-    for (i64 r = 0; r < m; r++) {
-        const i64 s = ldi(seg, b * Tn + i0 + r);
-        k0 = s < k0 ? s : k0;
-    }
-    return k0;
+// att_block_start is the first key a block of rows from i0 meets: the
+// earliest start of its rows, which is its first row's, since starts never
+// decrease along a row (device.Attention.CheckStarts guarantees it).
+__device__ __forceinline__ i64 att_block_start(const Op& seg, i64 b, i64 Tn, i64 i0) { return att_start(seg, b, Tn, i0); }
+
+// att_cap is the soft cap of a scaled score x, c·tanh(x/c), and in *dcap
+// its derivative 1 − tanh²(x/c); the callers take it only for c > 0.
+template <class T>
+__device__ __forceinline__ T att_cap(T x, T c, T* dcap) {
+    const T t = xtanh(x / c);
+    *dcap = (T)1 - t * t;
+    return c * t;
 }
 
 // round16 rounds v to a 16-bit dtype and back; other dtypes keep v.
@@ -1223,7 +1229,7 @@ __device__ __forceinline__ T round16(T v, i64 dt) {
 
 template <class T>
 __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
-                            Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg) {
+                            Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg, double softcap) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
     const i64 wsb = ws.off + (i64)blockIdx.x * slot;  // this block's slot: P[br][Tn]
     const T keep = (T)(1 / (1 - p));
@@ -1232,13 +1238,17 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
         const i64 b = bh / H, h = bh % H;
         for (i64 i0 = 0; i0 < Tn; i0 += br) {
             const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
-            const i64 k0 = att_block_start(seg, b, Tn, i0, m), w = n - k0;  // keys k0…n-1
+            const i64 k0 = att_block_start(seg, b, Tn, i0), w = n - k0;  // keys k0…n-1
             for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
                 const i64 r = e / w, j = k0 + e % w, i = i0 + r;
                 T s = 0;
                 if (j <= i && j >= att_start(seg, b, Tn, i)) {
                     for (i64 c = 0; c < D; c++) s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
                     s *= (T)scale;
+                    if (softcap > 0) {
+                        T dc;
+                        s = att_cap(s, (T)softcap, &dc);
+                    }
                 }
                 P_(r, j) = s;
             }
@@ -1275,15 +1285,15 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
 }
 TYPED(k_attention,
       (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws,
-       i64 slot, double scale, double p, u64 seed, Op seg),
-      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg))
+       i64 slot, double scale, double p, u64 seed, Op seg, double softcap),
+      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg, softcap))
 
 // k_attention_bwd: per slot, P and dS ([br][Tn] each), the head's dk and
 // dv accumulators ([Tn][D] each) and the block's Δ (br values).
 template <class T>
 __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv,
                                 Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                                Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg) {
+                                Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg, double softcap) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
     const i64 wsb = ws.off + (i64)blockIdx.x * slot;
     const i64 oP = 0, oS = br * Tn, oK = 2 * br * Tn, oV = oK + Tn * D, oDelta = oV + Tn * D;
@@ -1295,7 +1305,7 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
         __syncthreads();
         for (i64 i0 = 0; i0 < Tn; i0 += br) {
             const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
-            const i64 k0 = att_block_start(seg, b, Tn, i0, m), w = n - k0;  // keys k0…n-1
+            const i64 k0 = att_block_start(seg, b, Tn, i0), w = n - k0;  // keys k0…n-1
             // Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
             for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
                 double s = 0;
@@ -1320,11 +1330,14 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
             for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
                 const i64 r = e / w, j = k0 + e % w, i = i0 + r;
                 if (j > i || j < att_start(seg, b, Tn, i)) continue;
-                const T pij = xexp(W_(oP + r * Tn + j) - ld<T>(lse, bh * Tn + i));
+                T sc = W_(oP + r * Tn + j), dc = (T)1;  // the scaled score, capped below under a soft cap
+                if (softcap > 0) sc = att_cap(sc, (T)softcap, &dc);
+                const T pij = xexp(sc - ld<T>(lse, bh * Tn + i));
                 const T dl = W_(oDelta + r);
                 T z = (T)1;
                 if (p > 0) z = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : keep;
-                const T ds = p > 0 ? pij * (z * W_(oS + r * Tn + j) - dl) : pij * (W_(oS + r * Tn + j) - dl);
+                T ds = p > 0 ? pij * (z * W_(oS + r * Tn + j) - dl) : pij * (W_(oS + r * Tn + j) - dl);
+                if (softcap > 0) ds *= dc;
                 W_(oP + r * Tn + j) = round16(p > 0 ? pij * z : pij, q.dt);
                 W_(oS + r * Tn + j) = round16(ds, q.dt);
             }
@@ -1362,8 +1375,9 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
 TYPED(k_attention_bwd,
       (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
        Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
-       u64 seed, Op seg),
-      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg))
+       u64 seed, Op seg, double softcap),
+      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg,
+       softcap))
 
 // ---------------------------------------------------------------- tiled causal attention
 //
@@ -1382,8 +1396,13 @@ TYPED(k_attention_bwd,
 // inputs the probabilities and their gradient are rounded to the input
 // dtype before the products that take them, as on the CPU — in forward
 // the probabilities relative to the running maximum, before the division
-// by the sum (the CPU rounds them after it). Dropout and example
-// boundaries (seg) are the slot kernels'.
+// by the sum (the CPU rounds them after it). Dropout, example
+// boundaries and sliding windows (seg) and the soft cap are the slot
+// kernels' (fa_cap, fa_prob). Starts never decrease along a row
+// (device.Attention.CheckStarts), so a tile of query rows starts at its
+// first row's start: forward and dq begin at the key tile holding it
+// (att_block_start), and dk and dv stop at the first query tile that
+// starts after the key tile, so that a window of W keys costs O(T·W).
 //
 // Threads: a block of 256 is a 16×16 grid (tr = t/16, tc = t%16). A score
 // tile of BR×BC gives thread (tr, tc) rows tr·BR/16… and columns tc,
@@ -1494,6 +1513,20 @@ __device__ void fa_row_stats(float* lse_s, i64* start_s, float* delta_s, const O
     }
 }
 
+// fa_cap is a scaled score x under the soft cap c: c·tanh(x/c), or x for
+// c = 0 (none).
+__device__ __forceinline__ float fa_cap(float x, float c) { return c == 0 ? x : c * xtanh(x / c); }
+
+// fa_prob is the probability exp(x - l) of a scaled score x in a row of
+// log-sum-exp l, the score capped first under a soft cap c > 0 (c·tanh(x/c),
+// the cap's derivative 1 − tanh²(x/c) then in *dc, which c = 0 leaves).
+__device__ __forceinline__ float fa_prob(float x, float l, float c, float* dc) {
+    if (c == 0) return xexp(x - l);
+    const float t = xtanh(x / c);
+    *dc = 1 - t * t;
+    return xexp(c * t - l);
+}
+
 // fa_drop is the dropout factor of probability (i, j): 0 or 1/(1-p).
 __device__ __forceinline__ float fa_drop(double p, float keep, u64 seed, i64 bh, i64 Tn, i64 i, i64 j) {
     if (p <= 0) return 1.0f;
@@ -1501,14 +1534,15 @@ __device__ __forceinline__ float fa_drop(double p, float keep, u64 seed, i64 bh,
 }
 
 // fa_scores computes thread (tr, tc)'s scores of query rows i0+tr·RM…
-// against keys j0+tc, j0+tc+16, …: scale·q·k, or -inf where the key is
-// masked (after the row, before its start, or past T). Qt holds the query
+// against keys j0+tc, j0+tc+16, …: scale·q·k (capped under a soft cap
+// cap > 0), or -inf where the key is masked (after the row, before its
+// start, or past T). Qt holds the query
 // rows transposed (row stride BR+4, a thread's RM rows one wide load), Kt
 // the keys transposed (row stride BC+1: the 16 keys a half-warp reads are
 // in different banks).
 template <int BR, int BC, int DM>
 __device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float* Qt, const float* Kt, int tr, int tc, i64 i0,
-                                          i64 j0, i64 Tn, const i64* start, float scale) {
+                                          i64 j0, i64 Tn, const i64* start, float scale, float cap) {
     constexpr int RM = BR / 16, CM = BC / 16, LQ = BR + 4, LK = BC + 1;
     const float ninf = -__int_as_float(0x7f800000);
     for (int a = 0; a < RM; a++)
@@ -1525,7 +1559,7 @@ __device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float* Qt, 
         const i64 i = i0 + tr * RM + a;
         for (int c = 0; c < CM; c++) {
             const i64 j = j0 + tc + 16 * c;
-            s[a][c] = (i < Tn && j <= i && j >= start[a]) ? s[a][c] * scale : ninf;
+            s[a][c] = (i < Tn && j <= i && j >= start[a]) ? fa_cap(s[a][c] * scale, cap) : ninf;
         }
     }
 }
@@ -1543,7 +1577,7 @@ __device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float* Qt, 
 // and the probabilities transposed (Pt: a thread's rows one wide load).
 template <int BR, int BC, int DM>
 __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                          Heads sv, double scale_, double p, u64 seed, Op seg) {
+                          Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int LQ = BR + 4, LK = BC + 1, LV = DM + 4, LP = BR + 4;
     constexpr int NKV = DM * LK > BC * LV ? DM * LK : BC * LV;
@@ -1552,7 +1586,7 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
     __shared__ fa_tile<BC * LP> pt_;
     float *Qt = qt_.v, *KV = kv_.v, *Pt = pt_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
     const bool exact = q.dt == DT_F16 || q.dt == DT_BF16;
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
@@ -1569,13 +1603,13 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
             start[a] = i < Tn ? att_start(seg, b, Tn, i) : Tn;
             for (int c = 0; c < DK; c++) o[a][c] = 0;
         }
-        const i64 k0 = att_block_start(seg, b, Tn, i0, m), first = k0 / BC * BC;
+        const i64 k0 = att_block_start(seg, b, Tn, i0), first = k0 / BC * BC;
         if (exact) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();
                 fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
                 __syncthreads();
-                fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
+                fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale, cap);
                 for (int a = 0; a < RM; a++) {
                     float mx = ninf;
                     for (int c = 0; c < CM; c++) mx = xmax(mx, s[a][c]);
@@ -1593,7 +1627,7 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
             __syncthreads();  // Qt is loaded; the last tile's products are done with KV and Pt
             fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
             __syncthreads();
-            fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale);
+            fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale, cap);
             for (int a = 0; a < RM; a++) {
                 const int r = tr * RM + a;
                 const i64 i = i0 + r;
@@ -1682,7 +1716,7 @@ __device__ __forceinline__ void fa_scores_grads(float (*s)[CM], float (*dp)[CM],
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
                              Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
-                             u64 seed, Op seg) {
+                             u64 seed, Op seg, double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int LR = DM + 4, LC = DM + 1, LS = BC + 1;
     __shared__ fa_tile<BC * LC> ks_, vs_;
@@ -1692,7 +1726,7 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
     __shared__ i64 start_s[BR];
     float *Ks = ks_.v, *Vs = vs_.v, *Qs = qs_.v, *dOs = dos_.v, *Ps = ps_.v, *dSs = dss_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
     const i64 nk = (Tn + BC - 1) / BC;
     for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
         const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
@@ -1704,13 +1738,13 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
         for (int a = 0; a < CM; a++)
             for (int e = 0; e < DK; e++) gk[a][e] = gv[a][e] = 0;
         for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+            // Starts never decrease along a row: a tile whose first row
+            // starts after the key tile's last key sees none of it, and
+            // neither does any tile after it (a window's end).
+            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
             __syncthreads();
             fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
             __syncthreads();
-            // Rows that all start after the tile's last key see none of it.
-            i64 first = Tn;
-            for (int r = 0; r < BR; r++) first = start_s[r] < first ? start_s[r] : first;
-            if (first > j0 + BC - 1) continue;
             fa_load<BR, DM, LR>(Qs, q, sq, b, h, i0, Tn, D);
             fa_load<BR, DM, LR>(dOs, dout, sdo, b, h, i0, Tn, D);
             __syncthreads();
@@ -1721,11 +1755,12 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
                 const i64 i = i0 + r;
                 for (int c = 0; c < CM; c++) {
                     const i64 j = j0 + tc + 16 * c;
-                    float pij = 0, ds = 0, z = 1;
+                    float pij = 0, ds = 0, z = 1, dc = 1;
                     if (i < Tn && j <= i && j >= start_s[r]) {
-                        pij = xexp(s[a][c] * scale - lse_s[r]);
+                        pij = fa_prob(s[a][c] * scale, lse_s[r], cap, &dc);
                         z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
+                        if (cap != 0) ds *= dc;
                     }
                     Ps[r * LS + tc + 16 * c] = round16(pij * z, q.dt);
                     dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
@@ -1766,7 +1801,8 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
 // conflicts.
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
-                            Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg) {
+                            Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg,
+                            double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int L1 = DM + 1, LS = BC + 1;
     __shared__ fa_tile<BR * L1> qs_, dos_;
@@ -1776,7 +1812,7 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
     __shared__ i64 start_s[BR];
     float *Qs = qs_.v, *dOs = dos_.v, *Ks = ks_.v, *Vs = vs_.v, *dSs = dss_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
@@ -1788,7 +1824,7 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
         float g[RM][DK];
         for (int a = 0; a < RM; a++)
             for (int e = 0; e < DK; e++) g[a][e] = 0;
-        const i64 k0 = att_block_start(seg, b, Tn, i0, m);
+        const i64 k0 = att_block_start(seg, b, Tn, i0);
         for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
             __syncthreads();
             fa_load<BC, DM, L1>(Ks, k, sk, b, h, j0, Tn, D);
@@ -1801,11 +1837,12 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
                 const i64 i = i0 + r;
                 for (int c = 0; c < CM; c++) {
                     const i64 j = j0 + tc + 16 * c;
-                    float ds = 0;
+                    float ds = 0, dc = 1;
                     if (i < Tn && j <= i && j >= start_s[r]) {
-                        const float pij = xexp(s[a][c] * scale - lse_s[r]);
+                        const float pij = fa_prob(s[a][c] * scale, lse_s[r], cap, &dc);
                         const float z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
+                        if (cap != 0) ds *= dc;
                     }
                     dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
                 }
@@ -1835,16 +1872,16 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
 // 48 KiB).
 #define FA_FWD_ARGS                                                                                                   \
     (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, \
-     double p, u64 seed, Op seg)
-#define FA_FWD_CALL (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+     double p, u64 seed, Op seg, double softcap)
+#define FA_FWD_CALL (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
 #define FA_KV_ARGS                                                                                                    \
     (i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, \
-     Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg)
-#define FA_KV_CALL (B, H, Tn, D, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+     Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
+#define FA_KV_CALL (B, H, Tn, D, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
 #define FA_Q_ARGS                                                                                                   \
     (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, \
-     Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg)
-#define FA_Q_CALL (B, H, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg)
+     Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
+#define FA_Q_CALL (B, H, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
 
 extern "C" __global__ void FA_BOUNDS k_flash_fwd_d64 FA_FWD_ARGS { flash_fwd<FA_FWD_BR64, FA_FWD_BC64, 64> FA_FWD_CALL; }
 extern "C" __global__ void FA_BOUNDS k_flash_fwd_d128 FA_FWD_ARGS { flash_fwd<FA_FWD_BR128, FA_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
@@ -2030,7 +2067,7 @@ __device__ void tc_row_stats(float* lse_r, i64* start_r, float* delta_r, const O
 // dropped and rounded, times v.
 template <int BR, int BC, int DM>
 __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                             Heads sv, double scale_, double p, u64 seed, Op seg) {
+                             Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
     static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
     constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
     __shared__ u16 Ks[BC][DM + 8];
@@ -2038,7 +2075,7 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bool bf = q.dt == DT_BF16;
     const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
@@ -2058,7 +2095,7 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
         }
         for (int e = 0; e < ND; e++)
             for (int c = 0; c < 4; c++) o[e][c] = 0;
-        const i64 k0 = att_block_start(seg, b, Tn, i0, m), first = k0 / BC * BC;
+        const i64 k0 = att_block_start(seg, b, Tn, i0), first = k0 / BC * BC;
         for (int pass = 0; pass < 2; pass++) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();  // the last tile's products are done with Ks and Vs
@@ -2071,7 +2108,7 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
                 for (int nt = 0; nt < NT; nt++)
                     for (int e = 0; e < 4; e++) {
                         const i64 i = r0 + g + 8 * (e >> 1), j = j0 + 8 * nt + 2 * t + (e & 1);
-                        s[nt][e] = (i < Tn && j <= i && j >= start[e >> 1]) ? s[nt][e] * scale : ninf;
+                        s[nt][e] = (i < Tn && j <= i && j >= start[e >> 1]) ? fa_cap(s[nt][e] * scale, cap) : ninf;
                     }
                 if (pass == 0) {
                     for (int r = 0; r < 2; r++) {
@@ -2129,7 +2166,7 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
                                 Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
-                                u64 seed, Op seg) {
+                                u64 seed, Op seg, double softcap) {
     static_assert(BC == 16 * FA_TC_WARPS && BR % 16 == 0 && DM % 16 == 0, "a warp per 16 keys");
     constexpr int KD = DM / 16, NT = BR / 8, ND = DM / 8;
     __shared__ u16 Qs[BR][DM + 8];
@@ -2139,7 +2176,7 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bool bf = q.dt == DT_BF16;
     const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
     const i64 nk = (Tn + BC - 1) / BC;
     for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
         const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
@@ -2151,6 +2188,10 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
         for (int e = 0; e < ND; e++)
             for (int c = 0; c < 4; c++) gk[e][c] = gv[e][c] = 0;
         for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+            // Starts never decrease along a row: a tile whose first row
+            // starts after the key tile's last key sees none of it, and
+            // neither does any tile after it (a window's end).
+            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
             __syncthreads();  // the last tile's products are done with Qs, dOs and the statistics
             for (int rg = w; rg < BR / 16; rg += FA_TC_WARPS) {
                 float lr[2], dr[2];
@@ -2164,10 +2205,6 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
                     }
             }
             __syncthreads();
-            // Rows that all start after the tile's last key see none of it.
-            i64 first = Tn;
-            for (int r = 0; r < BR; r++) first = start_s[r] < first ? start_s[r] : first;
-            if (first > j0 + BC - 1) continue;
             tc_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
             tc_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
             __syncthreads();
@@ -2183,11 +2220,12 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
                 for (int e = 0; e < 4; e++) {
                     const int r = 8 * nt + 2 * t + (e & 1);
                     const i64 j = c0 + g + 8 * (e >> 1), i = i0 + r;
-                    float pij = 0, ds = 0, z = 1;
+                    float pij = 0, ds = 0, z = 1, dc = 1;
                     if (i < Tn && j <= i && j >= start_s[r]) {
-                        pij = xexp(s[nt][e] * scale - lse_s[r]);
+                        pij = fa_prob(s[nt][e] * scale, lse_s[r], cap, &dc);
                         z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[nt][e] - delta_s[r]) : pij * (dp[nt][e] - delta_s[r]);
+                        if (cap != 0) ds *= dc;
                     }
                     pb[nt][e] = tc_bits(pij * z, bf);
                     db[nt][e] = tc_bits(ds, bf);
@@ -2224,7 +2262,8 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
 // against the key tiles up to the diagonal, dq = scale·dS·k.
 template <int BR, int BC, int DM>
 __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
-                               Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg) {
+                               Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg,
+                               double softcap) {
     static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
     constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
     __shared__ u16 Ks[BC][DM + 8];
@@ -2232,7 +2271,7 @@ __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const bool bf = q.dt == DT_BF16;
     const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
-    const float scale = (float)scale_, keep = (float)(1 / (1 - p));
+    const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
@@ -2247,7 +2286,7 @@ __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op
         float gq[ND][4];
         for (int e = 0; e < ND; e++)
             for (int c = 0; c < 4; c++) gq[e][c] = 0;
-        const i64 k0 = att_block_start(seg, b, Tn, i0, m);
+        const i64 k0 = att_block_start(seg, b, Tn, i0);
         for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
             __syncthreads();
             tc_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
@@ -2262,11 +2301,12 @@ __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op
                 for (int e = 0; e < 4; e++) {
                     const int r = e >> 1;
                     const i64 i = r0 + g + 8 * r, j = j0 + 8 * nt + 2 * t + (e & 1);
-                    float ds = 0;
+                    float ds = 0, dc = 1;
                     if (i < Tn && j <= i && j >= start[r]) {
-                        const float pij = xexp(s[nt][e] * scale - lse_r[r]);
+                        const float pij = fa_prob(s[nt][e] * scale, lse_r[r], cap, &dc);
                         const float z = fa_drop(p, keep, seed, bh, Tn, i, j);
                         ds = p > 0 ? pij * (z * dp[nt][e] - delta_r[r]) : pij * (dp[nt][e] - delta_r[r]);
+                        if (cap != 0) ds *= dc;
                     }
                     db[nt][e] = tc_bits(ds, bf);
                 }

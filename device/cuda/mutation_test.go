@@ -114,6 +114,41 @@ var mutants = []struct {
 		want: "--- FAIL",
 	},
 	{
+		name: "k_flash_bwd_kv computes the row statistics of every query tile past a window's end",
+		old:  "            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n            __syncthreads();\n            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n            __syncthreads();\n",
+		new:  "            __syncthreads();\n            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n            __syncthreads();\n            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) continue;\n",
+		want: "--- FAIL",
+		run:  "^TestAttentionWindowCost$",
+	},
+	{
+		name: "k_flash_bwd_kv_tc runs every query tile past a window's end",
+		old:  "if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n            __syncthreads();  // the last tile's",
+		new:  "__syncthreads();  // the last tile's",
+		want: "--- FAIL",
+		run:  "^TestAttentionWindowCost$",
+	},
+	{
+		name: "tiled attention leaves the soft cap out of its scores",
+		old:  "return c == 0 ? x : c * xtanh(x / c);",
+		new:  "return x;",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionWindow/",
+	},
+	{
+		name: "the tiled kernels' backward leaves out the soft cap's derivative",
+		old:  "    *dc = 1 - t * t;\n    return xexp(c * t - l);",
+		new:  "    *dc = 1;\n    return xexp(c * t - l);",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionWindow/",
+	},
+	{
+		name: "the slot kernels' backward leaves out the soft cap's derivative",
+		old:  "                if (softcap > 0) ds *= dc;\n",
+		new:  "",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionWindow/",
+	},
+	{
 		name: "mma_16816 multiplies bf16 fragments as f16",
 		old:  "    memfit_mma_m16n8k16(bf16 ? MEMFIT_MMA_BF16 : MEMFIT_MMA_F16, d, a, b, c);",
 		new:  "    memfit_mma_m16n8k16(MEMFIT_MMA_F16, d, a, b, c);",
@@ -227,7 +262,7 @@ func tail(out []byte) string {
 // comparison of the suite.
 func firstFailure(out []byte) string {
 	lines := strings.Split(string(out), "\n")
-	for _, prefix := range []string{"panic:", "devicetest.go:", "reduce_test.go:", "flash_test.go:"} {
+	for _, prefix := range []string{"panic:", "devicetest.go:", "window.go:", "reduce_test.go:", "flash_test.go:", "window_test.go:"} {
 		for _, l := range lines {
 			if l = strings.TrimSpace(l); strings.HasPrefix(l, prefix) {
 				return l

@@ -555,12 +555,13 @@ type attentionShape struct{ b, h, t, d int }
 
 // attentionProbs are head (b, h)'s probabilities P (T×T, zero outside
 // each row's keys), as dropped and scaled (kept: P' = P·z, z the mask
-// over 1-p) and each row's log-sum-exp. Query i sees keys starts…i
-// (starts nil: 0…i).
-func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts []int32, b, h int) (p, kept, z, lse []float64) {
+// over 1-p), each row's log-sum-exp and, under a soft cap c, the
+// derivative of the cap at each score, 1 − tanh²(s/c) (1 without one).
+// Query i sees keys starts…i (starts nil: 0…i).
+func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts []int32, b, h int) (p, kept, z, lse, dcap []float64) {
 	t, d := s.t, s.d
 	o := ((b*s.h + h) * t) * d
-	p, kept, z = make([]float64, t*t), make([]float64, t*t), make([]float64, t*t)
+	p, kept, z, dcap = make([]float64, t*t), make([]float64, t*t), make([]float64, t*t), make([]float64, t*t)
 	lse = make([]float64, t)
 	scores := make([]float64, t)
 	for i := range t {
@@ -569,10 +570,15 @@ func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts
 			lo = int(starts[b*t+i])
 		}
 		// The scores of the keys the row sees (dot products: the
-		// causal half of q·kᵀ).
+		// causal half of q·kᵀ), capped by c·tanh(s/c) under a soft cap.
 		row := scores[:i+1-lo]
 		for j := range row {
 			row[j] = a.Scale * floats.Dot(q[o+i*d:o+(i+1)*d], k[o+(lo+j)*d:o+(lo+j+1)*d])
+			dcap[i*t+lo+j] = 1
+			if c := a.Softcap; c != 0 {
+				th := math.Tanh(row[j] / c)
+				row[j], dcap[i*t+lo+j] = c*th, 1-th*th
+			}
 		}
 		lse[i] = floats.LogSumExp(row)
 		for j := lo; j <= i; j++ {
@@ -584,13 +590,14 @@ func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts
 			kept[i*t+j] = p[i*t+j] * z[i*t+j]
 		}
 	}
-	return p, kept, z, lse
+	return p, kept, z, lse, dcap
 }
 
 // attentionRef is causal attention on contiguous [B, H, T, D] q, k and v
 // of dtype dt, forward and backward: out = P'·v and each row's
 // log-sum-exp; then from out (as stored, rounded to dt) and dout, with
-// dP' = dout·vᵀ and Δᵢ = doutᵢ·outᵢ, dS = P·(z·dP' - Δ), dq = scale·dS·k,
+// dP' = dout·vᵀ and Δᵢ = doutᵢ·outᵢ, dS = P·(z·dP' - Δ) (times the soft
+// cap's derivative 1 − tanh²(s/c) under one), dq = scale·dS·k,
 // dk = scale·dSᵀ·q and dv = P'ᵀ·dout. For 16-bit inputs P' and dS are
 // rounded to dt before the products that take them, as the kernels and
 // the composed path (whose probabilities are tensors of dt) take them.
@@ -600,7 +607,7 @@ func attentionRef(dt device.DType, s attentionShape, q, k, v, dout []float64, a 
 	ds := make([]float64, t*t)
 	for b := range s.b {
 		for h := range s.h {
-			p, kept, z, l := attentionProbs(s, q, k, a, starts, b, h)
+			p, kept, z, l, dcap := attentionProbs(s, q, k, a, starts, b, h)
 			lse = append(lse, l...)
 			o := ((b*s.h + h) * t) * d
 			kept = roundLow(dt, kept)
@@ -612,7 +619,7 @@ func attentionRef(dt device.DType, s attentionShape, q, k, v, dout []float64, a 
 				delta := floats.Dot(g, stored[i*d:(i+1)*d])
 				for j := 0; j <= i; j++ {
 					if p[i*t+j] != 0 { // dP' = dout·vᵀ where P is
-						ds[i*t+j] = p[i*t+j] * (z[i*t+j]*floats.Dot(g, v[o+j*d:o+(j+1)*d]) - delta)
+						ds[i*t+j] = p[i*t+j] * (z[i*t+j]*floats.Dot(g, v[o+j*d:o+(j+1)*d]) - delta) * dcap[i*t+j]
 					}
 				}
 			}

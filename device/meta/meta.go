@@ -86,15 +86,16 @@ func (d *Device) Dequantize(_, _ device.View, _, _, _, _ int) {}
 func (d *Device) Quantize(_, _ device.View) error             { return nil }
 
 // CausalAttention takes and returns the workspace the CPU kernel takes
-// (example boundaries' included: a.Workspace), so that plans account it.
+// (the starts of example boundaries or of a sliding window included:
+// a.Workspace; a soft cap takes none), so that plans account it.
 func (d *Device) CausalAttention(_, _, q, _, _ device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	d.workspace(a.Workspace(q.Shape, q.DType, false))
 }
 
 // CausalAttentionBackward accounts like CausalAttention.
 func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, a device.Attention) {
-	a.CheckStarts(q.Shape)
+	a.Check(q.Shape)
 	d.workspace(a.Workspace(q.Shape, q.DType, true))
 }
 

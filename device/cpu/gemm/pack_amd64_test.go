@@ -5,10 +5,15 @@ package gemm
 import "golang.org/x/sys/cpu"
 
 func init() {
-	pairPackers = append(pairPackers, struct {
-		name string
-		pack func(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int)
-	}{"packPairsAVX512", packPairsAVX512})
+	// Only where the CPU has the instructions (an AVX2-only EPYC has
+	// none of AVX-512's): the engine that packs pairs so needs
+	// AVX512-BF16, a later extension still.
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
+		pairPackers = append(pairPackers, struct {
+			name string
+			pack func(dst []uint16, x mat[uint16], i0, rows, p0, kc, mr, kg int)
+		}{"packPairsAVX512", packPairsAVX512})
+	}
 	if cpu.X86.HasAVX512F {
 		f32Packers = append(f32Packers, struct {
 			name string

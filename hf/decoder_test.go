@@ -1,9 +1,11 @@
 package hf_test
 
 import (
+	"encoding/binary"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -69,7 +71,7 @@ func TestLoadLlamaMatchesPyTorch(t *testing.T) {
 	}{{"testdata/llama-f32", false}, {"testdata/llama-bf16", false}, {"testdata/llama3-f32", true}} {
 		t.Run(filepath.Base(c.dir), func(t *testing.T) {
 			ref := readReference(t, c.dir)
-			l, note, err := hf.LoadLlama(cpu.New(), c.dir)
+			l, note, err := hf.LoadDecoder(cpu.New(), c.dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +115,7 @@ func TestLoadLlamaMatchesPyTorch(t *testing.T) {
 func TestLlamaRoundTrip(t *testing.T) {
 	for _, dir := range []string{"testdata/llama-f32", "testdata/llama3-f32"} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			l, _, err := hf.LoadLlama(cpu.New(), dir)
+			l, _, err := hf.LoadDecoder(cpu.New(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,11 +132,11 @@ func TestLlamaRoundTrip(t *testing.T) {
 			if note != "" {
 				t.Error(note)
 			}
-			bl, ok := back.(*models.Llama)
+			bl, ok := back.(*models.Decoder)
 			if !ok {
 				t.Fatalf("exported Llama loads as %T", back)
 			}
-			if bl.Config != l.Config {
+			if !reflect.DeepEqual(bl.Config, l.Config) {
 				t.Errorf("config %+v after the round trip, was %+v", bl.Config, l.Config)
 			}
 			a, b := l.Parameters(), back.Parameters()
@@ -186,9 +188,9 @@ func TestLoadPicksArchitecture(t *testing.T) {
 		inferred  bool
 	}{
 		{"testdata/gpt2-f32", "*models.GPT", false},
-		{"testdata/llama-bf16", "*models.Llama", false},
+		{"testdata/llama-bf16", "*models.Decoder", false},
 		{noConfig("testdata/gpt2-f32"), "*models.GPT", true},
-		{noConfig("testdata/llama-f32"), "*models.Llama", true},
+		{noConfig("testdata/llama-f32"), "*models.Decoder", true},
 	} {
 		m, note, err := hf.Load(cpu.New(), c.dir, hf.Options{})
 		if err != nil {
@@ -205,8 +207,8 @@ func typeName(m models.Generator) string {
 	switch m.(type) {
 	case *models.GPT:
 		return "*models.GPT"
-	case *models.Llama:
-		return "*models.Llama"
+	case *models.Decoder:
+		return "*models.Decoder"
 	}
 	return "?"
 }
@@ -222,7 +224,7 @@ func TestLoadLlamaInfersShape(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, note, err := hf.LoadLlama(cpu.New(), dir)
+	l, note, err := hf.LoadDecoder(cpu.New(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +264,20 @@ func TestLoadLlamaErrors(t *testing.T) {
 		{"missing head", edit(t, model, []string{"lm_head.weight"}), string(cfg), []string{"lm_head.weight"}},
 		{"shape against config", src, config(`"intermediate_size": 40`, `"intermediate_size": 48`), []string{"model.safetensors", "model.layers.0.mlp.gate_proj.weight", "shape"}},
 		{"key/value heads against config", src, config(`"num_key_value_heads": 2`, `"num_key_value_heads": 4`), []string{"model.safetensors", "model.layers.0.self_attn.k_proj.weight", "shape"}},
-		{"key/value heads not dividing heads", src, config(`"num_key_value_heads": 2`, `"num_key_value_heads": 3`), []string{"config.json", "KVHeads"}},
-		{"unknown architecture", src, config(`"model_type": "llama"`, `"model_type": "mistral"`), []string{"config.json", "mistral"}},
+		{"key/value heads not dividing heads", src, config(`"num_key_value_heads": 2`, `"num_key_value_heads": 3`), []string{"config.json", "num_key_value_heads"}},
+		{"unknown architecture", src, config(`"model_type": "llama"`, `"model_type": "mixtral"`), []string{"config.json", "mixtral", "qwen3"}},
+		{"sliding window on a llama", src, config(`"rope_scaling": null`, `"rope_scaling": null, "sliding_window": 4`), []string{"config.json", "sliding_window"}},
+		{"partial rotary on a llama", src, config(`"rope_scaling": null`, `"rope_scaling": null, "partial_rotary_factor": 0.5`), []string{"config.json", "partial_rotary_factor"}},
 		{"unknown rope scaling", src, config(`"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4}`), []string{"config.json", "rope_scaling", "yarn"}},
 		{"attention biases", src, config(`"attention_bias": false`, `"attention_bias": true`), []string{"config.json", "attention_bias"}},
 		{"activation", src, config(`"hidden_act": "silu"`, `"hidden_act": "gelu"`), []string{"config.json", "hidden_act"}},
 		{"tied head that differs", src, config(`"tie_word_embeddings": false`, `"tie_word_embeddings": true`), []string{"model.safetensors", "lm_head.weight", "model.embed_tokens.weight"}},
 		{"tensor memfit would drop", edit(t, model, nil, safetensors.Source{Name: "model.layers.0.self_attn.q_proj.bias", DType: safetensors.F32, Shape: []int{16}, Data: make([]byte, 64)}),
 			string(cfg), []string{"model.safetensors", "model.layers.0.self_attn.q_proj.bias"}},
+		{"infinite weight", infinite(t, model, "model.layers.1.self_attn.q_proj.weight", 37, float32(math.Inf(1))), string(cfg),
+			[]string{"model.safetensors", "model.layers.1.self_attn.q_proj.weight", "element 37 is +Inf", "not a finite weight"}},
+		{"NaN norm", infinite(t, model, "model.norm.weight", 3, float32(math.NaN())), string(cfg),
+			[]string{"model.norm.weight", "element 3 is NaN"}},
 		{"byte range past the data", damage(t, model, map[string]string{
 			"model.norm.weight": `{"dtype":"F32","shape":[16],"data_offsets":[999999,1000063]}`,
 		}), string(cfg), []string{"model.safetensors", "model.norm.weight"}},
@@ -296,4 +304,19 @@ func TestLoadLlamaErrors(t *testing.T) {
 	if _, _, err := hf.Load(cpu.New(), dir, hf.Options{}); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Errorf("a checkpoint of no known architecture: %v, want an error naming %s", err, dir)
 	}
+}
+
+// infinite returns the safetensors file at path with element i of the
+// F32 tensor name set to v.
+func infinite(t *testing.T, path, name string, i int, v float32) []byte {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := f.Tensor(name)
+	data := append([]byte(nil), x.Data...)
+	f.Close()
+	binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	return edit(t, path, []string{name}, safetensors.Source{Name: name, DType: x.DType, Shape: x.Shape, Data: data})
 }

@@ -13,14 +13,14 @@ import (
 	"github.com/memfit/memfit/tensor"
 )
 
-func generationLlama(t *testing.T, dtype tensor.DType, scaled bool) *models.Llama {
+func generationLlama(t *testing.T, dtype tensor.DType, scaled bool) *models.Decoder {
 	t.Helper()
-	c := models.LlamaConfig{Layers: 3, Heads: 4, KVHeads: 2, Dim: 32, Hidden: 40, Context: 40, Vocab: 23, Seed: 7, DType: dtype}
+	c := models.DecoderConfig{Layers: 3, Heads: 4, KVHeads: 2, Dim: 32, Hidden: 40, Context: 40, Vocab: 23, Seed: 7, DType: dtype}
 	if scaled {
 		c.TiedHead, c.RopeTheta = true, 500000
 		c.RopeScaling = nn.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 16}
 	}
-	l, err := models.NewLlama(cpu.New(), c)
+	l, err := models.NewDecoder(cpu.New(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func generationLlama(t *testing.T, dtype tensor.DType, scaled bool) *models.Llam
 
 // llamaLogits runs one forward over seq and returns the logits of its
 // last position.
-func llamaLogits(t *testing.T, l *models.Llama, seq []int) []float64 {
+func llamaLogits(t *testing.T, l *models.Decoder, seq []int) []float64 {
 	t.Helper()
 	var row []float64
 	err := tensor.Step(func(s *tensor.Scope) error {
@@ -180,7 +180,7 @@ func TestLlamaGenerateMemory(t *testing.T) {
 // loss and gradients, with a tied and an untied head.
 func TestLlamaTokenLoss(t *testing.T) {
 	for _, tied := range []bool{false, true} {
-		l, err := models.NewLlama(cpu.New(), models.LlamaConfig{Layers: 2, Heads: 2, KVHeads: 1, Dim: 16, Context: 8, Vocab: 30, TiedHead: tied, Seed: 3, DType: tensor.F64, HeadChunkRows: 3})
+		l, err := models.NewDecoder(cpu.New(), models.DecoderConfig{Layers: 2, Heads: 2, KVHeads: 1, Dim: 16, Context: 8, Vocab: 30, TiedHead: tied, Seed: 3, DType: tensor.F64, HeadChunkRows: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,26 +227,26 @@ func TestLlamaTokenLoss(t *testing.T) {
 }
 
 func TestLlamaConfigErrors(t *testing.T) {
-	ok := models.LlamaConfig{Layers: 1, Heads: 4, KVHeads: 2, Dim: 16, Context: 8, Vocab: 10}
+	ok := models.DecoderConfig{Layers: 1, Heads: 4, KVHeads: 2, Dim: 16, Context: 8, Vocab: 10}
 	dev := cpu.New()
 	for _, c := range []struct {
-		edit func(*models.LlamaConfig)
+		edit func(*models.DecoderConfig)
 		want string
 	}{
-		{func(c *models.LlamaConfig) { c.Heads = 3 }, "LlamaConfig.Heads is 3"},
-		{func(c *models.LlamaConfig) { c.Heads, c.KVHeads = 16, 16 }, "even"},
-		{func(c *models.LlamaConfig) { c.KVHeads = 3 }, "LlamaConfig.KVHeads is 3"},
-		{func(c *models.LlamaConfig) { c.Vocab = 0 }, "LlamaConfig.Vocab is 0"},
-		{func(c *models.LlamaConfig) { c.Hidden = -1 }, "LlamaConfig.Hidden"},
-		{func(c *models.LlamaConfig) { c.RopeTheta = 0.5 }, "LlamaConfig.RopeTheta"},
-		{func(c *models.LlamaConfig) { c.NormEps = -1 }, "LlamaConfig.NormEps"},
-		{func(c *models.LlamaConfig) { c.RopeScaling.Type = "yarn" }, "yarn"},
-		{func(c *models.LlamaConfig) { c.Dropout = 1 }, "LlamaConfig.Dropout"},
-		{func(c *models.LlamaConfig) { c.DType = tensor.I32 }, "LlamaConfig.DType"},
+		{func(c *models.DecoderConfig) { c.Heads = 3 }, "DecoderConfig.Heads is 3"},
+		{func(c *models.DecoderConfig) { c.Heads, c.KVHeads = 16, 16 }, "even"},
+		{func(c *models.DecoderConfig) { c.KVHeads = 3 }, "DecoderConfig.KVHeads is 3"},
+		{func(c *models.DecoderConfig) { c.Vocab = 0 }, "DecoderConfig.Vocab is 0"},
+		{func(c *models.DecoderConfig) { c.Hidden = -1 }, "DecoderConfig.Hidden"},
+		{func(c *models.DecoderConfig) { c.RopeTheta = 0.5 }, "DecoderConfig.RopeTheta"},
+		{func(c *models.DecoderConfig) { c.NormEps = -1 }, "DecoderConfig.NormEps"},
+		{func(c *models.DecoderConfig) { c.RopeScaling.Type = "yarn" }, "yarn"},
+		{func(c *models.DecoderConfig) { c.Dropout = 1 }, "DecoderConfig.Dropout"},
+		{func(c *models.DecoderConfig) { c.DType = tensor.I32 }, "DecoderConfig.DType"},
 	} {
 		cfg := ok
 		c.edit(&cfg)
-		l, err := models.NewLlama(dev, cfg)
+		l, err := models.NewDecoder(dev, cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			if l != nil {
 				nn.Release(l)
@@ -257,7 +257,7 @@ func TestLlamaConfigErrors(t *testing.T) {
 	if n := dev.Memory().Stats().Requested.Current; n != 0 {
 		t.Errorf("%d bytes left by failed constructors", n)
 	}
-	l, err := models.NewLlama(dev, ok)
+	l, err := models.NewDecoder(dev, ok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestLlamaConfigErrors(t *testing.T) {
 
 // BF16 parameters (train -weights bf16) run forward and backward.
 func TestLlamaBF16Step(t *testing.T) {
-	l, err := models.NewLlama(cpu.New(), models.LlamaConfig{Layers: 1, Heads: 2, KVHeads: 1, Dim: 16, Context: 8, Vocab: 10, Seed: 1, DType: tensor.BF16})
+	l, err := models.NewDecoder(cpu.New(), models.DecoderConfig{Layers: 1, Heads: 2, KVHeads: 1, Dim: 16, Context: 8, Vocab: 10, Seed: 1, DType: tensor.BF16})
 	if err != nil {
 		t.Fatal(err)
 	}
