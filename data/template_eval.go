@@ -1127,21 +1127,14 @@ func (r *tplRenderer) arith(op string, a, b jinja.Value) (jinja.Value, error) {
 			}
 			items := make([]jinja.Value, 0, len(x)+len(y))
 			return jinja.NewList(append(append(items, x...), y...)), nil
-		case a.IsString() || b.IsString():
-			// Strings join whatever they are added to, as the
-			// jinja library (and @huggingface/jinja) do.
-			x, err := r.str(a)
-			if err != nil {
-				return undef, err
-			}
-			y, err := r.str(b)
-			if err != nil {
-				return undef, err
-			}
+		case a.IsString() && b.IsString():
+			x, y := a.AsString(), b.AsString()
 			if err := r.newString(int64(len(x)) + int64(len(y))); err != nil {
 				return undef, err
 			}
 			return jinja.NewString(x + y), nil
+		case a.IsString():
+			return undef, r.errf("can only concatenate str (not \"%s\") to str (~ joins any values)", tplType(b))
 		}
 	case "*":
 		seq, n := a, b

@@ -117,6 +117,8 @@ func TestTemplateErrors(t *testing.T) {
 		{"{{ 'abc'[1.5:] }}", "slice indices must be integers"},
 		{"{{ 1 - 'a' }}", "unsupported operand types for -: 'int' and 'str'"},
 		{"{{ none + 1 }}", "unsupported operand types"},
+		{"{{ 'a' + none }}", `can only concatenate str (not "NoneType") to str`},
+		{"{{ 1 + 'a' }}", "unsupported operand types for +: 'int' and 'str'"},
 		{"{{ 'a' < 1 }}", "'<' not supported between instances of 'str' and 'int'"},
 		{"{{ nope() }}", "nope is undefined"},
 		{"{{ 'a'.nope() }}", "no method nope()"},

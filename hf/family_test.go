@@ -12,6 +12,7 @@ import (
 
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/hf"
+	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/safetensors"
@@ -313,6 +314,76 @@ func TestRealConfigs(t *testing.T) {
 			}
 			if _, _, err := hf.Load(cpu.New(), dir, hf.Options{}); err == nil || !strings.Contains(err.Error(), "planned") {
 				t.Errorf("loading a config alone: %v", err)
+			}
+		})
+	}
+}
+
+// A fine-tuned model exports as the model it is: each family's fixture
+// with LoRA adapters of random B (the update a run trains) exports its
+// merged weights in the checkpoint's dtype, and the export computes the
+// adapted model's logits (within bf16's rounding of the weights for a
+// BF16 checkpoint). With MEMFIT_EXPORT_CHECK=DIR each export is left in
+// DIR/<fixture> with memfit's logits of it (memfit.json), which
+// scripts/family_fixtures.py --check DIR computes again from the files
+// as transformers reads them.
+func TestFamiliesExportMerged(t *testing.T) {
+	keep := os.Getenv("MEMFIT_EXPORT_CHECK")
+	for _, name := range familyFixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			ref := readReference(t, filepath.Join("testdata", name))
+			m, _, err := hf.Load(cpu.New(), filepath.Join("testdata", name), hf.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nn.Release(m)
+			ad, err := lora.Apply(m, nil, lora.Config{Rank: 2, Alpha: 4, Seed: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range ad.Adapters {
+				if i%2 == 1 { // B, zero until trained
+					v := p.Float32s()
+					for j := range v {
+						v[j] = float32((j*7919+i*104729)%97-48) / 400
+					}
+					if err := p.SetFloat32s(v); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			l := m.(*models.Decoder)
+			want := forwardLogits(t, l, l.Tokens.Weight, ref.Batch)
+			out := t.TempDir()
+			if keep != "" {
+				out = filepath.Join(keep, name)
+			}
+			// In the checkpoint's dtype: a BF16 fixture exports in BF16.
+			if err := hf.SaveWith(m, out, hf.SaveOptions{From: filepath.Join("testdata", name)}); err != nil {
+				t.Fatal(err)
+			}
+			again, _, err := hf.Load(cpu.New(), out, hf.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nn.Release(again)
+			a := again.(*models.Decoder)
+			tol := 1e-6
+			if safetensorsDType(t, out) == safetensors.BF16 {
+				tol = 2e-2 // the merged weights rounded to bf16
+			}
+			got := forwardLogits(t, a, a.Tokens.Weight, ref.Batch)
+			if d := relErr(got, want); d > tol {
+				t.Errorf("the export's logits differ from the adapted model's by %.2g relative (> %.2g)", d, tol)
+			}
+			if keep != "" {
+				b, err := json.Marshal(map[string]any{"batch": ref.Batch, "logits": got})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(out, "memfit.json"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package hf
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -178,8 +179,9 @@ type SaveOptions struct {
 	// DType of the tensors written: safetensors.F32 or safetensors.BF16
 	// (each value rounded to nearest, ties to even). Empty: BF16 when the
 	// model holds a quantized weight (a QLoRA base has no more precision
-	// than bf16 to keep, and bf16 is what such a model is loaded in),
-	// F32 otherwise.
+	// than bf16 to keep, and bf16 is what such a model is loaded in) or
+	// when From's config.json says bfloat16 (the checkpoint's dtype, as
+	// save_pretrained keeps it), F32 otherwise.
 	DType safetensors.DType
 	// ShardBytes is the size past which the weights are sharded (0:
 	// ShardBytes, transformers' 5 GB).
@@ -213,9 +215,36 @@ func (o SaveOptions) dtypeFor(m nn.Module) (safetensors.DType, error) {
 				return safetensors.BF16, nil
 			}
 		}
+		if o.fromBF16() {
+			// An export keeps its checkpoint's dtype, as save_pretrained
+			// keeps the dtype a model was loaded in: a bf16 release comes
+			// back in bf16 (and Gemma's embedding scale, which follows
+			// the weights' dtype, with it).
+			return safetensors.BF16, nil
+		}
 		return safetensors.F32, nil
 	}
 	return "", fmt.Errorf("hf: SaveOptions.DType %s: memfit writes F32 or BF16", o.DType)
+}
+
+// fromBF16 reports whether o.From's config.json says its weights are
+// bfloat16 (torch_dtype, or transformers 5's dtype).
+func (o SaveOptions) fromBF16() bool {
+	if o.From == "" {
+		return false
+	}
+	b, _, err := readConfig(o.From)
+	if err != nil || b == nil {
+		return false
+	}
+	var cfg struct {
+		TorchDType string `json:"torch_dtype"`
+		DType      string `json:"dtype"`
+	}
+	if json.Unmarshal(b, &cfg) != nil {
+		return false
+	}
+	return cfg.TorchDType == "bfloat16" || cfg.DType == "bfloat16"
 }
 
 // torchDType is config.json's torch_dtype for a dtype Save writes.

@@ -115,6 +115,11 @@ softcaps (the uncapped values exceed the caps) and Phi-3's longrope switch
 and attention factor all change the logits (the switch also changes greedy
 tokens after position 16).
 
+`--check DIR` instead reads the exports hf's TestFamiliesRoundTrip leaves
+in DIR when MEMFIT_EXPORT_CHECK=DIR (each a fixture with trained LoRA
+adapters merged, and memfit's logits of it), as transformers would read
+them, and compares this reference's logits with memfit's.
+
 Run with Debian's python3-torch:  /usr/bin/python3 scripts/family_fixtures.py
 """
 import json
@@ -731,5 +736,69 @@ def main():
                    "batch": BATCH, "prompt": PROMPT, "fixtures": summary}, f, indent=2)
 
 
+def read_export(d):
+    """The config and float64 weights of a model directory as transformers
+    reads one: model.safetensors, else the shards its index lists (F32 or
+    BF16 tensors), and the dtype of its embedding."""
+    import struct
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    files = [os.path.join(d, "model.safetensors")]
+    if not os.path.exists(files[0]):
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            files = sorted({os.path.join(d, v) for v in json.load(f)["weight_map"].values()})
+    w, dtype = {}, "F32"
+    for path in files:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            data = f.read()
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = e["data_offsets"]
+            raw = bytearray(data[a:b])
+            if e["dtype"] == "BF16":
+                t = torch.frombuffer(raw, dtype=torch.bfloat16)
+            else:
+                assert e["dtype"] == "F32", e
+                t = torch.frombuffer(raw, dtype=torch.float32)
+            w[name] = t.reshape(e["shape"]).to(torch.float64)
+            if name == "model.embed_tokens.weight":
+                dtype = e["dtype"]
+    for k, v in DEFAULTS.get(cfg["model_type"], {}).items():
+        cfg.setdefault(k, v)
+    return cfg, w, dtype
+
+
+# The keys an export may leave to its config class's defaults.
+DEFAULTS = {}
+
+
+def check_exports(root):
+    """For each directory under root that an export test wrote (memfit's
+    export of a fixture, with memfit's logits of it in memfit.json), the
+    logits this reference computes from the export as transformers would
+    read it, against memfit's: the export is the model memfit had."""
+    worst = 0.0
+    for name in sorted(os.listdir(root)):
+        d = os.path.join(root, name)
+        if not os.path.exists(os.path.join(d, "memfit.json")):
+            continue
+        cfg, w, dtype = read_export(d)
+        with open(os.path.join(d, "memfit.json")) as f:
+            ref = json.load(f)
+        with torch.no_grad():
+            logits = Model(cfg, w, dtype)(torch.tensor(ref["batch"])).flatten()
+        got = torch.tensor(ref["logits"], dtype=torch.float64)
+        rel = float((logits - got).norm() / logits.norm())
+        worst = max(worst, rel)
+        print(f"{name}: memfit's logits within {rel:.2g} of the reference's on the export ({cfg['model_type']}, {dtype})")
+    print(f"worst: {worst:.2g}")
+    return worst
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        sys.exit(0 if check_exports(sys.argv[2]) < 1e-5 else 1)
     main()
