@@ -70,11 +70,15 @@ const (
 	parquetMaxPageHeader = 16 << 20
 )
 
-// parquetPageLimit is the most bytes a page may hold, compressed or
-// decompressed: 64 times the 1 MiB pages pyarrow, Arrow and Spark write,
-// and no less than a record may take (a value larger than a page goes
+// parquetMaxPage is the most bytes a page may hold, compressed or
+// decompressed, unless a record may take more: 64 times the 1 MiB pages
+// pyarrow, Arrow and Spark write.
+const parquetMaxPage = 64 << 20
+
+// parquetPageLimit is the most bytes a page may hold: parquetMaxPage, or
+// more where a record may take more (a value larger than a page goes
 // into a page of its own).
-func parquetPageLimit(maxRecord int64) int64 { return max(DefaultMaxRecordBytes, maxRecord) }
+func parquetPageLimit(maxRecord int64) int64 { return max(parquetMaxPage, maxRecord) }
 
 // eachParquet reads a parquet file one row group at a time (parquet-go
 // reads a column chunk's pages as the rows need them, through ReadAt), and

@@ -453,3 +453,27 @@ func FuzzParquetFooter(f *testing.F) {
 		readAll(p, 1<<20)
 	})
 }
+
+// FuzzLZ4RawSize: whatever lz4RawSize accepts, the LZ4 decoder parquet-go
+// uses decodes, to the size lz4RawSize says, at the first try (else
+// parquet-go would double its buffer for it without end).
+func FuzzLZ4RawSize(f *testing.F) {
+	for _, s := range []string{"", "a", "hello hello hello hello hello", strings.Repeat("abc", 1000), strings.Repeat("x", 70000)} {
+		b, err := parquet.Lz4Raw.Encode(nil, []byte(s))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x1f, 'a', 1, 0, 0xff, 0x10, 0x50, 'b', 'c', 'd', 'e', 'f'})
+	f.Fuzz(func(t *testing.T, src []byte) {
+		n, err := lz4RawSize(src, 1<<20)
+		if err != nil || n > 1<<20 {
+			return
+		}
+		out, err := parquet.Lz4Raw.Decode(make([]byte, n), src)
+		if err != nil || int64(len(out)) != n {
+			t.Fatalf("%x: lz4RawSize says %d bytes, the decoder gives %d, %v", src, n, len(out), err)
+		}
+	})
+}

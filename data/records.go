@@ -109,13 +109,15 @@ type Records struct {
 
 // DefaultMaxRecordBytes is the most bytes one record may take unless
 // told otherwise (OpenRecordsLimit, SFTOptions.MaxRecordBytes): a JSON
-// Lines line, or a parquet row as the JSON object it becomes. 64 MiB is
-// sixteen times the text of a million-token context (about 4 bytes a
-// token), so no record a model could train on whole comes near it, and a
-// record that size still tokenizes in a few hundred MB; a line of
+// Lines line, or a parquet row as the JSON object it becomes. 16 MiB is
+// four times the text of a million-token context (about 4 bytes a
+// token) and sixteen times a novel, so no record a model could train on
+// whole comes near it; decoding and tokenizing a record takes about 16
+// times its size (some 250 MB at the limit, with Llama 3's vocabulary),
+// which keeps a run that meets such a record within 1 GiB. A line of
 // gigabytes (a file that is not JSON Lines, or one record holding a
-// whole corpus) is refused at once, having read no more than the limit.
-const DefaultMaxRecordBytes = 64 << 20
+// corpus) is refused at once, having read no more than the limit.
+const DefaultMaxRecordBytes = 16 << 20
 
 // RecordTooLargeError is the error of a record over the limit on one
 // record's bytes.

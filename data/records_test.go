@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 )
 
 // collectRecords reads every record at path.
@@ -282,13 +283,21 @@ func TestParquetErrorsNameRow(t *testing.T) {
 }
 
 // FuzzRecords: arbitrary bytes as a JSON Lines or parquet file give
-// records or an error, never a panic.
+// records or an error, never a panic, a hang or memory without bound:
+// the seeds are a parquet file of each codec parquet-go decompresses (so
+// that mutations reach the pages' data), chat records and a line over
+// the limit of 64 KiB the fuzzing reads under.
 func FuzzRecords(f *testing.F) {
 	rows := jsonRows(f, sftRecords(20))
 	p := writeParquet(f, filepath.Join(f.TempDir(), "seed.parquet"), pyarrowSchema("prompt", "completion"), rows, 6)
 	seed, _ := os.ReadFile(p)
 	f.Add(seed)
+	for _, codec := range []format.CompressionCodec{format.Uncompressed, format.Snappy, format.Gzip, format.Zstd, format.Lz4Raw} {
+		page := codecPage(f, codec, "hello", strings.Repeat("world ", 20))
+		f.Add(pqFile{chunk: page.bytes(), codec: codec, rows: 2, rowGroups: 2}.bytes())
+	}
 	f.Add([]byte(`{"messages": [{"role": "user", "content": "hi"}]}` + "\n" + `{"messages": [{}]}`))
+	f.Add([]byte(`{"text": "a"}` + "\n" + `{"text": "` + strings.Repeat("b", 1<<16) + `"}`))
 	f.Add([]byte("PAR1\x00\x00\x00\x00PAR1"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -296,7 +305,7 @@ func FuzzRecords(f *testing.F) {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		r, err := OpenRecords(p)
+		r, err := OpenRecordsLimit(p, 1<<16)
 		if err != nil {
 			return
 		}
@@ -377,5 +386,38 @@ func TestRecordsReadInBoundedMemory(t *testing.T) {
 		if grown := int64(peak) - int64(base.HeapInuse); grown > 8<<20 {
 			t.Errorf("%s: the heap grew by %d MiB reading a file of %d MiB", filepath.Base(p), grown>>20, groups)
 		}
+	}
+}
+
+// TestJSONLRecordOverTheLimit: a line longer than the limit on a record
+// is refused, naming its file and line, having read no more of it than
+// the limit (a line of 32 MiB under a limit of 64 KiB allocates little);
+// a line of the limit exactly, its line ending aside, is read.
+func TestJSONLRecordOverTheLimit(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 64 << 10
+	exact := `{"text": "` + strings.Repeat("a", limit-len(`{"text": ""}`)) + `"}`
+	p := writeFile(t, filepath.Join(dir, "long.jsonl"), []byte(exact+"\r\n"+`{"text": "b"}`+"\n"+`{"text": "`+strings.Repeat("c", 32<<20)+`"}`+"\n"))
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	r, err := OpenRecordsLimit(p, limit)
+	n := 0
+	if err == nil {
+		err = r.Each(func(Record, RecordPos) error { n++; return nil })
+	}
+	runtime.ReadMemStats(&m1)
+	wantErr(t, err, p, "line 3: record over the limit of 64 KiB on one record")
+	var tl *RecordTooLargeError
+	if !errors.As(err, &tl) || tl.Limit != limit || n != 2 {
+		t.Errorf("%v after %d records, want a *RecordTooLargeError after 2", err, n)
+	}
+	if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 4<<20 {
+		t.Errorf("allocated %d KiB refusing a line of 32 MiB", alloc>>10)
+	}
+	if _, err := OpenRecordsLimit(writeFile(t, filepath.Join(dir, "end.jsonl"), []byte(exact)), limit); err != nil {
+		t.Errorf("a last line of the limit without a new line: %v", err)
+	}
+	if _, err := OpenRecordsLimit(writeFile(t, filepath.Join(dir, "over.jsonl"), []byte(exact+" ")), limit); err == nil {
+		t.Error("a last line one byte over the limit: no error")
 	}
 }

@@ -81,7 +81,11 @@ type SFTOptions struct {
 	// Context is the most positions a packed window or an example holds:
 	// an example of L tokens takes L-1 positions (each predicts the next
 	// token), and one longer than Context is cut to its first Context+1
-	// tokens.
+	// tokens. A chat record of more than Context+1 messages is refused
+	// when it is tokenized: every message a template writes takes a
+	// token at least, so the rest could never be trained, and rendering
+	// them would cost time and memory for nothing. (0, for
+	// TokenizeRecord alone: no limit.)
 	Context int
 	// Pack concatenates consecutive examples into windows of at most
 	// Context positions without padding (an example is never split
@@ -98,6 +102,10 @@ type SFTOptions struct {
 	// nil for none); the EOS is trained with the answer. Chat records
 	// get what their template writes.
 	BOS, EOS []int
+	// MaxRecordBytes bounds one record's bytes as the records are read
+	// (OpenRecordsLimit; 0: DefaultMaxRecordBytes). It changes no
+	// token, so a cache written under another limit is used as it is.
+	MaxRecordBytes int64
 }
 
 // TokenizedExample is one example as it is trained: its tokens and, aligned
@@ -125,7 +133,7 @@ const (
 // text the record renders to (the prompt and completion, Alpaca's prompt
 // and output, or the chat template's rendering), encoded at once, so they
 // equal what transformers gives for the same text; the answers' byte spans
-// in that text are then mapped to tokens (tokenBoundary), never encoded
+// in that text are then mapped to tokens (spanTokens), never encoded
 // apart.
 func TokenizeRecord(rec Record, enc Encoder, opt SFTOptions) (TokenizedExample, error) {
 	ids, trained, err := tokenize(rec, enc, opt)
@@ -225,9 +233,9 @@ func tokenize(rec Record, enc Encoder, opt SFTOptions) ([]int, []bool, error) {
 // line, where the encoding of text[:c] is a prefix of ids) the span is
 // exact; a token that straddles c counts as after it.
 //
-// It takes one pass over the tokens (tokenEnds: where each ends in text,
-// from the text each stands for) and a binary search a boundary, so a
-// conversation of many turns costs little more than one of a few. Where
+// It takes one pass over the tokens (tokenBoundaries: where each ends in
+// text, from the text each stands for), so a conversation of many turns
+// costs little more than one of a few. Where
 // the tokens do not spell the text plainly (around a token that stands
 // for text a normalizer changed, or for a "▁" in the text), and for an
 // Encoder that cannot say what text a token stands for (no Decode
@@ -236,9 +244,19 @@ func tokenize(rec Record, enc Encoder, opt SFTOptions) ([]int, []bool, error) {
 // budget of 64 times the text, past which the record is refused rather
 // than labelled for hours.
 func spanTokens(enc Encoder, text string, ids []int, spans [][2]int) ([][2]int, error) {
-	ends, unsure, ok := tokenEnds(enc, text, ids)
+	var cs []int // the boundaries within the text
+	for _, s := range spans {
+		for _, c := range s {
+			if c > 0 && c < len(text) {
+				cs = append(cs, c)
+			}
+		}
+	}
+	slices.Sort(cs)
+	cs = slices.Compact(cs)
+	before, unsure, ok := tokenBoundaries(enc, text, ids, cs)
 	cost, budget := 0, 64*len(text)+1<<20
-	before := func(c int) int {
+	at := func(c int) int {
 		switch {
 		case c <= 0:
 			return 0
@@ -248,7 +266,8 @@ func spanTokens(enc Encoder, text string, ids []int, spans [][2]int) ([][2]int, 
 		if ok {
 			k := sort.Search(len(unsure), func(k int) bool { return unsure[k][1] >= c })
 			if k == len(unsure) || unsure[k][0] > c {
-				return sort.Search(len(ends), func(k int) bool { return ends[k] > c })
+				i, _ := slices.BinarySearch(cs, c)
+				return before[i]
 			}
 		}
 		cost += c
@@ -256,7 +275,7 @@ func spanTokens(enc Encoder, text string, ids []int, spans [][2]int) ([][2]int, 
 	}
 	out := make([][2]int, len(spans))
 	for i, s := range spans {
-		out[i] = [2]int{before(s[0]), before(s[1])}
+		out[i] = [2]int{at(s[0]), at(s[1])}
 	}
 	if cost > budget {
 		return nil, fmt.Errorf("the tokenizer's tokens do not spell the record's text (%d bytes, %d answers) plainly enough to map its answers to tokens in one pass, and encoding the text before each answer would take %d bytes of encoding, over the budget of %d: train with loss on all", len(text), len(spans), cost, budget)
@@ -277,43 +296,60 @@ type tokenDecoder interface {
 	Decode(ids []int) (string, error)
 }
 
-// tokenEnds returns where each token of ids ends in text, its encoding,
-// from the text each token stands for: their texts follow one another in
-// text, but for what encoders add or drop around them — a space put
-// before a stretch of text (a byte-level BPE's prefix space,
-// SentencePiece's "▁"), which ends where it is put, and white space an
-// added token strips on its left or right. A token whose text is not
-// there (a normalizer changed the text, an unknown token) is skipped with
-// the tokens after it until a run of tokens spells the text again,
-// within a few tokens and bytes; the tokens skipped end where that run
-// starts. Such a stretch, and one where a " " of a token stands for a
-// "▁" of the text (SentencePiece's tokens stand for both as " "), might
-// be placed wrong: unsure lists their byte ranges, from where the first
-// such token starts to where the next token spelled plainly ends, in
-// order. False where the tokens cannot be followed at all.
-func tokenEnds(enc Encoder, text string, ids []int) (ends []int, unsure [][2]int, ok bool) {
+// tokenBoundaries returns, for each byte offset of cs (sorted, within
+// text), the number of tokens of ids, text's encoding, that end there or
+// before, found in one pass from the text each token stands for: their
+// texts follow one another in text, but for what encoders add or drop
+// around them — a space put before a stretch of text (a byte-level BPE's
+// prefix space, SentencePiece's "▁"), which ends where it is put, and
+// white space an added token strips on its left or right. A token whose
+// text is not there (a normalizer changed the text, an unknown token) is
+// skipped with the tokens after it until a run of tokens spells the text
+// again, within a few tokens and bytes; the tokens skipped end where that
+// run starts. Such a stretch, and one where a " " of a token stands for a
+// "▁" of the text (SentencePiece's tokens stand for both as " "), might be
+// placed wrong: unsure lists their byte ranges, from where the first such
+// token starts to where the next token spelled plainly ends, in order.
+// False where the tokens cannot be followed at all. Memory is that of
+// the boundaries and of the distinct tokens' texts, not of the tokens.
+func tokenBoundaries(enc Encoder, text string, ids []int, cs []int) (before []int, unsure [][2]int, ok bool) {
 	dec, ok := enc.(tokenDecoder)
 	if !ok {
 		return nil, nil, false
 	}
-	pieces, ok := tokenTexts(dec, ids)
+	tt, ok := newTokenTexts(enc, dec, ids)
 	if !ok {
 		return nil, nil, false
+	}
+	piece := func(k int) string {
+		if k >= len(ids) {
+			return ""
+		}
+		s, good := tt.text(ids[k])
+		if !good {
+			ok = false
+		}
+		return s
 	}
 	const (
 		skipTokens = 8  // tokens a resynchronization may skip
 		skipBytes  = 64 // bytes of text it may skip
 		run        = 3  // tokens that must then spell the text
 	)
-	work, budget := 0, 64*len(text)+1<<16 // bytes compared resynchronizing
-	ends = make([]int, len(ids))
-	pos, from, start := 0, -1, 0 // start: where token k-1 started
-	for k := 0; k < len(ids); k++ {
-		next := ""
-		if k+1 < len(ids) {
-			next = pieces[k+1]
+	before = make([]int, len(cs))
+	next := 0 // the first boundary not yet placed
+	last := 0 // where the last token ended
+	end := func(k, e int) {
+		e = max(e, last)
+		last = e
+		for ; next < len(cs) && cs[next] < e; next++ {
+			before[next] = k // tokens 0 to k-1 end at cs[next] or before
 		}
-		if n, put, subst, ok := pieceAt(text, pos, pieces[k], next); ok {
+	}
+	work, budget := 0, 64*len(text)+1<<16 // bytes compared resynchronizing
+	pos, from, start := 0, -1, 0          // start: where token k-1 started
+	for k := 0; k < len(ids); k++ {
+		if n, put, subst, found := pieceAt(text, pos, piece(k), piece(k+1)); found && ok {
 			// A space put before a token that follows a space of the
 			// text might be that space, the token before having taken
 			// the one put there.
@@ -330,13 +366,17 @@ func tokenEnds(enc Encoder, text string, ids []int) (ends []int, unsure [][2]int
 			}
 			start = pos
 			pos += n
-			ends[k] = pos
 			if n == 0 {
 				// A token of no bytes of the text (a space an encoder
 				// put before a stretch) lies after a boundary at pos.
-				ends[k] = pos + 1
+				end(k, pos+1)
+			} else {
+				end(k, pos)
 			}
 			continue
+		}
+		if !ok {
+			return nil, nil, false
 		}
 		// Resynchronize: the first token after k, and the first byte
 		// from pos, from which a run of tokens spells the text.
@@ -346,20 +386,20 @@ func tokenEnds(enc Encoder, text string, ids []int) (ends []int, unsure [][2]int
 			for q := pos; q <= min(pos+skipBytes, len(text)); q++ {
 				p, m := q, 0
 				for ; m < run && j+m < len(ids); m++ {
-					next := ""
-					if j+m+1 < len(ids) {
-						next = pieces[j+m+1]
-					}
-					n, _, _, ok := pieceAt(text, p, pieces[j+m], next)
-					work += len(pieces[j+m]) + 1
-					if !ok {
+					pm := piece(j + m)
+					n, _, _, good := pieceAt(text, p, pm, piece(j+m+1))
+					work += len(pm) + 1
+					if !good {
 						break
 					}
 					p += n
 				}
+				if !ok {
+					return nil, nil, false
+				}
 				if m == run || j+m == len(ids) && (j < len(ids) || q == len(text)) {
 					for i := k; i < j; i++ {
-						ends[i] = q
+						end(i, q)
 					}
 					if from < 0 {
 						from = pos
@@ -376,10 +416,13 @@ func tokenEnds(enc Encoder, text string, ids []int) (ends []int, unsure [][2]int
 			return nil, nil, false
 		}
 	}
+	for ; next < len(cs); next++ {
+		before[next] = len(ids)
+	}
 	if from >= 0 {
 		unsure = append(unsure, [2]int{from, len(text)})
 	}
-	return ends, unsure, true
+	return before, unsure, true
 }
 
 // pieceAt returns the bytes of text at pos that a token's text p stands
@@ -489,44 +532,66 @@ func spells(text string, pos int, p string, subst bool) (int, bool) {
 	return j - pos, true
 }
 
-// tokenTexts returns the text each token of ids stands for, decoded
-// after a token whose text starts with neither a space nor nothing, so
-// that a decoder's stripping of leading spaces (SentencePiece's) falls on
-// that token's text, not on theirs.
-func tokenTexts(dec tokenDecoder, ids []int) ([]string, bool) {
-	anchor, head := -1, ""
-	candidates := ids
-	if e, ok := dec.(Encoder); ok {
-		candidates = append(slices.Clip(ids), e.Encode("a")...) // for a text of spaces alone
-	}
-	for _, id := range candidates {
+// tokenTexts says what text each token stands for, decoded after a
+// token whose text starts with neither a space nor nothing (the anchor),
+// so that a decoder's stripping of leading spaces (SentencePiece's) falls
+// on the anchor's text, not on the token's; each token is decoded once.
+type tokenTexts struct {
+	dec    tokenDecoder
+	anchor int
+	head   string // the anchor's text
+	known  []bool // by id, for a vocabulary of up to 4Mi tokens
+	texts  []string
+	more   map[int]string // for others
+}
+
+func newTokenTexts(enc Encoder, dec tokenDecoder, ids []int) (*tokenTexts, bool) {
+	tt := &tokenTexts{dec: dec, anchor: -1}
+	// An anchor among the first tokens, else among a letter's (for a
+	// text of spaces alone).
+	for _, id := range slices.Concat(ids[:min(len(ids), 64)], enc.Encode("a")) {
 		s, err := dec.Decode([]int{id})
 		if err != nil {
 			return nil, false
 		}
 		if s != "" && s[0] != ' ' {
-			anchor, head = id, s
+			tt.anchor, tt.head = id, s
 			break
 		}
 	}
-	texts := make([]string, len(ids))
-	seen := make(map[int]string)
-	for k, id := range ids {
-		s, ok := seen[id]
-		if !ok {
-			if anchor < 0 {
-				return nil, false
-			}
-			both, err := dec.Decode([]int{anchor, id})
-			if err != nil || !strings.HasPrefix(both, head) {
-				return nil, false
-			}
-			s = both[len(head):]
-			seen[id] = s
-		}
-		texts[k] = s
+	if tt.anchor < 0 {
+		return nil, false
 	}
-	return texts, true
+	if v := enc.VocabSize(); v > 0 && v <= 1<<22 {
+		tt.known, tt.texts = make([]bool, v), make([]string, v)
+	} else {
+		tt.more = map[int]string{}
+	}
+	return tt, true
+}
+
+// text returns the text token id stands for.
+func (tt *tokenTexts) text(id int) (string, bool) {
+	if id >= 0 && id < len(tt.known) && tt.known[id] {
+		return tt.texts[id], true
+	}
+	if s, ok := tt.more[id]; ok {
+		return s, true
+	}
+	both, err := tt.dec.Decode([]int{tt.anchor, id})
+	if err != nil || !strings.HasPrefix(both, tt.head) {
+		return "", false
+	}
+	s := both[len(tt.head):]
+	if id >= 0 && id < len(tt.known) {
+		tt.known[id], tt.texts[id] = true, s
+	} else {
+		if tt.more == nil {
+			tt.more = map[int]string{}
+		}
+		tt.more[id] = s
+	}
+	return s, true
 }
 
 // tokenBoundary returns the number of tokens of ids (the encoding of

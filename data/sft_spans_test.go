@@ -71,11 +71,19 @@ func spanEncoders(t *testing.T) map[string]Encoder {
 // c or before, at least as many as the common prefix of the two
 // encodings (a token straddling c counts as after it; that prefix can
 // stop earlier, as where the text before c ends in two spaces that it
-// encodes as one token).
+// encodes as one token). And conversations of ordinary text are labelled
+// as by encoding the text before each boundary (spansOfConversations).
 func TestSpanTokensMatchEncodingPrefixes(t *testing.T) {
+	encs := spanEncoders(t)
+	t.Run("random text", func(t *testing.T) { spansOfRandomText(t, encs) })
+	t.Run("conversations", func(t *testing.T) { spansOfConversations(t, encs) })
+}
+
+// spansOfRandomText checks every character boundary of random texts.
+func spansOfRandomText(t *testing.T, encs map[string]Encoder) {
 	words := []string{"hello", " world", "  ", "\n", "\n\n", " ", "42", "123456", "é", "e\u0301", "日本語", "🙂",
 		"don't", "it's", "<|eot_id|>", "<s>", "</s>", "▁", "\t", "x", "Ab", "...", "?!", " the", "ing", "<|im_end|>", "<end_of_turn>"}
-	for name, enc := range spanEncoders(t) {
+	for name, enc := range encs {
 		r := rand.New(rand.NewPCG(1, 2))
 		checked, inside, earlier := 0, 0, 0
 		for range 40 {
@@ -163,14 +171,13 @@ func familyVocab(fixture string) string {
 	return ""
 }
 
-// TestSpanTokensEqualEncodingPrefixesInConversations: under every
-// family's chat template (data/testdata/chat), with a byte tokenizer of
-// the families' special tokens and the family's own vocabulary where it
-// is at hand, random conversations of ordinary text, and prompt/completion
-// and Alpaca records, are labelled the same whether their answers are
-// mapped in one pass or by encoding the text before each boundary.
-func TestSpanTokensEqualEncodingPrefixesInConversations(t *testing.T) {
-	encs := spanEncoders(t)
+// spansOfConversations: under every family's chat template
+// (data/testdata/chat), with a byte tokenizer of the families' special
+// tokens and the family's own vocabulary where it is at hand, random
+// conversations of ordinary text, and prompt/completion and Alpaca
+// records, are labelled the same whether their answers are mapped in one
+// pass or by encoding the text before each boundary.
+func spansOfConversations(t *testing.T, encs map[string]Encoder) {
 	r := rand.New(rand.NewPCG(3, 4))
 	compared := 0
 	for _, fx := range loadChatFixtures(t) {
@@ -314,9 +321,12 @@ func TestSpanTokensZeroWidthAndStrippedTokens(t *testing.T) {
 	enc := stripEncoder{}
 	text := "ab  <x>  cd"
 	ids := enc.Encode(text)
-	ends, unsure, ok := tokenEnds(enc, text, ids)
-	if !ok || len(unsure) != 0 || !slices.Equal(ends, []int{1, 2, 7, 8, 10, 11}) {
-		t.Fatalf("ends %v, unsure %v, %v", ends, unsure, ok)
+	cs := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	before, unsure, ok := tokenBoundaries(enc, text, ids, cs)
+	// The tokens end at 1, 2, 7 ("<x>" with the spaces before it), 8 (" "
+	// put after it, taking a space), 10 and 11.
+	if !ok || len(unsure) != 0 || !slices.Equal(before, []int{1, 2, 2, 2, 2, 2, 3, 4, 4, 5}) {
+		t.Fatalf("tokens before %v: %v, unsure %v, %v", cs, before, unsure, ok)
 	}
 	got, err := spanTokens(enc, text, ids, [][2]int{{2, 9}, {3, 7}})
 	if err != nil || !reflect.DeepEqual(got, [][2]int{{2, 4}, {2, 3}}) {

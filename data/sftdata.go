@@ -35,8 +35,11 @@ const (
 
 // sftCacheVersion changes whenever the cache TokenizeRecord's rules would
 // write for the same records changes (2: chat answers found by marking
-// what the template does to each message, not by rendering prefixes).
-const sftCacheVersion = "memfit sft cache 2\n"
+// what the template does to each message, not by rendering prefixes; 3:
+// answers mapped to the tokens that end before their boundaries, in one
+// pass, not to the encoding of the text before them, which could stop
+// short of a token that straddles a boundary).
+const sftCacheVersion = "memfit sft cache 3\n"
 
 // SFTStats describes a fine-tuning dataset.
 type SFTStats struct {
@@ -113,7 +116,7 @@ func OpenSFT(path string, enc Encoder, opt SFTOptions, opts ...Option) (*SFTData
 	if opt.LossOn < LossDefault || opt.LossOn > LossAll {
 		return nil, fileErr("sft", path, "loss on %v: want default, answers or all", opt.LossOn)
 	}
-	recs, err := OpenRecords(path)
+	recs, err := OpenRecordsLimit(path, opt.MaxRecordBytes)
 	if err != nil {
 		return nil, err
 	}

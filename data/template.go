@@ -9,14 +9,21 @@ import (
 )
 
 // The chat template engine: Jinja as transformers runs a chat_template
-// (an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, no
-// loader), over github.com/ardanlabs/jinja's values, in a sandbox of
-// limits, since a template comes with a downloaded model and is run over
-// every record. The library's own evaluator has no hooks for any of them
-// (it recurses without bound, wraps integers, panics on a negative string
-// repetition, and builds whatever a template asks), so this package lexes,
-// parses and evaluates templates itself; the library provides the values
-// (jinja.Value) that the templates and their callers exchange.
+// (an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks,
+// loopcontrols and no loader), over github.com/ardanlabs/jinja's values,
+// in a sandbox of limits, since a template comes with a downloaded model
+// and runs over every record. The library's own evaluator offers no hook
+// for any limit (it recurses without bound, wraps integers, panics on a
+// negative string repetition and builds whatever a template asks), so
+// this package lexes, parses and evaluates templates itself; the library
+// provides the values (jinja.Value) templates and their callers exchange.
+// Renderings are Python Jinja's (TestTemplateSemantics' were checked
+// against Jinja 3.1.6; the fixtures' against @huggingface/jinja), with
+// its errors: integer division or modulo by zero, an integer overflow
+// (Python's integers do not overflow; these are 64 bits), an attribute of
+// an undefined value, iterating none, adding a string to a non-string,
+// changing a list or a dict (but a namespace()'s attributes); a tuple is
+// a list.
 //
 // The limits, each an error naming the limit (never a panic, a hang or an
 // exhausted memory):
@@ -27,27 +34,24 @@ import (
 //     build). The parser checks the depth as it goes, so neither it nor
 //     the evaluator, whose recursion follows the tree, recurses deeper.
 //   - Calls: macros, call blocks' caller() and recursive loops nest at
-//     most tplMaxCalls deep; values (lists and dicts within each other,
-//     a list holding itself) are printed, compared or serialised at most
-//     tplMaxValueDepth deep.
+//     most tplMaxCalls deep (so does |map('map', ...)); values (lists and
+//     dicts within each other, a namespace holding itself) are printed,
+//     compared or serialised at most tplMaxValueDepth deep.
 //   - Steps: every node run, expression evaluated, loop iteration, call,
 //     filter, test and output write costs one, as does every item a
-//     range, a repetition or a conversion builds; a rendering has
-//     tplLimits.Steps.
+//     range, a repetition or a conversion builds and every value printed
+//     or compared; a rendering has tplLimits.Steps.
 //   - Bytes: every byte a string operation builds or scans (concatenation,
 //     repetition, replace, join, formatting, slicing, tojson, the
-//     rendering itself) and 24 per list item built counts against
+//     rendering itself) and tplItemBytes per list item built count against
 //     tplLimits.Bytes, checked before the allocation.
 //   - Output: the rendering, and any one string, at most tplLimits.Output
-//     bytes.
+//     bytes, checked before the allocation.
 //
-// Steps, bytes and output are proportional to the size of the variables
-// (the conversation) plus a constant, the output capped absolutely
-// (tplDefaultLimits). Integers are Python's as far as 64 bits hold them:
-// division or modulo by zero and an overflow are errors, floor division
-// and modulo round toward negative infinity; slices are Python's (any
-// step but zero); `range` and `*` build what Python would, within the
-// limits.
+// Steps, bytes and output are a constant plus so much per byte of the
+// variables (the conversation), the output capped absolutely
+// (tplDefaultLimits). `range` and `*` build what Python would within the
+// limits; slices are Python's, any step but zero.
 
 const (
 	// tplMaxSource is the largest template source: real chat templates

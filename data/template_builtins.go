@@ -24,7 +24,7 @@ var tplGlobals map[string]tplGlobal
 func init() {
 	tplGlobals = map[string]tplGlobal{
 		"range":           tplRange,
-		"namespace":       tplDictOf,
+		"namespace":       tplNamespace,
 		"dict":            tplDictOf,
 		"raise_exception": tplRaise,
 		"strftime_now":    tplStrftimeNow,
@@ -78,8 +78,21 @@ func tplRange(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.Value, 
 	return jinja.NewList(items), nil
 }
 
-// tplDictOf is dict() and namespace(): a dict of a mapping given and the
-// keyword arguments, in order.
+// tplNamespace is namespace(): a dict whose attributes the template
+// may set.
+func tplNamespace(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.Value, error) {
+	d, err := tplDictOf(r, args, kwargs)
+	if err == nil {
+		if r.namespaces == nil {
+			r.namespaces = map[*jinja.Dict]bool{}
+		}
+		r.namespaces[d.AsDict()] = true
+	}
+	return d, err
+}
+
+// tplDictOf is dict(): a dict of a mapping given and the keyword
+// arguments, in order.
 func tplDictOf(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.Value, error) {
 	d := jinja.NewDict()
 	if len(args) > 1 {
@@ -769,72 +782,20 @@ func (r *tplRenderer) pad(s string, width int64, fill, how string) (jinja.Value,
 	return jinja.NewString(strings.Repeat(fill, int(left)) + s + strings.Repeat(fill, int(marg-left))), nil
 }
 
+// tplMutators are the methods that change a list or a dict, which
+// transformers' ImmutableSandboxedEnvironment refuses (and which would
+// change the conversation the caller renders again).
+var tplMutators = map[string]bool{
+	"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "reverse": true, "sort": true, "clear": true,
+	"popitem": true, "setdefault": true, "update": true,
+}
+
 func (r *tplRenderer) listMethod(l *jinja.List, name string, a tplArgs) (jinja.Value, error) {
 	undef := jinja.Undefined()
+	if tplMutators[name] {
+		return undef, r.errf("%s would change a list, which chat templates may not (transformers renders them in an immutable sandbox)", a.what)
+	}
 	switch name {
-	case "append":
-		v, ok := a.get(0, "object")
-		if !ok {
-			return undef, r.errf("%s needs a value", a.what)
-		}
-		if err := r.newItems(1); err != nil {
-			return undef, err
-		}
-		l.Append(v)
-		return jinja.None(), nil
-	case "extend":
-		v, ok := a.get(0, "iterable")
-		if !ok {
-			return undef, r.errf("%s needs the items", a.what)
-		}
-		items, err := r.iterate(v)
-		if err != nil {
-			return undef, err
-		}
-		if err := r.newItems(int64(len(items))); err != nil {
-			return undef, err
-		}
-		l.Items = append(l.Items, items...)
-		return jinja.None(), nil
-	case "pop":
-		if len(l.Items) == 0 {
-			return undef, r.errf("pop from empty list")
-		}
-		i, err := a.int(0, "index", -1)
-		if err != nil {
-			return undef, err
-		}
-		if i < 0 {
-			i += int64(len(l.Items))
-		}
-		if i < 0 || i >= int64(len(l.Items)) {
-			return undef, r.errf("pop index out of range")
-		}
-		if err := r.stepsN(int64(len(l.Items)) - i); err != nil {
-			return undef, err
-		}
-		v := l.Items[i]
-		l.Items = slices.Delete(l.Items, int(i), int(i)+1)
-		return v, nil
-	case "insert":
-		i, err := a.int(0, "index", 0)
-		if err != nil {
-			return undef, err
-		}
-		v, ok := a.get(1, "object")
-		if !ok {
-			return undef, r.errf("%s needs an index and a value", a.what)
-		}
-		n := int64(len(l.Items))
-		if i < 0 {
-			i = max(i+n, 0)
-		}
-		i = min(i, n)
-		if err := r.newItems(1 + n - i); err != nil {
-			return undef, err
-		}
-		l.Items = slices.Insert(l.Items, int(i), v)
-		return jinja.None(), nil
 	case "index", "count":
 		v, ok := a.get(0, "value")
 		if !ok {
@@ -868,6 +829,9 @@ func (r *tplRenderer) listMethod(l *jinja.List, name string, a tplArgs) (jinja.V
 
 func (r *tplRenderer) dictMethod(d *jinja.Dict, name string, a tplArgs) (jinja.Value, error) {
 	undef := jinja.Undefined()
+	if tplMutators[name] {
+		return undef, r.errf("%s would change a dict, which chat templates may not (transformers renders them in an immutable sandbox; a namespace()'s attributes can be set)", a.what)
+	}
 	switch name {
 	case "items", "keys", "values":
 		if err := r.newItems(int64(len(d.Keys))); err != nil {
@@ -885,7 +849,7 @@ func (r *tplRenderer) dictMethod(d *jinja.Dict, name string, a tplArgs) (jinja.V
 			}
 		}
 		return jinja.NewList(items), nil
-	case "get", "pop":
+	case "get":
 		kv, ok := a.get(0, "key")
 		if !ok {
 			return undef, r.errf("%s needs a key", a.what)
@@ -894,46 +858,11 @@ func (r *tplRenderer) dictMethod(d *jinja.Dict, name string, a tplArgs) (jinja.V
 		if err != nil {
 			return undef, err
 		}
-		v, found := d.Get(k)
-		if !found {
-			if def, ok := a.get(1, "default"); ok {
-				return def, nil
-			}
-			if name == "pop" {
-				return undef, r.errf("key %q not in the dict", tplClip(k, 80))
-			}
-			return jinja.None(), nil
+		if v, found := d.Get(k); found {
+			return v, nil
 		}
-		if name == "pop" {
-			if err := r.stepsN(int64(len(d.Keys))); err != nil {
-				return undef, err
-			}
-			delete(d.Data, k)
-			d.Keys = slices.DeleteFunc(d.Keys, func(x string) bool { return x == k })
-		}
-		return v, nil
-	case "update":
-		var srcs []jinja.Value
-		if v, ok := a.get(0, ""); ok {
-			srcs = append(srcs, v)
-		}
-		for _, s := range srcs {
-			if !s.IsDict() {
-				return undef, r.errf("%s: '%s' object is not a mapping", a.what, tplType(s))
-			}
-			o := s.AsDict()
-			if err := r.newItems(int64(len(o.Keys))); err != nil {
-				return undef, err
-			}
-			for _, k := range slices.Clone(o.Keys) {
-				d.Set(k, o.Data[k])
-			}
-		}
-		if err := r.newItems(int64(len(a.kw))); err != nil {
-			return undef, err
-		}
-		for _, kv := range a.kw {
-			d.Set(kv.name, kv.v)
+		if def, ok := a.get(1, "default"); ok {
+			return def, nil
 		}
 		return jinja.None(), nil
 	case "copy":
@@ -947,15 +876,6 @@ func (r *tplRenderer) dictMethod(d *jinja.Dict, name string, a tplArgs) (jinja.V
 		return c, nil
 	}
 	return undef, r.errf("'dict' object has no method %s()", tplClip(name, 40))
-}
-
-// stepsN charges n steps.
-func (r *tplRenderer) stepsN(n int64) error {
-	if n > r.steps {
-		return r.stepsErr()
-	}
-	r.steps -= n
-	return nil
 }
 
 // attrPath is an item's attribute (a dotted path of dict keys and list
@@ -1028,6 +948,9 @@ func (r *tplRenderer) filter(name string, v jinja.Value, args []jinja.Value, kwa
 		}
 		if err := r.newItems(int64(len(s))/8 + 1); err != nil {
 			return undef, err
+		}
+		if d := tplJSONDepth(s); d > tplMaxValueDepth {
+			return undef, r.errf("|fromjson: the JSON nests %d deep, more than the limit of %d", d, tplMaxValueDepth)
 		}
 		dec := json.NewDecoder(bytes.NewReader([]byte(s)))
 		dec.UseNumber()
@@ -1148,9 +1071,9 @@ func (r *tplRenderer) filter(name string, v jinja.Value, args []jinja.Value, kwa
 			if err != nil {
 				return undef, err
 			}
-			return r.percentFormat(s, d)
+			return r.percentFormat(s, d, false)
 		}
-		return r.percentFormat(s, jinja.NewList(args))
+		return r.percentFormat(s, jinja.NewList(args), true)
 	case "length", "count":
 		switch {
 		case v.IsString():
@@ -1561,6 +1484,12 @@ func (r *tplRenderer) mapFilter(v jinja.Value, a tplArgs) (jinja.Value, error) {
 	if err != nil {
 		return undef, err
 	}
+	// map('map', 'map', ...) over lists of lists nests.
+	if r.maps >= tplMaxCalls {
+		return undef, r.errf("|map applies |map more than %d deep (the limit)", tplMaxCalls)
+	}
+	r.maps++
+	defer func() { r.maps-- }()
 	for i, it := range items {
 		if err := r.step(); err != nil {
 			return undef, err
@@ -1728,7 +1657,7 @@ func (r *tplRenderer) truncate(v jinja.Value, a tplArgs) (jinja.Value, error) {
 	if length < endLen || leeway < 0 {
 		return undef, r.errf("|truncate: length must be at least the end's, and leeway not negative")
 	}
-	if int64(len(runes)) <= length+leeway {
+	if int64(len(runes))-length <= leeway {
 		return jinja.NewString(s), nil
 	}
 	cut := string(runes[:length-endLen])
@@ -1764,8 +1693,12 @@ func (r *tplRenderer) toInt(v jinja.Value, a tplArgs) (jinja.Value, error) {
 		return jinja.NewInt(int64(f)), nil
 	case v.IsString():
 		s := strings.ReplaceAll(strings.TrimFunc(v.AsString(), tplPySpace), "_", "")
-		if base < 2 || base > 36 {
+		if base != 0 && (base < 2 || base > 36) {
 			base = 10
+		}
+		digits := strings.TrimLeft(s, "+-")
+		if p := map[int64]string{16: "0x", 8: "0o", 2: "0b"}[base]; p != "" && len(digits) > 2 && strings.EqualFold(digits[:2], p) {
+			s = s[:len(s)-len(digits)] + digits[2:]
 		}
 		if n, err := strconv.ParseInt(s, int(base), 64); err == nil {
 			return jinja.NewInt(n), nil
@@ -1908,4 +1841,25 @@ func (r *tplRenderer) test(name string, v jinja.Value, args []jinja.Value) (bool
 		return r.equal(v, x, 0)
 	}
 	return false, r.errf("no test named %q", tplClip(name, 40))
+}
+
+// tplJSONDepth is how deep the arrays and objects of JSON text s nest.
+func tplJSONDepth(s string) int {
+	depth, deepest := 0, 0
+	inString := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }

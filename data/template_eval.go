@@ -39,7 +39,11 @@ type tplRenderer struct {
 	out   *strings.Builder // where output goes (a macro's, a set block's)
 	top   *strings.Builder // the rendering's
 	calls int              // macro, caller and recursive loop calls deep
+	maps  int              // |map('map', ...) deep
 	line  int              // of the statement running, for errors
+	// namespaces are the dicts namespace() made, the only ones whose
+	// attributes a template may set (as Jinja's sandbox).
+	namespaces map[*jinja.Dict]bool
 }
 
 func (r *tplRenderer) errf(format string, args ...any) error {
@@ -62,7 +66,7 @@ func (r *tplRenderer) stepsErr() error {
 
 // spend charges n bytes of work.
 func (r *tplRenderer) spend(n int64) error {
-	if n > r.work {
+	if n < 0 || n > r.work {
 		r.work = -1
 		return r.errf("the template builds or scans more than %d bytes of strings and lists (its limit for this conversation)", r.lim.Bytes)
 	}
@@ -85,7 +89,7 @@ func (r *tplRenderer) newString(n int64) error {
 // newItems checks and charges a list of n items about to be built: a
 // step and tplItemBytes bytes each.
 func (r *tplRenderer) newItems(n int64) error {
-	if n > r.steps {
+	if n < 0 || n > r.steps {
 		return r.errf("the template builds a list of %d items, more than the %d steps it has left (its limit for this conversation)", n, max(r.steps, 0))
 	}
 	r.steps -= n
@@ -238,8 +242,11 @@ func (r *tplRenderer) exec(n tplNode, sc *tplScope) error {
 func (r *tplRenderer) assign(sc *tplScope, targets []string, ns, attr string, v jinja.Value) error {
 	if ns != "" {
 		n := r.lookup(ns, sc)
-		if !n.IsDict() {
-			return r.errf("cannot set %s.%s: %s is %s, not a namespace", ns, attr, ns, tplType(n))
+		if !n.IsDict() || !r.namespaces[n.AsDict()] {
+			return r.errf("cannot set %s.%s: %s is %s, not a namespace()", ns, attr, ns, tplType(n))
+		}
+		if err := r.newItems(1); err != nil {
+			return err
 		}
 		n.AsDict().Set(attr, v)
 		return nil
@@ -438,7 +445,7 @@ func (r *tplRenderer) iterate(v jinja.Value) ([]jinja.Value, error) {
 			items = append(items, jinja.NewString(string(c)))
 		}
 		return items, nil
-	case v.IsUndefined(), v.IsNone():
+	case v.IsUndefined():
 		return nil, nil
 	}
 	return nil, r.errf("'%s' object is not iterable", tplType(v))
@@ -606,15 +613,27 @@ func (r *tplRenderer) evalArgs(argx []tplExpr, kwx []tplKwarg, sc *tplScope) ([]
 	return args, kwargs, nil
 }
 
-// tplCallee names what a call calls, for messages.
+// tplCallee names what a call calls (or an expression), for messages.
 func tplCallee(x tplExpr) string {
 	switch x := x.(type) {
 	case *tplName:
 		return x.name
 	case *tplAttr:
 		return tplCallee(x.x) + "." + x.name
+	case *tplItem:
+		return tplCallee(x.x) + "[...]"
+	case *tplCall:
+		return tplCallee(x.fn) + "(...)"
+	case *tplFilter:
+		return tplCallee(x.x) + "|" + x.name
 	}
 	return "the expression"
+}
+
+// undefinedErr says that x, undefined, has no what (an attribute or an
+// item), as Python's Jinja raises.
+func (r *tplRenderer) undefinedErr(x tplExpr, what string) error {
+	return r.errf("%s is undefined, and so has no %s", tplClip(tplCallee(x), 80), tplClip(what, 40))
 }
 
 // invoke calls fn.
@@ -668,6 +687,9 @@ func (r *tplRenderer) eval(x tplExpr, sc *tplScope) (jinja.Value, error) {
 		if err != nil {
 			return undef, err
 		}
+		if obj.IsUndefined() {
+			return undef, r.undefinedErr(x.x, "."+x.name)
+		}
 		if obj.IsDict() {
 			if v, ok := obj.AsDict().Get(x.name); ok {
 				return v, nil
@@ -678,6 +700,9 @@ func (r *tplRenderer) eval(x tplExpr, sc *tplScope) (jinja.Value, error) {
 		obj, err := r.eval(x.x, sc)
 		if err != nil {
 			return undef, err
+		}
+		if obj.IsUndefined() {
+			return undef, r.undefinedErr(x.x, "[...]")
 		}
 		key, err := r.eval(x.key, sc)
 		if err != nil {
@@ -712,6 +737,10 @@ func (r *tplRenderer) eval(x tplExpr, sc *tplScope) (jinja.Value, error) {
 		rv, err := r.eval(x.r, sc)
 		if err != nil {
 			return undef, err
+		}
+		if x.op == "%" && l.IsString() {
+			t, ok := x.r.(*tplList)
+			return r.percentFormat(l.AsString(), rv, ok && t.tuple)
 		}
 		return r.arith(x.op, l, rv)
 	case *tplConcat:
@@ -1044,8 +1073,8 @@ func (r *tplRenderer) evalSlice(x *tplSlice, sc *tplScope) (jinja.Value, error) 
 			out[i] = runes[from+int64(i)*by]
 		}
 		return jinja.NewString(string(out)), nil
-	case obj.IsUndefined() || obj.IsNone():
-		return undef, nil
+	case obj.IsUndefined():
+		return undef, r.undefinedErr(x.x, "slice")
 	}
 	return undef, r.errf("'%s' object cannot be sliced", tplType(obj))
 }
@@ -1177,7 +1206,7 @@ func (r *tplRenderer) arith(op string, a, b jinja.Value) (jinja.Value, error) {
 		}
 	case "%":
 		if a.IsString() {
-			return r.percentFormat(a.AsString(), b)
+			return r.percentFormat(a.AsString(), b, false)
 		}
 	}
 	return typeErr()
@@ -1337,6 +1366,8 @@ func (r *tplRenderer) compare(a, b jinja.Value, op string, depth int) (int, erro
 			return 0, err
 		}
 		return strings.Compare(x, y), nil
+	case a.IsUndefined() && b.IsUndefined():
+		return 0, nil // Jinja's sort by a missing attribute keeps the order
 	case a.IsList() && b.IsList():
 		x, y := a.AsList().Items, b.AsList().Items
 		for i := 0; i < len(x) && i < len(y); i++ {
@@ -1382,6 +1413,8 @@ func (r *tplRenderer) contains(container, item jinja.Value) (bool, error) {
 			return false, nil
 		}
 		return container.AsDict().Has(tplScalarStr(item)), nil
+	case container.IsUndefined():
+		return false, nil
 	}
-	return false, nil
+	return false, r.errf("argument of type '%s' is not iterable", tplType(container))
 }

@@ -28,14 +28,14 @@ func (r *tplRenderer) readCount(s string, i int, limit int64) (int64, int, error
 	return n, i, nil
 }
 
-// percentFormat is Python's format % arg (a tuple, a mapping or one
-// value).
-func (r *tplRenderer) percentFormat(f string, arg jinja.Value) (jinja.Value, error) {
+// percentFormat is Python's format % arg: a tuple's items (tuple: arg
+// is one, not a list), a mapping's values by key, or one value.
+func (r *tplRenderer) percentFormat(f string, arg jinja.Value, tuple bool) (jinja.Value, error) {
 	undef := jinja.Undefined()
 	args := []jinja.Value{arg}
 	var mapping *jinja.Dict
 	switch {
-	case arg.IsList():
+	case tuple && arg.IsList():
 		args = arg.AsList().Items
 	case arg.IsDict():
 		mapping = arg.AsDict()
@@ -285,7 +285,7 @@ func (r *tplRenderer) padTo(s string, width int64, fill string, align byte) (str
 // fields, !r and !s, and format specs.
 func (r *tplRenderer) strFormat(f string, a tplArgs) (jinja.Value, error) {
 	undef := jinja.Undefined()
-	auto := 0
+	auto, manual := 0, false
 	b := &tplBuf{r: r}
 	for i := 0; i < len(f); {
 		switch c := f[i]; {
@@ -298,16 +298,54 @@ func (r *tplRenderer) strFormat(f string, a tplArgs) (jinja.Value, error) {
 		case c == '}':
 			return undef, r.errf("single '}' encountered in format string")
 		case c == '{':
-			k := strings.IndexByte(f[i:], '}')
-			if k < 0 {
+			// The field, up to its matching '}' (a spec may hold one
+			// level of fields: {0:>{1}}).
+			k, depth := 1, 1
+			for ; i+k < len(f) && depth > 0; k++ {
+				switch f[i+k] {
+				case '{':
+					depth++
+				case '}':
+					depth--
+				}
+			}
+			if depth > 0 {
 				return undef, r.errf("single '{' encountered in format string")
 			}
-			field := f[i+1 : i+k]
-			i += k + 1
-			if strings.ContainsRune(field, '{') {
-				return undef, r.errf("nested format fields are not supported")
-			}
+			field := f[i+1 : i+k-1]
+			i += k
 			name, spec, _ := strings.Cut(field, ":")
+			if strings.ContainsRune(name, '{') || strings.Count(spec, "{") > 1 {
+				return undef, r.errf("format fields nest too deep")
+			}
+			if j := strings.IndexByte(spec, '{'); j >= 0 {
+				e := strings.IndexByte(spec[j:], '}')
+				if e < 0 {
+					return undef, r.errf("unmatched '{' in format spec")
+				}
+				inner := spec[j+1 : j+e]
+				var v jinja.Value
+				var ok bool
+				switch {
+				case inner == "":
+					v, ok = a.get(auto, "\x00")
+					auto++
+				case strings.Trim(inner, "0123456789") == "":
+					n, _ := strconv.Atoi(inner)
+					v, ok = a.get(n, "\x00")
+					manual = true
+				default:
+					v, ok = a.get(-1, inner)
+				}
+				if !ok {
+					return undef, r.errf("format: no argument for the field {%s}", tplClip(inner, 40))
+				}
+				s, err := r.str(v)
+				if err != nil {
+					return undef, err
+				}
+				spec = spec[:j] + s + spec[j+e+1:]
+			}
 			conv := ""
 			if j := strings.IndexByte(name, '!'); j >= 0 {
 				name, conv = name[:j], name[j+1:]
@@ -316,9 +354,16 @@ func (r *tplRenderer) strFormat(f string, a tplArgs) (jinja.Value, error) {
 			var ok bool
 			switch {
 			case name == "":
+				if manual {
+					return undef, r.errf("cannot switch from manual field numbering to automatic field numbering")
+				}
 				v, ok = a.get(auto, "\x00")
 				auto++
 			case strings.Trim(name, "0123456789") == "":
+				if auto > 0 {
+					return undef, r.errf("cannot switch from automatic field numbering to manual field numbering")
+				}
+				manual = true
 				n, err := strconv.Atoi(name)
 				if err != nil {
 					return undef, r.errf("format field %q is out of range", tplClip(name, 40))
@@ -467,6 +512,13 @@ func (r *tplRenderer) formatSpec(v jinja.Value, spec string) (string, error) {
 			}
 			body = fmt.Sprintf("%."+strconv.FormatInt(prec, 10)+string(t), math.Abs(f))
 		}
+		if grouping != "" {
+			intPart, rest := body, ""
+			if j := strings.IndexFunc(body, func(c rune) bool { return c < '0' || c > '9' }); j >= 0 {
+				intPart, rest = body[:j], body[j:]
+			}
+			body = tplThousands(intPart, grouping) + rest
+		}
 		if math.Signbit(f) {
 			sign = "-"
 		} else if sign == "-" {
@@ -508,14 +560,7 @@ func (r *tplRenderer) formatSpec(v jinja.Value, spec string) (string, error) {
 			body = strings.ToUpper(body)
 		}
 		if grouping != "" && base == 10 {
-			var g strings.Builder
-			for i, c := range body {
-				if i > 0 && (len(body)-i)%3 == 0 {
-					g.WriteString(grouping)
-				}
-				g.WriteRune(c)
-			}
-			body = g.String()
+			body = tplThousands(body, grouping)
 		}
 		if alt {
 			body = prefix + body
@@ -537,4 +582,16 @@ func (r *tplRenderer) formatSpec(v jinja.Value, spec string) (string, error) {
 		return sign + s, err
 	}
 	return r.padTo(sign+body, width, fill, align)
+}
+
+// tplThousands puts sep between the thousands of the digits d.
+func tplThousands(d, sep string) string {
+	var g strings.Builder
+	for i, c := range d {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			g.WriteString(sep)
+		}
+		g.WriteRune(c)
+	}
+	return g.String()
 }

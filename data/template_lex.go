@@ -174,7 +174,7 @@ func (lx *tplLexer) run() error {
 		}
 		lx.toks = append(lx.toks, tplTok{kind: endKind, line: lx.line})
 		// {% raw %}: the text up to {% endraw %}, as it is.
-		if kind == '%' && len(lx.toks)-first == 3 && lx.toks[first+1].kind == tkName && lx.toks[first+1].val == "raw" {
+		if kind == '%' && right != '+' && len(lx.toks)-first == 3 && lx.toks[first+1].kind == tkName && lx.toks[first+1].val == "raw" {
 			lx.toks = lx.toks[:first]
 			if right == '-' {
 				lx.skipSpace()

@@ -121,7 +121,10 @@ type (
 		args []tplExpr
 		neg  bool
 	}
-	tplList struct{ items []tplExpr }
+	tplList struct {
+		items []tplExpr
+		tuple bool // written as a tuple: (a, b), a, b or ()
+	}
 	tplDict struct{ keys, vals []tplExpr }
 )
 
@@ -650,7 +653,7 @@ func (p *tplParser) parseTuple(condexpr bool) (tplExpr, error) {
 	if !tuple {
 		return items[0], nil
 	}
-	return &tplList{items: items}, nil
+	return &tplList{items: items, tuple: true}, nil
 }
 
 func (p *tplParser) parseExpression(condexpr bool) (tplExpr, error) {
@@ -936,7 +939,7 @@ func (p *tplParser) parsePrimary() (tplExpr, error) {
 			p.next()
 			if p.isOp(")") {
 				p.next()
-				return &tplList{}, nil
+				return &tplList{tuple: true}, nil
 			}
 			x, err := p.parseTuple(true)
 			if err != nil {

@@ -275,7 +275,7 @@ func TestLoadLlamaErrors(t *testing.T) {
 		{"tensor memfit would drop", edit(t, model, nil, safetensors.Source{Name: "model.layers.0.self_attn.q_proj.bias", DType: safetensors.F32, Shape: []int{16}, Data: make([]byte, 64)}),
 			string(cfg), []string{"model.safetensors", "model.layers.0.self_attn.q_proj.bias"}},
 		{"infinite weight", infinite(t, model, "model.layers.1.self_attn.q_proj.weight", 37, float32(math.Inf(1))), string(cfg),
-			[]string{"model.safetensors", "model.layers.1.self_attn.q_proj.weight", "element 37 is +Inf", "not a finite weight"}},
+			[]string{"model.safetensors", "model.layers.1.self_attn.q_proj.weight", "element 37 is +Inf", "not finite"}},
 		{"NaN norm", infinite(t, model, "model.norm.weight", 3, float32(math.NaN())), string(cfg),
 			[]string{"model.norm.weight", "element 3 is NaN"}},
 		{"byte range past the data", damage(t, model, map[string]string{

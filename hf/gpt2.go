@@ -472,7 +472,7 @@ func (b binding) values() ([]float32, error) {
 func finite(v []float32, at int) error {
 	for i, x := range v {
 		if x-x != 0 { // ±Inf and NaN
-			return fmt.Errorf("element %d is %v: not a finite weight", at+i, x)
+			return fmt.Errorf("element %d is %v: the weights are not finite", at+i, x)
 		}
 	}
 	return nil

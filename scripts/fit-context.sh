@@ -7,10 +7,14 @@
 # the context doubles from START until -fit finds nothing, then a binary
 # search narrows it to STEP tokens. Prints a markdown row per budget: the
 # longest context found, the flags -fit chose there, its predicted peak,
-# and the reference's tokens at that budget (Unsloth's QLoRA table for
+# the host memory it offloads, and the reference's tokens at that budget (Unsloth's QLoRA table for
 # Llama 3.1 8B, rank 32 on every linear layer, batch 1; plain Hugging Face
 # with FlashAttention-2). Plans only: nothing is trained, nothing
 # allocated. Each -fit's time goes to stderr.
+#
+# HOST=SIZE is the host memory -fit may use (-fit-host; default 120GiB,
+# issue #44's host budget); HOST= (empty) leaves -fit-host out, so that
+# -fit takes this machine's available memory as the host budget.
 #
 # INIT=DIR plans another model from its config.json (a directory holding
 # it alone is enough: hf/testdata/configs has Qwen 3 8B's and Gemma 3
@@ -21,6 +25,9 @@ cd "$(dirname "$0")/.."
 start=${START:-2048}
 step=${STEP:-256}
 budgets=("$@")
+host=${HOST-120GiB}
+hostflag=()
+[ -z "$host" ] || hostflag=(-fit-host "$host")
 [ ${#budgets[@]} -gt 0 ] || budgets=(8GiB 12GiB 16GiB 24GiB 40GiB)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -51,26 +58,28 @@ reference() {
 commas() { sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta' <<<"$1"; }
 
 # fit BUDGET CONTEXT runs -fit; on success it leaves the chosen flags and
-# the predicted peak in $work/fit.
+# the predicted peak in $work/fit, and the plan's host memory (its host
+# side's total, or 0 B) in $work/host.
 fit() {
   local t0 t1 ok=0
   t0=$(date +%s.%N)
-  if "$work/train" "${shape[@]}" -context "$2" -fit "$1" -plan >"$work/out" 2>&1; then
+  if "$work/train" "${shape[@]}" -context "$2" -fit "$1" "${hostflag[@]}" -plan >"$work/out" 2>"$work/err"; then
     ok=1
-    head -1 "$work/out" >"$work/fit"
+    grep -m1 '^fit .*(predicted peak ' "$work/out" >"$work/fit"
+    awk '/^host memory/ { h = 1 } h && /^total/ { print $2 " " $3; found = 1; exit } END { if (!found) print "0 B" }' "$work/out" >"$work/host"
   fi
   t1=$(date +%s.%N)
   printf '%s context %d: fits %d (%.1f s)\n' "$1" "$2" "$ok" "$(awk "BEGIN{print $t1 - $t0}")" >&2
   [ $ok = 1 ]
 }
 
-echo "| budget | longest context -fit finds | flags -fit chose | predicted peak | Unsloth QLoRA | Hugging Face + FA2 |"
-echo "|---|---|---|---|---|---|"
+echo "| budget | longest context -fit finds | flags -fit chose | predicted peak | host memory | Unsloth QLoRA | Hugging Face + FA2 |"
+echo "|---|---|---|---|---|---|---|"
 for b in "${budgets[@]}"; do
-  lo=0 hi=$start best=""
+  lo=0 hi=$start best="" besthost=""
   # Double until nothing fits.
   while fit "$b" "$hi"; do
-    lo=$hi best=$(cat "$work/fit")
+    lo=$hi best=$(cat "$work/fit") besthost=$(cat "$work/host")
     hi=$((hi * 2))
   done
   # Narrow to STEP tokens: lo fits (or is 0), hi does not.
@@ -78,17 +87,17 @@ for b in "${budgets[@]}"; do
     mid=$(((lo + hi) / 2 / step * step))
     [ "$mid" -gt "$lo" ] || mid=$((lo + step))
     if fit "$b" "$mid"; then
-      lo=$mid best=$(cat "$work/fit")
+      lo=$mid best=$(cat "$work/fit") besthost=$(cat "$work/host")
     else
       hi=$mid
     fi
   done
   if [ "$lo" = 0 ]; then
-    echo "| $b | none at $start | | | $(reference "$b") |"
+    echo "| $b | none at $start | | | | $(reference "$b") |"
     continue
   fi
   # "fit 16.00 GiB: FLAGS (predicted peak 12.50 GiB)"
   flags=$(sed -e 's/^fit [^:]*: //' -e 's/ (predicted peak .*//' <<<"$best")
   peak=$(sed -e 's/.*(predicted peak \(.*\))$/\1/' <<<"$best")
-  printf '| %s | %s | `%s` | %s | %s |\n' "$b" "$(commas "$lo")" "$flags" "$peak" "$(reference "$b")"
+  printf '| %s | %s | `%s` | %s | %s | %s |\n' "$b" "$(commas "$lo")" "$flags" "$peak" "$besthost" "$(reference "$b")"
 done

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/memory"
@@ -148,7 +149,7 @@ func (t *Tensor) Evict() error {
 	t.mustLive("Evict")
 	st := t.st
 	switch {
-	case !st.evictable:
+	case !st.evictable || st.parking() != nil:
 		return errorf("Evict", "%s was not made by Flatten", t.describe())
 	case st.evicted:
 		return nil
@@ -207,4 +208,185 @@ func (t *Tensor) RematerializeLater() (done func(error) error, err error) {
 		}
 		return fillErr
 	}, nil
+}
+
+// Parked storage: a frozen weight kept in host memory and brought to the
+// device it is used on only while it is used (offload.Base streams a
+// model's frozen base block by block this way). Park moves t's storage to
+// a host device: a copy there, under the category it had, and its device
+// memory freed. A parked storage holds its values — on the host: a
+// parked tensor reads and writes as a host tensor does (Float32s,
+// SetFloat32s, AllFinite), and an op that meets it with tensors of the
+// device it was parked from fails naming the two devices, never reading
+// stale memory. Fetch (or FetchLater) allocates it on that device again
+// and copies it there; Unfetch frees the device's copy, so that the
+// storage is on the host again. Every handle on the storage — views,
+// what autograd saved from it — follows it, as for Evict, and the
+// storage's version is kept, so a node that saved the weight before it
+// went home runs its backward on the values fetched again. A parked
+// storage owns its host copy: releasing its last handle frees it (and
+// the device's copy, if fetched). Its casts stay out of autocast's weight
+// cache, which would keep a copy on the device past the fetch.
+
+// parking is what Park remembers of a storage: the host and its copy
+// there, and the device the storage is used on.
+type parking struct {
+	home    device.Device
+	homeBuf device.Buffer // the host copy while fetched (st.buf otherwise)
+	away    device.Device
+	fetched bool
+	version int64 // at the fetch: an in-place write meanwhile goes home at Unfetch
+	bytes   int64
+}
+
+// parkings maps a parked storage to its parking until its last handle
+// goes (the storage's deferEnd removes it).
+var parkings sync.Map // *storage → *parking
+
+func (st *storage) parking() *parking {
+	if p, ok := parkings.Load(st); ok {
+		return p.(*parking)
+	}
+	return nil
+}
+
+// checkLive is mustLive as an error, for every dtype.
+func (t *Tensor) checkLive(op string) error {
+	switch {
+	case t == nil:
+		return errorf(op, "nil tensor")
+	case t.released:
+		return errorf(op, "use of released tensor %s", t.describe())
+	}
+	return nil
+}
+
+// Park moves t's storage to host, which must store values where t's
+// device does (a CPU device for a GPU's tensors; a second CPU device, or
+// a second meta device while planning, for tests and plans): a copy
+// allocated there under t's category, the device's memory freed. t must
+// be a live leaf that does not require grad and has no gradient (a
+// frozen weight), on memory of its own: not made by Flatten or Deferred,
+// not parked already.
+func (t *Tensor) Park(host device.Device) error {
+	if err := t.checkLive("Park"); err != nil {
+		return err
+	}
+	st := t.st
+	switch {
+	case host == nil:
+		return errorf("Park", "%s: no host device", t.describe())
+	case host == st.dev:
+		return errorf("Park", "%s is on the host device already", t.describe())
+	case t.node != nil:
+		return errorf("Park", "%s is the result of an op; only leaves park", t.describe())
+	case t.requiresGrad || t.grad != nil:
+		return errorf("Park", "%s requires grad: only a frozen tensor parks", t.describe())
+	case st.parking() != nil:
+		return errorf("Park", "%s is parked already", t.describe())
+	case st.evictable || st.evicted || st.deferred != nil || st.deferEnd != nil:
+		return errorf("Park", "%s is flattened, evicted or deferred", t.describe())
+	}
+	n := t.StorageBytes()
+	cat := t.Category()
+	buf, err := host.Alloc(n, cat)
+	if err != nil {
+		return err
+	}
+	copyBuffer(host, buf, st.dev, st.buf, n)
+	p := &parking{home: host, away: st.dev, bytes: n}
+	st.dev.Free(st.buf)
+	st.buf, st.dev, st.evictable = buf, host, true
+	parkings.Store(st, p)
+	st.deferEnd = func() {
+		// release freed st.buf: the device's copy while fetched (the
+		// host's stays to free here), the host's otherwise.
+		if p.fetched {
+			p.home.Free(p.homeBuf)
+		}
+		parkings.Delete(st)
+	}
+	return nil
+}
+
+// Parked reports whether Park moved t's storage to a host device (fetched
+// to its device now or not).
+func (t *Tensor) Parked() bool { return t.st.parking() != nil }
+
+// Fetched reports whether t's parked storage is on its device now.
+func (t *Tensor) Fetched() bool {
+	p := t.st.parking()
+	return p != nil && p.fetched
+}
+
+// FetchLater is Fetch with the copy left to the caller, who may make it
+// on another goroutine or a stream of the device's own (a prefetch while
+// the device computes): it allocates t's parked storage on the device it
+// was parked from now, so that the allocation happens at a point of the
+// program rather than of another goroutine's timing, and t uses that
+// memory from here on. It returns the two buffers, dst on the device and
+// src on the host, the n bytes to copy from src to dst, and done, which
+// must be called on t's goroutine once dst holds them and before
+// anything reads t: done(nil) ends the fetch, done(err) frees dst (the
+// storage is on the host again) and returns err. Until done is called,
+// nothing but the copier may touch the storage. The allocation may fail
+// with *memory.OOMError.
+func (t *Tensor) FetchLater() (dst, src device.Buffer, n int64, done func(error) error, err error) {
+	if err := t.checkLive("Fetch"); err != nil {
+		return dst, src, 0, nil, err
+	}
+	st := t.st
+	p := st.parking()
+	switch {
+	case p == nil:
+		return dst, src, 0, nil, errorf("Fetch", "%s is not parked", t.describe())
+	case p.fetched:
+		return dst, src, 0, nil, errorf("Fetch", "%s is fetched already", t.describe())
+	}
+	buf, err := p.away.Alloc(p.bytes, t.Category())
+	if err != nil {
+		return dst, src, 0, nil, err
+	}
+	p.homeBuf, p.fetched, p.version = st.buf, true, st.version.Load()
+	st.buf, st.dev = buf, p.away
+	return buf, p.homeBuf, p.bytes, func(fillErr error) error {
+		if fillErr != nil {
+			st.version.Store(p.version)
+			p.away.Free(st.buf)
+			st.buf, st.dev, p.homeBuf, p.fetched = p.homeBuf, p.home, device.Buffer{}, false
+		}
+		return fillErr
+	}, nil
+}
+
+// Fetch allocates t's parked storage on the device it was parked from
+// again and copies the host's values there; t reads and writes that copy
+// until Unfetch.
+func (t *Tensor) Fetch() error {
+	dst, src, n, done, err := t.FetchLater()
+	if err != nil {
+		return err
+	}
+	copyBuffer(t.st.dev, dst, t.st.parking().home, src, n)
+	return done(nil)
+}
+
+// Unfetch frees the device's copy of t's fetched storage: t is on the
+// host again. A write to the device's copy since the fetch (none to a
+// frozen weight, in practice) is copied home first.
+func (t *Tensor) Unfetch() error {
+	if err := t.checkLive("Unfetch"); err != nil {
+		return err
+	}
+	st := t.st
+	p := st.parking()
+	if p == nil || !p.fetched {
+		return errorf("Unfetch", "%s is not fetched", t.describe())
+	}
+	if st.version.Load() != p.version {
+		copyBuffer(p.home, p.homeBuf, p.away, st.buf, p.bytes)
+	}
+	p.away.Free(st.buf)
+	st.buf, st.dev, p.homeBuf, p.fetched = p.homeBuf, p.home, device.Buffer{}, false
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/internal/plantrace"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/tensor"
@@ -182,9 +183,26 @@ func rowsOf(s *tensor.Scope, x *tensor.Tensor, tl nn.Rows) *tensor.Tensor {
 	return v
 }
 
+// traced returns the tiles a pass on dev runs: all of them on a device
+// that stores values; on one that stores none (the meta device, a plan)
+// the first two and the last. A plan needs allocations, not values, and
+// tiles of one length allocate alike: the first makes what persists
+// over the tiles (the output, the parameters' sums), the second is every
+// later tile of its length in the steady state that follows, and the
+// last may be longer. Skipping the rest gives the same peaks (train's
+// TestPlanSkipsRepeatsExactly; package plantrace traces them all) in a
+// time that does not grow with the context.
+func traced(dev device.Device, tiles []nn.Rows) []nn.Rows {
+	if len(tiles) <= 3 || device.StoresValues(dev) || plantrace.Every() {
+		return tiles
+	}
+	return []nn.Rows{tiles[0], tiles[1], tiles[len(tiles)-1]}
+}
+
 // forward computes p tile by tile without recording and returns its
 // outputs side by side, [rows, width] (a new tensor the caller owns).
 func forward(r *nn.Run, p nn.Tokens, tiles []nn.Rows, rows, width int) *tensor.Tensor {
+	tiles = traced(p.In[0].Device(), tiles)
 	var out *tensor.Tensor
 	done := false
 	defer func() {
@@ -254,7 +272,7 @@ func backward(pass *nn.Run, autocast tensor.DType, p nn.Tokens, tiles []nn.Rows,
 		acc[i] = bs.Detach(z)
 		z.Release()
 	}
-	for _, tl := range tiles {
+	for _, tl := range traced(g.Device(), tiles) {
 		backwardTile(pass, autocast, p, tl, need, own, acc, sums, g, saved)
 	}
 	grads := make([]*tensor.Tensor, len(in)+len(params))

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/hf"
 	"github.com/memfit/memfit/models"
@@ -36,6 +37,12 @@ type Config struct {
 	// fits that budget.
 	Plan bool  `json:"plan"`
 	Fit  int64 `json:"fit"`
+	// FitHost (bytes; 0: this machine's available memory less a margin)
+	// is the host memory Fit may choose to use beside the device's on a
+	// device with memory of its own (-offload's host side); on one whose
+	// memory is the host's (cpu) Fit's budget counts both, and FitHost is
+	// refused.
+	FitHost int64 `json:"fit_host,omitempty"`
 }
 
 // ModelConfig is the model a run trains: a registered model built from
@@ -79,6 +86,10 @@ type DataConfig struct {
 	Pack         bool   `json:"pack,omitempty"`
 	LossOn       string `json:"loss_on,omitempty"`
 	ShowExamples int    `json:"show_examples,omitempty"`
+	// MaxRecordBytes bounds one record's bytes (a JSON Lines line, a
+	// parquet row as JSON): a longer one is refused as soon as that
+	// much of it is read. 0 is data.DefaultMaxRecordBytes.
+	MaxRecordBytes int64 `json:"max_record_bytes,omitempty"`
 }
 
 // OptimConfig is the optimization: how long, on what batches, with which
@@ -234,7 +245,7 @@ type GenerateConfig struct {
 func Default() Config {
 	return Config{
 		Model:     ModelConfig{Name: models.Reference, Layers: 3, Width: 1024, Heads: 4, Context: 64},
-		Data:      DataConfig{Workers: 2, Prefetch: 2, ValSplit: 0.1},
+		Data:      DataConfig{Workers: 2, Prefetch: 2, ValSplit: 0.1, MaxRecordBytes: data.DefaultMaxRecordBytes},
 		Optim:     OptimConfig{Epochs: 1, Batch: 256, Name: "adam", Schedule: "const"},
 		Precision: PrecisionConfig{AMP: "off", Weights: "f32"},
 		Memory:    MemoryConfig{Accum: 1, Checkpoint: "off", LMHead: "chunked", Offload: OffloadOptions{Mode: "off"}},
@@ -250,7 +261,12 @@ func Default() Config {
 const (
 	maxBatchTokens = 1 << 28 // positions of a batch: 1 GiB per int32 host array
 	maxWorkers     = 256     // -prefetch needs none: PrefetchBytes bounds it
+	maxRecordBytes = 1 << 30 // -max-record-bytes: a record is held whole, several times over, while it is decoded and tokenized
 )
+
+// maxFitHost bounds -fit-host: it allocates nothing, but a budget past
+// 1 PiB of host memory is no machine's (a typo, or a unit too large).
+const maxFitHost = 1 << 50
 
 // DefaultLRAdafactor is -optim adafactor's learning rate: its learning
 // rate is the ceiling of the relative step size ρ = min(lr, 1/√t), which
@@ -378,8 +394,16 @@ func (c *Config) checkCore() error {
 		return bad("save-every", out.SaveEvery, "want 0 (off) or more")
 	case d.ShowExamples < 0:
 		return bad("show-examples", d.ShowExamples, "want a number of examples to print, or 0 to train")
+	case d.MaxRecordBytes < 0 || d.MaxRecordBytes > maxRecordBytes:
+		return bad("max-record-bytes", d.MaxRecordBytes, fmt.Sprintf("want a size up to %dMiB (a record is held whole in memory, several times over while it is decoded and tokenized; 0: %dMiB)", maxRecordBytes>>20, data.DefaultMaxRecordBytes>>20))
 	case c.Fit < 0:
 		return bad("fit", c.Fit, "want a size such as 512MiB")
+	case c.FitHost < 0 || c.FitHost > maxFitHost:
+		return bad("fit-host", c.FitHost, fmt.Sprintf("want a size up to %dTiB, the bound on host budgets (no machine has more)", maxFitHost>>40))
+	case c.FitHost > 0 && c.Fit == 0:
+		return bad("fit-host", c.FitHost, "needs -fit (it is the host memory -fit may choose to use)")
+	case c.FitHost > 0 && device.OnHost(c.Device.Name):
+		return bad("fit-host", c.FitHost, fmt.Sprintf("-device %s's memory is the host's: -fit's size budgets device and host memory together", c.Device.Name))
 	}
 	switch o.Schedule {
 	case "const", "cosine":

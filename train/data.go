@@ -64,6 +64,9 @@ type dataset struct {
 	// its batches carry per-example positions (-pack).
 	sft    *data.SFTDataset
 	packed bool
+	// synthetic is the embedded synthetic task's vocabulary when it is
+	// larger than the model's (-init's), which training refuses.
+	synthetic int
 }
 
 // openData resolves -data: "" is the embedded synthetic task for the
@@ -226,10 +229,11 @@ func openData(cfg Config) (*dataset, error) {
 		return nil, fmt.Errorf("-data %s is a text file of bytes (256 token ids), more than the model's vocabulary of %d (-init)", displayPath(path), cfg.Model.Vocab)
 	}
 	if ds.tokens && cfg.Model.Vocab > 0 && ds.classes > cfg.Model.Vocab {
-		// Ids the embedding has no row for would fail the first step.
+		// Ids the embedding has no row for would fail the first step
+		// (the synthetic task's: Trainer.CheckData, before training).
 		switch {
 		case path == "":
-			return nil, fmt.Errorf("-init %s: a vocabulary of %d tokens, fewer than the %d of the embedded synthetic task: give -data", cfg.Model.Init, cfg.Model.Vocab, ds.classes)
+			ds.synthetic = ds.classes
 		case tok != nil:
 			return nil, fmt.Errorf("-tokenizer %s: %d token ids, more than the model's vocabulary of %d (-init %s)", cfg.Data.Tokenizer, ds.classes, cfg.Model.Vocab, cfg.Model.Init)
 		}

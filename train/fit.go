@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -85,8 +86,13 @@ func fitShown() []string {
 // is never swapped for another algorithm. Last of all it offloads state
 // to host memory (-offload all, or activations where the optimizer
 // cannot be offloaded, as under -dist): exact, but every step copies
-// activations or gradients and parameters over and back. Candidates
-// Config.Validate refuses are skipped. It says why when nothing fits.
+// activations or gradients and parameters over and back. On a device
+// with memory of its own a candidate whose host side (PeakBytes.HostTotal)
+// exceeds the host budget (cfg.FitHost, or this machine's available
+// memory less a margin: hostBudget) is skipped like one over budget; on
+// the CPU the budget counts both (need). Candidates Config.Validate
+// refuses are skipped. It says why when nothing fits, naming the host
+// budget when that is what ruled candidates out.
 func Fit(cfg Config, budget int64) (Choice, error) {
 	return FitContext(context.Background(), cfg, budget)
 }
@@ -125,7 +131,10 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 	for i, a := range approx {
 		radix[i] = len(a.options(cfg))
 	}
-	best := Choice{Config: cfg, Peak: PeakBytes{Total: math.MaxInt64}}
+	s := &fitSearch{
+		budget: budget, host: hostBudget(cfg),
+		best: Choice{Config: cfg, Peak: PeakBytes{Total: math.MaxInt64}},
+	}
 	idx := make([]int, len(approx))
 	for {
 		c, ok := cfg, true
@@ -138,7 +147,7 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 			c = opts[idx[i]]
 		}
 		if ok {
-			found, fits, err := fitWith(ctx, c, cfg, exact, ds, budget, &best)
+			found, fits, err := fitWith(ctx, c, cfg, exact, ds, s)
 			if err != nil || fits {
 				return found, err
 			}
@@ -161,16 +170,56 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 	} else {
 		try += ", or data parallelism: -dist mpi -zero 1, 2 or 3 shard the model state over ranks (plan them with -ranks N)"
 	}
+	if s.overHost > 0 {
+		// Some fitted the device: the host budget ruled them out.
+		o := s.hostBest
+		return Choice{}, fmt.Errorf("-fit %s: nothing fits %s of host memory (%s): %d configuration(s) fit the device but need more of the host; the least is %s (%s, device peak %s); try a larger -fit-host where the machine that trains has the memory, or a larger -fit or a shorter -context",
+			memory.FormatBytes(budget), memory.FormatBytes(s.host), hostBudgetSource(cfg), s.overHost,
+			memory.FormatBytes(o.Peak.HostTotal), o.Flags(cfg), memory.FormatBytes(need(o.Config, o.Peak)))
+	}
+	best := s.best
 	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
 		memory.FormatBytes(budget), memory.FormatBytes(need(best.Config, best.Peak)), best.Flags(cfg),
 		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState), try)
 }
 
+// A fitSearch is what -fit's search keeps across the tiers: its budgets
+// and the nearest misses, for the message when nothing fits.
+type fitSearch struct {
+	budget int64 // the device's (on the CPU, device and host together: need)
+	host   int64 // the host's beside it (hostBudget; 0: none)
+	// best is the candidate with the smallest need over budget; hostBest
+	// the one with the smallest host side of the overHost candidates that
+	// fit budget but not host.
+	best, hostBest Choice
+	overHost       int
+}
+
+// fits reports whether a candidate's plan p fits both budgets, noting
+// the nearest misses.
+func (s *fitSearch) fits(c Choice) bool {
+	n := need(c.Config, c.Peak)
+	switch {
+	case n > s.budget:
+		if n < need(s.best.Config, s.best.Peak) {
+			s.best = c
+		}
+		return false
+	case s.host > 0 && c.Peak.HostTotal > s.host:
+		if s.overHost == 0 || c.Peak.HostTotal < s.hostBest.Peak.HostTotal {
+			s.hostBest = c
+		}
+		s.overHost++
+		return false
+	}
+	return true
+}
+
 // fitWith plans the combinations of the exact axes' options of cfg in
 // order of estimated cost (relative to orig), returning the first that
-// fits and keeping the smallest in best. Candidates Config.Validate
-// refuses are skipped.
-func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *dataset, budget int64, best *Choice) (Choice, bool, error) {
+// fits s's budgets and keeping the nearest misses in s. Candidates
+// Config.Validate refuses are skipped.
+func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *dataset, s *fitSearch) (Choice, bool, error) {
 	// Every combination, the first axis varying slowest.
 	cands := []Config{cfg}
 	for _, a := range exact {
@@ -198,7 +247,7 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 	held := map[string]int64{}
 	for _, c := range choices {
 		key := stateKey(c.Config, exact)
-		if h, ok := held[key]; ok && h > budget {
+		if h, ok := held[key]; ok && h > s.budget {
 			continue
 		}
 		p, h, err := planState(ctx, c.Config, ds)
@@ -207,11 +256,8 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 		}
 		held[key] = h
 		c.Peak = p
-		if need(c.Config, p) <= budget {
+		if s.fits(c) {
 			return c, true, nil
-		}
-		if need(c.Config, p) < need(best.Config, best.Peak) {
-			*best = c
 		}
 	}
 	return Choice{}, false, nil
@@ -245,4 +291,32 @@ func need(c Config, p PeakBytes) int64 {
 		return p.Total + p.HostTotal
 	}
 	return p.Total
+}
+
+// hostCapacity is the host memory this machine may give the process:
+// its available memory less a margin (cpu.DefaultCapacity); 0 where the
+// system does not say. Tests replace it.
+var hostCapacity = cpu.DefaultCapacity
+
+// hostBudget is the host memory a plan of c may use beside the device's
+// (-offload's host side, PeakBytes.HostTotal): -fit-host, or else this
+// machine's available memory less a margin (hostCapacity); 0 (none) on a
+// device whose memory is the host's, where need counts both in the one
+// budget, or where the system does not say.
+func hostBudget(c Config) int64 {
+	switch {
+	case device.OnHost(c.Device.Name):
+		return 0
+	case c.FitHost > 0:
+		return c.FitHost
+	}
+	return max(hostCapacity(), 0)
+}
+
+// hostBudgetSource says where hostBudget(c) came from.
+func hostBudgetSource(c Config) string {
+	if c.FitHost > 0 {
+		return "-fit-host"
+	}
+	return "this machine's available memory less a margin; -fit-host sets it"
 }

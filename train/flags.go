@@ -215,6 +215,7 @@ func bindDataFlags(f *Flags, c *Config) {
 	f.intVar(&d.Prefetch, "prefetch", "batches loaded ahead of the one in use (at most 256MiB of them)")
 	f.floatVar(&d.ValSplit, "val-split", "fraction of the data held out for evaluation")
 	f.stringVar(&d.LossOn, "loss-on", "with fine-tuning records: train on the answers (the default for prompt/completion, chat and Alpaca records: prompts, system and user turns are not trained) or all tokens")
+	f.sizeVar(&d.MaxRecordBytes, "max-record-bytes", "with fine-tuning records: the most bytes one record may take, a `size` (a JSON Lines line, a parquet row as JSON); a longer one is refused, naming its file and line or row, having read no more of it")
 	f.intVar(&d.ShowExamples, "show-examples", "print the first `n` training examples as they will be trained, one JSON object {\"tokens\", \"labels\"} a line (-100: not trained), then exit")
 }
 
@@ -256,6 +257,7 @@ func bindOutputFlags(f *Flags, c *Config) {
 func bindPlanFlags(f *Flags, c *Config) {
 	f.boolVar(&c.Plan, "plan", "print the predicted peak memory by category and exit")
 	f.sizeVar(&c.Fit, "fit", "choose techniques so the run fits this `size`, print the choice, then train")
+	f.sizeVar(&c.FitHost, "fit-host", "with -fit on a device with memory of its own (cuda): the host memory -fit may choose to use (-offload), a `size` (0: this machine's available memory less an eighth; on cpu -fit's size counts both)")
 }
 
 func bindGenerateFlags(f *Flags, c *Config) {

@@ -177,6 +177,9 @@ func assemble(cfg Config, dev device.Device, ds *dataset, batches Batches, comm 
 		return nil, err
 	}
 	t.Model = model
+	if ds.synthetic > 0 {
+		t.badData = fmt.Errorf("-init %s: a vocabulary of %d tokens, fewer than the %d of the embedded synthetic task: give -data", cfg.Model.Init, cfg.Model.Vocab, ds.synthetic)
+	}
 	if err := each(t, func(h modelAdapter) error { return h.adaptModel(t) }); err != nil {
 		return fail(err)
 	}

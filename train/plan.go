@@ -213,5 +213,18 @@ func WritePlan(w io.Writer, cfg Config, p PeakBytes) {
 	fmt.Fprintf(w, "%-16s %14s\n", "total", memory.FormatBytes(p.HostTotal))
 	if device.OnHost(cfg.Device.Name) {
 		fmt.Fprintf(w, "%-16s %14s  (device and host: the same memory on -device %s)\n", "together", memory.FormatBytes(need(cfg, p)), cfg.Device.Name)
+		return
+	}
+	// The host's budget beside the device's: -fit's (-fit-host), or the
+	// machine's, which a run's host side must fit (Preflight).
+	hb := hostBudget(cfg)
+	if cfg.Fit == 0 && cfg.FitHost == 0 && hb > 0 {
+		why := "this machine's available memory less a margin; a run whose one-example step needs more is refused at start"
+		if p.HostTotal > hb {
+			why = "this machine's available memory less a margin; the plan's host side is over it by " + memory.FormatBytes(p.HostTotal-hb)
+		}
+		fmt.Fprintf(w, "%-16s %14s  (%s)\n", "available", memory.FormatBytes(hb), why)
+	} else if hb > 0 {
+		fmt.Fprintf(w, "%-16s %14s  (-fit's host budget: %s)\n", "budget", memory.FormatBytes(hb), hostBudgetSource(cfg))
 	}
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -60,6 +61,8 @@ func checkRecordFlags(cfg Config) error {
 		return fmt.Errorf("-loss-on %s: -data %s is not fine-tuning records (.jsonl, .json, .parquet), whose prompts it could leave out", quoteShort(d.LossOn), displayPath(d.Path))
 	case d.ShowExamples > 0:
 		return fmt.Errorf("-show-examples %d: -data %s is not fine-tuning records (.jsonl, .json, .parquet)", d.ShowExamples, displayPath(d.Path))
+	case d.MaxRecordBytes != 0 && d.MaxRecordBytes != data.DefaultMaxRecordBytes:
+		return fmt.Errorf("-max-record-bytes %d: -data %s is not fine-tuning records (.jsonl, .json, .parquet)", d.MaxRecordBytes, displayPath(d.Path))
 	}
 	return nil
 }
@@ -95,7 +98,7 @@ func openRecords(cfg Config, ds *dataset, tok *tokenizer.BPE) error {
 			}
 		}
 	}
-	opt := data.SFTOptions{Context: cfg.Model.Context, Pack: cfg.Data.Pack, LossOn: lossOn, Template: chat}
+	opt := data.SFTOptions{Context: cfg.Model.Context, Pack: cfg.Data.Pack, LossOn: lossOn, Template: chat, MaxRecordBytes: cfg.Data.MaxRecordBytes}
 	// Non-chat records get the tokenizer's BOS before (where it has one
 	// of its own, as Llama's: GPT-2's is its EOS, which transformers
 	// does not prepend) and EOS after, trained with the answer.
@@ -106,6 +109,10 @@ func openRecords(cfg Config, ds *dataset, tok *tokenizer.BPE) error {
 		opt.EOS = []int{e}
 	}
 	sft, err := data.OpenSFT(path, tok, opt)
+	var tooLarge *data.RecordTooLargeError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("-data %s: %v (-max-record-bytes)", path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("-data %s: %v", path, err)
 	}
@@ -124,20 +131,22 @@ func chatTemplate(tok *tokenizer.BPE, path string) (*data.ChatTemplate, error) {
 	if tok.ChatTemplate() == "" {
 		return nil, nil
 	}
-	t, err := data.NewChatTemplate(tok.ChatTemplate(), tok.BOSToken(), tok.EOSToken())
-	if err == nil {
-		// Errors about the template name where it came from: the
-		// tokenizer's chat_template.jinja, else its tokenizer_config.json.
-		dir := path
-		if st, err := os.Stat(path); err == nil && !st.IsDir() {
-			dir = filepath.Dir(path)
-		}
-		t.Name = filepath.Join(dir, "tokenizer_config.json")
-		if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
-			t.Name = filepath.Join(dir, "chat_template.jinja")
-		}
+	// Errors about the template name where it came from: the
+	// tokenizer's chat_template.jinja, else its tokenizer_config.json.
+	dir := path
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		dir = filepath.Dir(path)
 	}
-	return t, err
+	name := filepath.Join(dir, "tokenizer_config.json")
+	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		name = filepath.Join(dir, "chat_template.jinja")
+	}
+	t, err := data.NewChatTemplate(tok.ChatTemplate(), tok.BOSToken(), tok.EOSToken())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	t.Name = name
+	return t, nil
 }
 
 // ShowExamples writes the first n training examples of cfg's records as

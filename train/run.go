@@ -23,6 +23,9 @@ var ErrInterrupted = errors.New("training interrupted")
 // stops at the next step boundary, saves (if Config.Save is set) and
 // returns ErrInterrupted wrapped with where the state went.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
+	if err := t.CheckData(); err != nil {
+		return Summary{}, err
+	}
 	cfg := t.Config
 	mem := t.Device.Memory()
 	lead := t.rank == 0 // prints, writes metrics and saves

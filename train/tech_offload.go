@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/memfit/memfit/amp"
 	"github.com/memfit/memfit/device"
@@ -26,19 +27,31 @@ import (
 // The last backward of a step is armed (offload.Optimizer.Arm) where the
 // update may start before every gradient exists (overlaps), and the
 // update then finishes it; otherwise the update runs there after
-// unscaling and clipping on the device.
+// unscaling and clipping on the device. Base keeps the frozen Linear
+// weights of the model's blocks there and streams each block's to the
+// device for its forward, recomputation and backward, the next block's
+// copy running while a block computes (its runner wraps the others').
+//
+// -offload is a set: activations, optimizer, base, joined by commas;
+// all is activations and optimizer, as it was before base existed. Base
+// is named rather than implied by all: it copies the base over three
+// times a step (forward, recomputation, backward; twice where a block's
+// recomputation and backward share a fetch) and pays only where the
+// device, not the host, is short (-fit adds it after all, and never on a
+// device whose memory is the host's, where it saves nothing).
 var offloading = &technique{
 	name:  "offload",
 	group: "memory",
-	doc:   "state in host memory: activations saved for backward (brought back block by block), or the master weights and optimizer state with the update on the host (overlapping backward where it may); exact, every step copies",
+	doc:   "state in host memory: activations saved for backward (brought back block by block), the master weights and optimizer state with the update on the host (overlapping backward where it may), or the frozen base's Linear weights (streamed to the device block by block, the next block's copy beside the current block's work: at most two blocks' weights on the device); exact, every step copies",
 	flags: func(f *Flags, c *Config) {
 		o := &c.Memory.Offload
-		f.stringVar(&o.Mode, "offload", "keep state in host memory: off, activations (saved for backward, brought back block by block), optimizer (state and master weights; the update runs on the CPU, overlapping backward unless -clip or -amp fp16) or all")
+		f.stringVar(&o.Mode, "offload", "keep state in host memory: off, activations (saved for backward, brought back block by block), optimizer (state and master weights; the update runs on the CPU, overlapping backward unless -clip or -amp fp16), all (both), or base (the frozen Linear weights of -lora's base or -freeze's layers, streamed to the device block by block for forward, recomputation and backward); several joined by commas (all,base)")
 		f.intVar(&o.Prefetch, "offload-prefetch", "with -offload activations: blocks brought back ahead of the one backward is in (on the CPU by a goroutine of their own; 0 gives the lowest peak)")
 	},
 	features: []feature{
 		{name: "-offload activations", on: func(c *Config) bool { return c.OffloadsActivations() }, flag: offloadFlag},
 		{name: "-offload optimizer", on: func(c *Config) bool { return c.OffloadsOptimizer() }, flag: offloadFlag},
+		{name: "-offload base", on: func(c *Config) bool { return c.OffloadsBase() }, flag: offloadFlag},
 		{
 			name: "-offload-prefetch",
 			on:   func(c *Config) bool { return c.Memory.Offload.Prefetch > 0 },
@@ -56,15 +69,27 @@ var offloading = &technique{
 		{"-offload optimizer", "-dist", "the optimizer is not offloaded under -dist yet (use -zero to shard it, or -offload activations)"},
 		{"-offload optimizer", "-freeze", "the optimizer is not offloaded with -freeze yet (use -offload activations)"},
 		{"-offload optimizer", "-weights bf16", "the optimizer is not offloaded with -weights bf16 yet (use -offload activations)"},
+		// The streamed weights are parked on the host as the frozen
+		// parameters they are when the run starts.
+		{"-offload base", "-zero 3", "ZeRO-3 shards the same parameters and gathers them block by block itself (use -zero 1 or 2, which shard the trainable ones)"},
+		{"-offload base", "-unfreeze-at", "a streamed weight lives on the host between its block's uses, and one that trains again would need its gradient and update there"},
 	},
 	check: func(c *Config) error {
-		switch c.Memory.Offload.Mode {
-		case "", "off", "activations", "optimizer", "all":
-		default:
-			return bad("offload", c.Memory.Offload.Mode, "unknown (want off, activations, optimizer or all)")
+		mode := c.Memory.Offload.Mode
+		if _, err := c.offloadSet(); err != nil {
+			return bad("offload", mode, err.Error())
 		}
 		if c.Memory.Offload.Prefetch < 0 {
 			return fmt.Errorf("-offload-prefetch %d: want 0 or more blocks", c.Memory.Offload.Prefetch)
+		}
+		if !c.OffloadsBase() {
+			return nil
+		}
+		switch {
+		case c.Memory.LoRA.Rank == 0 && len(c.Memory.Freeze) == 0:
+			return bad("offload", mode, "base streams the frozen Linear weights of -lora's base or of the layers -freeze freezes, and nothing is frozen")
+		case c.Generate.Tokens > 0:
+			return bad("offload", mode, "generation runs the blocks through the KV cache, outside the block runner that streams their weights (generate without -offload base)")
 		}
 		return nil
 	},
@@ -86,22 +111,34 @@ var offloading = &technique{
 		if c.OffloadsOptimizer() {
 			out = append(out, "-offload optimizer")
 		}
+		if c.OffloadsBase() {
+			out = append(out, "-offload base")
+		}
 		return out
 	},
 	fit: &fitAxis{
 		// Last of all: exact, but every step copies the activations or
 		// the gradients and parameters over and back. Everything the
 		// run's other settings allow (activations alone where the
-		// optimizer cannot be offloaded, as under -dist).
+		// optimizer cannot be offloaded, as under -dist); then, with a
+		// frozen base, the base streamed too — on a device whose memory
+		// is the host's it would only add the blocks in flight.
 		tier: 3,
 		options: func(c Config) []Config {
 			out := []Config{c}
-			if c.offloads() {
+			if !c.offloads() {
+				c.Memory.Offload.Mode = "all"
+				if c.checkTechniques() != nil {
+					c.Memory.Offload.Mode = "activations"
+				}
+				out = append(out, c)
+			}
+			if c.OffloadsBase() || device.OnHost(c.Device.Name) || c.Memory.LoRA.Rank == 0 && len(c.Memory.Freeze) == 0 {
 				return out
 			}
-			c.Memory.Offload.Mode = "all"
+			c.Memory.Offload.Mode += ",base"
 			if c.checkTechniques() != nil {
-				c.Memory.Offload.Mode = "activations"
+				return out
 			}
 			return append(out, c)
 		},
@@ -111,8 +148,13 @@ var offloading = &technique{
 			return nil, nil
 		}
 		p := &offloadPart{}
-		if t.Config.OffloadsOptimizer() {
+		switch c := t.Config; {
+		case c.OffloadsOptimizer() && c.OffloadsBase():
+			return offloadBaseOptimizerPart{&offloadOptimizerPart{p}}, nil
+		case c.OffloadsOptimizer():
 			return &offloadOptimizerPart{p}, nil
+		case c.OffloadsBase():
+			return offloadBasePart{p}, nil
 		}
 		return p, nil
 	},
@@ -125,15 +167,51 @@ func (c *Config) offloads() bool {
 	return c.Memory.Offload.Mode != "" && c.Memory.Offload.Mode != "off"
 }
 
-// offloadsActivations reports whether -offload moves activations.
-func (c Config) OffloadsActivations() bool {
-	return c.Memory.Offload.Mode == "activations" || c.Memory.Offload.Mode == "all"
+// offloadSet is what -offload moves: "" or off moves nothing; otherwise
+// a comma-separated set of activations, optimizer and base, all being
+// activations and optimizer.
+func (c Config) offloadSet() (map[string]bool, error) {
+	mode := c.Memory.Offload.Mode
+	set := map[string]bool{}
+	if mode == "" || mode == "off" {
+		return set, nil
+	}
+	for _, v := range strings.Split(mode, ",") {
+		switch v {
+		case "activations", "optimizer", "base":
+			if set[v] {
+				return set, fmt.Errorf("%s named twice", v)
+			}
+			set[v] = true
+		case "all":
+			if set["activations"] || set["optimizer"] {
+				return set, errors.New("all is activations and optimizer: name either again, not both")
+			}
+			set["activations"], set["optimizer"] = true, true
+		case "off":
+			return set, errors.New("off moves nothing: name it alone")
+		default:
+			return set, fmt.Errorf("unknown %q (want off, activations, optimizer, all or base, or several joined by commas: all,base)", v)
+		}
+	}
+	return set, nil
 }
 
-// offloadsOptimizer reports whether -offload moves the optimizer.
-func (c Config) OffloadsOptimizer() bool {
-	return c.Memory.Offload.Mode == "optimizer" || c.Memory.Offload.Mode == "all"
+// offloadsWhat reports whether -offload moves what (the set's name).
+func (c Config) offloadsWhat(what string) bool {
+	set, _ := c.offloadSet()
+	return set[what]
 }
+
+// OffloadsActivations reports whether -offload moves activations.
+func (c Config) OffloadsActivations() bool { return c.offloadsWhat("activations") }
+
+// OffloadsOptimizer reports whether -offload moves the optimizer.
+func (c Config) OffloadsOptimizer() bool { return c.offloadsWhat("optimizer") }
+
+// OffloadsBase reports whether -offload streams the frozen base from
+// host memory.
+func (c Config) OffloadsBase() bool { return c.offloadsWhat("base") }
 
 // hostOptions are added to the host device's (tests limit its capacity).
 var hostOptions []cpu.Option
@@ -158,13 +236,19 @@ func hostFor(dev device.Device) device.Device {
 }
 
 // offloadPart is what -offload keeps on the host: the host device, the
-// activations' offloader and, with the optimizer offloaded, its masters.
+// activations' offloader, with the optimizer offloaded its masters, and
+// with the base streamed its weights.
 type offloadPart struct {
 	host  device.Device
 	acts  *offload.Activations
 	opt   *offload.Optimizer
+	base  *offload.Base
+	model Model
 	sofar float64 // the step's loss as accumulate.Window sums it, for overlaps
 }
+
+// offloading returns the part itself, through the types that embed it.
+func (p *offloadPart) offloading() *offloadPart { return p }
 
 // buildOptimizer makes the host device and the offloaders; with the
 // optimizer offloaded it builds t.Opt over the host copies.
@@ -194,12 +278,83 @@ func (p *offloadPart) buildOptimizer(t *Trainer) (bool, error) {
 	return true, nil
 }
 
-func (p *offloadPart) wrapRunner(_ *Trainer, r nn.BlockRunner) nn.BlockRunner {
-	if p.acts == nil {
-		return r
+// setPrecision parks the frozen Linear weights of the model's blocks on
+// the host (-offload base): once they are frozen and held in the dtype
+// the run keeps them in (-base's, or autocast's), after the techniques
+// before this one set that.
+func (p *offloadPart) setPrecision(t *Trainer) error {
+	if !t.Config.OffloadsBase() {
+		return nil
 	}
-	return p.acts.Runner(r)
+	m, ok := t.Model.(interface{ Blocks() []nn.Module })
+	if !ok {
+		return fmt.Errorf("-offload base: -model %s has no blocks to stream the weights of", t.Config.Model.Name)
+	}
+	linear := nn.LinearWeights(t.Model)
+	base, err := offload.NewBase(p.host, m.Blocks(), func(w *tensor.Tensor) bool { return linear[w] && !w.RequiresGrad() })
+	if err != nil {
+		return fmt.Errorf("-offload base: %w", err)
+	}
+	p.base, p.model = base, t.Model
+	if base.Blocks() == 0 {
+		t.logf("train: warning: -offload base: no block has a frozen Linear weight to stream")
+		return nil
+	}
+	t.logf("-offload base: the frozen Linear weights of %d blocks (%s) in host memory, streamed to the device a block at a time (%s the largest)",
+		base.Blocks(), memory.FormatBytes(base.Bytes()), memory.FormatBytes(base.MaxBlockBytes()))
+	return nil
 }
+
+// wrapRunner: the base's runner outermost, so that a block's weights are
+// on the device around everything the other runners do with it.
+func (p *offloadPart) wrapRunner(_ *Trainer, r nn.BlockRunner) nn.BlockRunner {
+	if p.acts != nil {
+		r = p.acts.Runner(r)
+	}
+	if p.base != nil {
+		r = p.base.Runner(r)
+	}
+	return r
+}
+
+// beforeForward starts the base's pass: the first block's fetch.
+func (p *offloadPart) beforeForward(*Trainer) {
+	if p.base == nil {
+		return
+	}
+	if err := p.base.BeforeForward(); err != nil {
+		panic(&tensor.Error{Op: "offload base", Msg: err.Error()})
+	}
+}
+
+// afterBackward sends home what the step's last backward left on the
+// device (the first block, whose input needs no gradient), before the
+// update.
+func (p *offloadPart) afterBackward(*Trainer, float64) (bool, error) {
+	if p.base == nil {
+		return false, nil
+	}
+	return false, p.base.Settle()
+}
+
+// abortStep sends home what a failed step left on the device.
+func (p *offloadPart) abortStep(_ *Trainer, err error) error {
+	if p.base == nil {
+		return err
+	}
+	return errors.Join(err, p.base.Settle())
+}
+
+// afterEvaluate sends home what an evaluation prefetched.
+func (p *offloadPart) afterEvaluate(*Trainer) {
+	if p.base != nil {
+		_ = p.base.Settle()
+	}
+}
+
+// sampleable: the evaluation's greedy sample runs the blocks through the
+// KV cache, outside the runner that streams the base.
+func (p *offloadPart) sampleable() bool { return p.base == nil }
 
 func (p *offloadPart) scopeOptions(_ *Trainer, training bool) []tensor.ScopeOption {
 	if !training || p.acts == nil {
@@ -240,12 +395,12 @@ func (p *offloadPart) afterLoss(t *Trainer, mb microBatch, loss *tensor.Tensor) 
 func (p *offloadPart) tearsMidStep(t *Trainer) bool { return p.overlaps(t) }
 
 // vetoRetry: host memory holds the offloaded optimizer's masters,
-// gradients and state, which more micro-batches do not shrink; and a
-// step whose host update had begun cannot be retried.
+// gradients and state and the streamed base, which more micro-batches do
+// not shrink; and a step whose host update had begun cannot be retried.
 func (p *offloadPart) vetoRetry(t *Trainer, err error) error {
 	var oom *memory.OOMError
 	if errors.As(err, &oom) && oom.Device == "host" && !t.Config.OffloadsActivations() {
-		return fmt.Errorf("step %d: %w (host memory holds the offloaded optimizer's master weights, gradients and state, which more micro-batches do not shrink)", t.step+1, err)
+		return fmt.Errorf("step %d: %w (host memory holds %s, which more micro-batches do not shrink)", t.step+1, err, p.hostHolds())
 	}
 	if p.opt != nil && p.opt.Torn() {
 		return fmt.Errorf("step %d: %w (the host had begun this step's update during backward, so it cannot be retried in more micro-batches)", t.step+1, err)
@@ -274,12 +429,37 @@ func (p *offloadPart) notePeaks(r *PeakBytes) {
 	r.HostActivation = max(r.HostActivation, st.Category(memory.Activation).Peak)
 }
 
+// hostHolds says what the host holds besides activations, for messages.
+func (p *offloadPart) hostHolds() string {
+	var what []string
+	if p.opt != nil {
+		what = append(what, "the offloaded optimizer's master weights, gradients and state")
+	}
+	if p.base != nil {
+		what = append(what, "the streamed base's weights")
+	}
+	if len(what) == 0 {
+		return "nothing that micro-batches change"
+	}
+	return strings.Join(what, " and ")
+}
+
 // close releases what offloading holds on the host (after the optimizer
-// released its state).
+// released its state). The streamed weights own their host memory (a
+// parked storage does): they are released here, once nothing is in
+// flight, so that the host's cache can be emptied of them too — the
+// model is done with once its trainer closes.
 func (p *offloadPart) close(*Trainer) {
 	if p.opt != nil {
 		p.opt.Release()
 		p.opt = nil
+	}
+	if p.base != nil {
+		_ = p.base.Release()
+		for _, w := range p.base.Weights() {
+			w.Release()
+		}
+		p.base = nil
 	}
 	if p.host != nil {
 		p.host.Memory().EmptyCache()
@@ -332,12 +512,64 @@ func (o offloadTarget) Step() error {
 	return o.o.Step(o.opt.Step)
 }
 
+// offloadBasePart is offloadPart with the base streamed, and
+// offloadBaseOptimizerPart offloadOptimizerPart with it: they hold the
+// frozen weights block by block, so an export that reads the model on
+// the device (hf's, merging LoRA's adapters) fetches them first
+// (weightHolder). A checkpoint needs nothing of them: a parked weight
+// reads and writes as a host tensor.
+type (
+	offloadBasePart          struct{ *offloadPart }
+	offloadBaseOptimizerPart struct{ *offloadOptimizerPart }
+)
+
+func (p offloadBasePart) gatherAll(f func() error) error { return p.base.FetchAll(f) }
+func (p offloadBasePart) gatherEach(f func([]*tensor.Tensor) error) error {
+	return p.baseGatherEach(f)
+}
+func (p offloadBasePart) loadFull(value func(*tensor.Tensor) []float32) error {
+	return p.baseLoadFull(value)
+}
+func (p offloadBaseOptimizerPart) gatherAll(f func() error) error { return p.base.FetchAll(f) }
+func (p offloadBaseOptimizerPart) gatherEach(f func([]*tensor.Tensor) error) error {
+	return p.baseGatherEach(f)
+}
+func (p offloadBaseOptimizerPart) loadFull(value func(*tensor.Tensor) []float32) error {
+	return p.baseLoadFull(value)
+}
+
+// baseGatherEach hands a save the streamed weights where they are, on the
+// host (the rest it reads from the model).
+func (p *offloadPart) baseGatherEach(f func([]*tensor.Tensor) error) error {
+	if err := p.base.Settle(); err != nil {
+		return err
+	}
+	return f(p.base.Weights())
+}
+
+// baseLoadFull writes a checkpoint's values into the model's parameters,
+// the streamed ones on the host; a parameter the checkpoint lacks (LoRA's
+// base) stays as it is.
+func (p *offloadPart) baseLoadFull(value func(*tensor.Tensor) []float32) error {
+	if err := p.base.Settle(); err != nil {
+		return err
+	}
+	for _, w := range p.model.Parameters() {
+		if v := value(w); v != nil {
+			if err := w.SetFloat32s(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// offloadHolder is a part that is, or embeds, offloadPart.
+type offloadHolder interface{ offloading() *offloadPart }
+
 // Host is the device offloaded state lives on, or nil without -offload.
 func (t *Trainer) Host() device.Device {
-	if p, ok := partAs[*offloadPart](t); ok {
-		return p.host
-	}
-	if p, ok := partAs[*offloadOptimizerPart](t); ok {
+	if p := t.offloader(); p != nil {
 		return p.host
 	}
 	return nil
@@ -345,11 +577,8 @@ func (t *Trainer) Host() device.Device {
 
 // offloader is the run's offloading part, nil without -offload.
 func (t *Trainer) offloader() *offloadPart {
-	if p, ok := partAs[*offloadPart](t); ok {
-		return p
-	}
-	if p, ok := partAs[*offloadOptimizerPart](t); ok {
-		return p.offloadPart
+	if p, ok := partAs[offloadHolder](t); ok {
+		return p.offloading()
 	}
 	return nil
 }

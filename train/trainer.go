@@ -95,6 +95,7 @@ type Trainer struct {
 	stepsRun       int     // steps run by this process (not resumed)
 	trainTime      time.Duration
 	data           io.Closer // the dataset's files (fine-tuning records), closed with the trainer
+	badData        error     // why the data cannot train the model (CheckData), nil if it can
 }
 
 // task says how a batch becomes a loss: classification (one label per
@@ -506,3 +507,9 @@ func trainedTokens(targets []int32, ignore int) int {
 	}
 	return n
 }
+
+// CheckData reports why the run's data cannot train its model, before a
+// step fails on it: the embedded synthetic task's token ids past an
+// imported model's vocabulary. Run returns the same error first; a
+// command reports it as bad input.
+func (t *Trainer) CheckData() error { return t.badData }

@@ -90,8 +90,8 @@ func TestFineTuneFamiliesEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := filepath.Join(t.TempDir(), "tuned")
-			args := []string{"-init", dir, "-data", data, "-context", "256", "-batch", "2", "-steps", "3", "-lora", "4", "-base", "nf4", "-amp", "bf16",
-				"-checkpoint", "every", "-quiet", "-save-format", "hf", "-save-peft", "-save", out}
+			args := []string{"-init", dir, "-data", data, "-context", "256", "-batch", "1", "-steps", "3", "-lora", "4", "-base", "nf4", "-amp", "bf16",
+				"-checkpoint", "every", "-pack", "-quiet", "-save-format", "hf", "-save-peft", "-save", out}
 			code, stdout, stderr := runCmd(t, args...)
 			if code != 0 {
 				t.Fatalf("train exited %d:\n%s\n%s", code, stdout, stderr)

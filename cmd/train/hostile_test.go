@@ -155,6 +155,53 @@ func TestHostileInputs(t *testing.T) {
 	chatRecurse := chatTok("chat-recurse", "{% macro f(m) %}{{ f(m) }}{% endmacro %}{{ f(messages[0]) }}")
 	chatZero := chatTok("chat-zero", "{{ messages|length // 0 }}")
 	chatDeep := chatTok("chat-deep", "{{ "+strings.Repeat("(", 100000)+"1"+strings.Repeat(")", 100000)+" }}")
+	// Records (issue #43): a line of 200 MB, a conversation of 20,000
+	// messages, and parquet files whose footer nests a million deep,
+	// whose schema is a million nested groups, that hold a million row
+	// groups, whose pages declare or inflate to a GiB or hold LZ4 that
+	// parquet-go would double its buffer for without end.
+	chatML := chatTok("chat-ml", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}")
+	records := func(name string, lines ...string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+		return p
+	}
+	longLine := filepath.Join(dir, "long-line.jsonl")
+	func() {
+		f, _ := os.Create(longLine)
+		defer f.Close()
+		f.WriteString(`{"text": "`)
+		chunk := []byte(strings.Repeat("a", 1<<20))
+		for range 200 {
+			f.Write(chunk)
+		}
+		f.WriteString(`"}` + "\n")
+	}()
+	overLimit := records("over-limit.jsonl", `{"text": "a"}`, `{"text": "b"}`, `{"text": "`+strings.Repeat("c", 2000)+`"}`)
+	// (The first message names this test's directory, so that no cache
+	// of another run, tokenized under a longer context, stands in.)
+	turns := []string{fmt.Sprintf(`{"role": "user", "content": %q}`, dir)}
+	for i := 1; i < 20000; i++ {
+		turns = append(turns, fmt.Sprintf(`{"role": %q, "content": "turn %d"}`, []string{"user", "assistant"}[i%2], i))
+	}
+	manyTurns := records("many-turns.jsonl", `{"messages": [`+strings.Join(turns, ", ")+`]}`)
+	pq := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b, 0o644)
+		return p
+	}
+	deepFooter := pq("deep-footer.parquet", parquetBytes(append(bytes.Repeat([]byte{0x1c}, 1000000), make([]byte, 1000001)...)))
+	var groups []byte // field 2, a list of a million SchemaElements {name "g", num_children 1}
+	groups = binary.AppendUvarint(append(groups, 0x29, 0xfc), 1000001)
+	for range 1000001 {
+		groups = append(groups, 0x48, 1, 'g', 0x15, 2, 0)
+	}
+	nestedSchema := pq("nested-schema.parquet", parquetBytes(append(groups, 0)))
+	manyGroups := pq("row-groups.parquet", parquetBytes(append(append(binary.AppendUvarint([]byte{0x49, 0xfc}, 1000000), make([]byte, 1000000)...), 0)))
+	gzip1GiB := pq("gzip-1gib.parquet", parquetText(2, 1<<30, 1, []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0}))
+	lz4Bad := pq("lz4-corrupt.parquet", parquetText(7, 9, 1, []byte{0x1f, 'a', 0, 0, 0x10, 'b'}))
+	zstd1GiB := pq("zstd-1gib.parquet", parquetText(6, 9, 1, append(binary.LittleEndian.AppendUint64([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0}, 1<<30), 1, 0, 0)))
+	bigRow := pq("big-row.parquet", parquetText(0, 2*4+1+3000, 2, append(binary.LittleEndian.AppendUint32(append(binary.LittleEndian.AppendUint32(nil, 1), 'a'), 3000), strings.Repeat("b", 3000)...)))
 
 	cases := []struct {
 		name string
@@ -203,12 +250,29 @@ func TestHostileInputs(t *testing.T) {
 		{"chat template doubling a string", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatDouble}, 2, "chat-double/tokenizer_config.json: chat_template: line 1: the template builds a string of"},
 		{"chat template recursing", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatRecurse}, 2, "chat-recurse/tokenizer_config.json: chat_template: line 1: macros, caller() or recursive loops call each other more than 100 deep"},
 		{"chat template dividing by zero", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatZero}, 2, "chat-zero/tokenizer_config.json: chat_template: line 1: integer division by zero"},
-		{"chat template of 10^5 nested parentheses", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatDeep}, 2, "chat-deep/tokenizer.json: chat template: line 1: brackets nest more than 256 deep"},
+		{"chat template of 10^5 nested parentheses", []string{"-model", "gpt", "-data", chat, "-tokenizer", chatDeep}, 2, "chat-deep/tokenizer_config.json: chat template: line 1: brackets nest more than 256 deep"},
+		// Records (issue #43): refused at once, naming the file, the line
+		// or row (and the part of a parquet file) and the limit.
+		{"JSON Lines line of 200 MB", []string{"-model", "gpt", "-data", longLine, "-tokenizer", chatML}, 2, "long-line.jsonl: line 1: record over the limit of 16 MiB on one record (-max-record-bytes)"},
+		{"record over -max-record-bytes", []string{"-model", "gpt", "-data", overLimit, "-tokenizer", chatML, "-max-record-bytes", "1KiB"}, 2, "over-limit.jsonl: line 3: record over the limit of 1 KiB on one record (-max-record-bytes)"},
+		{"-max-record-bytes 2GiB", []string{"-model", "gpt", "-data", overLimit, "-tokenizer", chatML, "-max-record-bytes", "2GiB"}, 2, "-max-record-bytes 2147483648: want a size up to 1024MiB"},
+		{"-max-record-bytes without records", []string{"-model", "gpt", "-data", text, "-max-record-bytes", "1KiB"}, 2, "-max-record-bytes 1024: -data"},
+		{"chat of 20,000 messages in a context of 8", append(append([]string{}, gptFlags...), "-data", manyTurns, "-tokenizer", chatML), 2, "many-turns.jsonl: line 1: chat record of 20000 messages, more than a context of 8 positions holds"},
+		{"parquet footer nested a million deep", []string{"-model", "gpt", "-data", deepFooter, "-tokenizer", chatML}, 2, "deep-footer.parquet: footer: nests deeper than 32 levels, the limit"},
+		{"parquet schema of a million nested groups", []string{"-model", "gpt", "-data", nestedSchema, "-tokenizer", chatML}, 2, "nested-schema.parquet: footer: a schema of 1000001 elements, over the limit of 1024"},
+		{"parquet of a million row groups", []string{"-model", "gpt", "-data", manyGroups, "-tokenizer", chatML}, 2, "row-groups.parquet: footer: 1000000 row groups, over the limit of 32767"},
+		{"parquet GZIP page declaring 1 GiB", []string{"-model", "gpt", "-data", gzip1GiB, "-tokenizer", chatML}, 2, "gzip-1gib.parquet: row group 0, column 0 (text): page 0 (at byte 4): declares 1073741824 bytes decompressed, over the limit of 64 MiB on a page"},
+		{"parquet ZSTD frame of 1 GiB", []string{"-model", "gpt", "-data", zstd1GiB, "-tokenizer", chatML}, 2, "zstd-1gib.parquet: row group 0, column 0 (text): page 0 (at byte 4): ZSTD data may decompress to 1073741824 bytes, over the limit of 64 MiB on a page"},
+		{"parquet LZ4_RAW that never decodes", []string{"-model", "gpt", "-data", lz4Bad, "-tokenizer", chatML}, 2, "lz4-corrupt.parquet: row group 0, column 0 (text): page 0 (at byte 4): LZ4_RAW data: a match at offset 0"},
+		{"parquet row over -max-record-bytes", []string{"-model", "gpt", "-data", bigRow, "-tokenizer", chatML, "-max-record-bytes", "1KiB"}, 2, "big-row.parquet: row 2: record over the limit of 1 KiB on one record (-max-record-bytes)"},
 		{"-generate -chat looping 10^12 times", append(append([]string{}, gptFlags...), "-tokenizer", chatLoop, "-generate", "2", "-prompt", "hi", "-chat"), 2, "chat-loop/tokenizer_config.json: chat_template: line 1: range() of 1000000000000 items"},
 		// Messages.
 		{"negative n_head named by key", []string{"-init", negative}, 2, "config.json: n_head -1"},
 		{"-zero 3 without -dist", []string{"-zero", "3", "-plan"}, 2, "-zero 3: needs -dist"},
 		{"-generate 2^63-1", append(append([]string{}, gptFlags...), "-generate", "9223372036854775807", "-prompt", "1"), 2, "-generate 9223372036854775807"},
+		{"-fit-host past its bound", []string{"-device", "cuda", "-plan", "-fit", "16GiB", "-fit-host", "2000TiB"}, 2, "-fit-host 2199023255552000: want a size up to 1024TiB"},
+		{"-fit-host on the CPU", []string{"-plan", "-fit", "16GiB", "-fit-host", "8GiB"}, 2, "-fit-host 8589934592: -device cpu's memory is the host's"},
+		{"-fit-host without -fit", []string{"-device", "cuda", "-plan", "-fit-host", "8GiB"}, 2, "-fit-host 8589934592: needs -fit"},
 	}
 	inputs := func() map[string][32]byte {
 		sums := map[string][32]byte{}
@@ -332,4 +396,92 @@ func copyDir(t *testing.T, from, to string) {
 			os.WriteFile(filepath.Join(to, e.Name()), b, 0o644)
 		}
 	}
+}
+
+// parquetBytes is a parquet file of no data and the given footer (its
+// FileMetaData's Thrift bytes, raw).
+func parquetBytes(footer []byte) []byte {
+	b := append([]byte("PAR1"), footer...)
+	return append(binary.LittleEndian.AppendUint32(b, uint32(len(footer))), "PAR1"...)
+}
+
+// parquetText is a parquet file of one required string column "text"
+// holding rows values in one data page of the given codec, declaring
+// uncompressed bytes and holding data, written as Thrift's compact
+// protocol by hand.
+func parquetText(codec, uncompressed, rows int, data []byte) []byte {
+	var b []byte
+	last := []int{0}
+	uv := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	field := func(id, typ int) {
+		if d := id - last[len(last)-1]; d > 0 && d < 16 {
+			b = append(b, byte(d<<4|typ))
+		} else {
+			b = append(b, byte(typ))
+			uv(uint64(id << 1))
+		}
+		last[len(last)-1] = id
+	}
+	i32 := func(id, v int) { field(id, 5); uv(uint64(v<<1 ^ v>>63)) }
+	i64 := func(id, v int) { field(id, 6); uv(uint64(v<<1 ^ v>>63)) }
+	begin := func() { last = append(last, 0) }
+	end := func() { b = append(b, 0); last = last[:len(last)-1] }
+	str := func(id int, s string) { field(id, 8); uv(uint64(len(s))); b = append(b, s...) }
+	list := func(id, typ, n int) { field(id, 9); b = append(b, byte(n<<4|typ)) }
+	// The page: a header (DATA_PAGE, PLAIN values, RLE levels), the data.
+	begin()
+	i32(1, 0)
+	i32(2, uncompressed)
+	i32(3, len(data))
+	field(5, 12)
+	begin()
+	i32(1, rows)
+	i32(2, 0)
+	i32(3, 3)
+	i32(4, 3)
+	end()
+	end()
+	file := append(append([]byte("PAR1"), b...), data...)
+	chunk := len(file) - 4
+	// The footer: a schema of one UTF-8 BYTE_ARRAY, one row group.
+	b = nil
+	begin()
+	i32(1, 1)
+	list(2, 12, 2)
+	begin()
+	str(4, "schema")
+	i32(5, 1)
+	end()
+	begin()
+	i32(1, 6)
+	i32(3, 0)
+	str(4, "text")
+	i32(6, 0)
+	end()
+	i64(3, rows)
+	list(4, 12, 1)
+	begin()
+	list(1, 12, 1)
+	begin()
+	i64(2, 4)
+	field(3, 12)
+	begin()
+	i32(1, 6)
+	list(2, 5, 1)
+	uv(0)
+	list(3, 8, 1)
+	uv(4)
+	b = append(b, "text"...)
+	i32(4, codec)
+	i64(5, rows)
+	i64(6, chunk)
+	i64(7, chunk)
+	i64(9, 4)
+	end()
+	end()
+	i64(2, chunk)
+	i64(3, rows)
+	end()
+	end()
+	return append(file, parquetBytes(b)[4:]...)
 }

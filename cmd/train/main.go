@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/memfit/memfit/device"
 	_ "github.com/memfit/memfit/device/cuda" // registers "cuda" (without the cuda tag, its opener says how to rebuild)
@@ -50,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		return exit(ctx, stderr, 2, train.ShowExamples(cfg, stdout, n))
 	}
 	if cfg.Fit > 0 {
-		chosen, err := fit(ctx, cfg, comm, stdout)
+		chosen, err := fit(ctx, cfg, comm, stdout, stderr)
 		if err != nil || cfg.Plan {
 			return exit(ctx, stderr, 2, err)
 		}
@@ -78,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	}
 	if code, done := nothingToTrain(t, stderr); done {
 		return code
+	}
+	if err := t.CheckData(); err != nil {
+		return fail(stderr, 2, err)
 	}
 	if !cfg.Output.Quiet && (comm == nil || comm.Rank() == 0) {
 		where := dev.Name()
@@ -171,14 +175,17 @@ func joinGroup(cfg *train.Config, stdout, stderr io.Writer) (parallel.Comm, io.W
 
 // fit chooses techniques for -fit and prints the choice as flags, with
 // its plan under -plan.
-func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout io.Writer) (train.Config, error) {
+func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout, stderr io.Writer) (train.Config, error) {
 	fc := cfg
 	if comm != nil && fc.Parallel.Ranks == 0 {
 		// Under mpirun: plan one rank of this job (every rank plans
 		// alike and chooses the same).
 		fc.Parallel.Ranks = comm.Size()
 	}
+	done := make(chan struct{})
+	go fitProgress(done, stderr, cfg.Fit, comm == nil || comm.Rank() == 0)
 	c, err := train.FitContext(ctx, fc, cfg.Fit)
+	close(done)
 	if err != nil {
 		return cfg, err
 	}
@@ -189,6 +196,26 @@ func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout io.Wr
 		train.WritePlan(stdout, c.Config, c.Peak)
 	}
 	return c.Config, nil
+}
+
+// fitProgress says on stderr that -fit is still searching, once it has
+// taken a second and then every ten, until done is closed: a search at a
+// long context plans many candidates.
+func fitProgress(done <-chan struct{}, stderr io.Writer, budget int64, lead bool) {
+	if !lead {
+		return
+	}
+	start := time.Now()
+	wait := time.Second
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(wait - time.Since(start)%wait):
+		}
+		fmt.Fprintf(stderr, "fit %s: searching, %s so far\n", memory.FormatBytes(budget), time.Since(start).Round(time.Second))
+		wait = 10 * time.Second
+	}
 }
 
 // openDevice opens the run's device (a rank's GPU under mpirun), refuses

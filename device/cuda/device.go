@@ -48,6 +48,7 @@ type Device struct {
 	curStage   int
 	stageWaits int      // stage's waits for a buffer's copies (for tests)
 	computed   cu.Event // recorded on compute before an asynchronous copy
+	uploaded   cu.Event // recorded on copies after each UploadAsync (upload.go)
 
 	modOnce sync.Once
 	mod     cu.Module
@@ -149,6 +150,9 @@ func (d *Device) release() error {
 	d.stages = nil
 	if d.computed != (cu.Event{}) {
 		errs = append(errs, cu.DestroyEvent(&d.computed))
+	}
+	if d.uploaded != (cu.Event{}) {
+		errs = append(errs, cu.DestroyEvent(&d.uploaded))
 	}
 	if d.scratch != 0 {
 		errs = append(errs, cu.MemFree(d.scratch))
