@@ -3,6 +3,7 @@ package device
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // AttentionKernels compute causal multi-head attention without the
@@ -18,9 +19,12 @@ type AttentionKernels interface {
 	// CausalAttention writes, for every batch b and head h,
 	// out = dropout(softmax(scale·q·kᵀ, causal))·v and lse, the natural
 	// log of each row's softmax denominator including its maximum
-	// (F32, or F64 for F64 inputs; [B, H, T] contiguous). q, k, v and out
-	// are [B, H, T, D] views of one dtype with unit last stride. The
-	// dropout mask of probability (b, h, i, j) is element
+	// (F32, or F64 for F64 inputs; [B, H, T] contiguous). q and out are
+	// [B, H, T, D] views, k and v [B, KV, T, D] views with KV dividing H
+	// (grouped-query attention: query head h reads key and value head
+	// h/(H/KV), as Hugging Face's repeat_kv spreads them; KV = H is
+	// multi-head attention), all of one dtype with unit last stride. The
+	// dropout mask of probability (b, h, i, j) (h the query head) is element
 	// ((b·H+h)·T+i)·T+j of Dropout's stream for a.Seed — the mask the
 	// composed path draws on its contiguous [B, H, T, T] probabilities —
 	// so a checkpointed recompute and the composed path drop the same
@@ -34,7 +38,11 @@ type AttentionKernels interface {
 	CausalAttention(out, lse, q, k, v View, a Attention)
 	// CausalAttentionBackward writes dq, dk and dv (views like q, k and
 	// v) from dout and what the forward kept. Under a.Softcap the
-	// scores' gradient goes through the cap: dS·(1 − tanh²(s/c)).
+	// scores' gradient goes through the cap: dS·(1 − tanh²(s/c)). With
+	// KV < H, dk and dv of key and value head g are the sums over the
+	// query heads of its group, g·H/KV…(g+1)·H/KV-1, in a fixed order
+	// (each device documents its own), so that the results do not depend
+	// on scheduling.
 	CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v View, a Attention)
 }
 
@@ -68,17 +76,17 @@ type Attention struct {
 }
 
 // Workspace is the temporary bytes one fused attention call with a's
-// parameters takes for q of shape [B, H, T, D] and dtype dt:
-// AttentionWorkspace, after StartsBytes for a copy of a.Starts at the
-// front (where a device whose memory the host cannot address reads them;
-// the CPU reads them in place and takes the bytes all the same, so that
-// every device takes what the meta device accounts). With a.Tiled it is
-// StartsBytes alone.
-func (a Attention) Workspace(shape []int, dt DType, backward bool) int64 {
+// parameters takes for q of shape [B, H, T, D], kvHeads heads of keys and
+// values and dtype dt: AttentionWorkspace, after StartsBytes for a copy
+// of a.Starts at the front (where a device whose memory the host cannot
+// address reads them; the CPU reads them in place and takes the bytes
+// all the same, so that every device takes what the meta device
+// accounts). With a.Tiled it is StartsBytes alone.
+func (a Attention) Workspace(shape []int, kvHeads int, dt DType, backward bool) int64 {
 	if a.Tiled {
 		return a.StartsBytes(shape)
 	}
-	return a.StartsBytes(shape) + AttentionWorkspace(shape, dt, backward)
+	return a.StartsBytes(shape) + AttentionWorkspace(shape, kvHeads, dt, backward)
 }
 
 // StartsBytes is the front of a.Workspace that holds the starts: one
@@ -92,14 +100,35 @@ func (a Attention) StartsBytes(shape []int) int64 {
 }
 
 // Check panics unless a is a consistent call for q of shape
-// [B, H, T, D]: its starts as CheckStarts says, and a.Softcap 0 or a
+// [B, H, T, D] and k and v of shape [B, KV, T, D] with KV dividing H
+// (CheckHeads): its starts as CheckStarts says, and a.Softcap 0 or a
 // finite number above 0. The kernels call it first (the tensor package
 // builds valid calls).
-func (a Attention) Check(shape []int) {
+func (a Attention) Check(q, k, v []int) {
+	CheckHeads(q, k, v)
 	if a.Softcap != 0 && !(a.Softcap > 0 && !math.IsInf(a.Softcap, 1)) {
 		panic(fmt.Sprintf("device: attention soft cap %v: want 0 (none) or a finite number above 0", a.Softcap))
 	}
-	a.CheckStarts(shape)
+	a.CheckStarts(q)
+}
+
+// CheckHeads panics unless q is [B, H, T, D] and k and v are both
+// [B, KV, T, D] with KV dividing H: the shapes AttentionKernels take.
+func CheckHeads(q, k, v []int) {
+	ok := len(q) == 4 && len(k) == 4 && slices.Equal(k, v) && k[1] > 0 && q[1]%k[1] == 0 &&
+		k[0] == q[0] && k[2] == q[2] && k[3] == q[3]
+	if !ok {
+		panic(fmt.Sprintf("device: attention: q %v, k %v and v %v: want q [B, H, T, D] and k and v [B, KV, T, D] with KV dividing H", q, k, v))
+	}
+}
+
+// Groups is the query heads that share one key and value head: H/KV for
+// q of shape [B, H, T, D] and kvHeads = KV (0: KV = H).
+func Groups(shape []int, kvHeads int) int {
+	if kvHeads <= 0 {
+		return 1
+	}
+	return shape[1] / kvHeads
 }
 
 // CheckStarts panics unless a.Starts is nil or holds B·T starts for q of
@@ -172,15 +201,19 @@ const (
 )
 
 // AttentionWorkspace is the temporary bytes one fused attention call
-// takes for q of shape [B, H, T, D] and dtype dt (backward selects the
-// backward kernel). Per slot, in f32 (f64 for F64): a block's scores
-// ([Br, T]) and output rows ([Br, D]), and for 16-bit inputs the block's
-// probabilities rounded to dt ([Br, T]); backward adds the probabilities'
-// gradient ([Br, T]), the head's dk and dv accumulators ([T, D] each), a
-// row of dout ([D]) and, for 16-bit inputs, the gradient rounded to dt
-// ([Br, T]). With Br = 128, T = 256 and D = 64 that is 8.5 MiB for 16
-// slots of bf16 backward (3.5 MiB forward).
-func AttentionWorkspace(shape []int, dt DType, backward bool) int64 {
+// takes for q of shape [B, H, T, D], kvHeads heads of keys and values
+// (0: H) and dtype dt (backward selects the backward kernel). Per slot,
+// in f32 (f64 for F64): a block's scores ([Br, T]) and output rows
+// ([Br, D]), and for 16-bit inputs the block's probabilities rounded to
+// dt ([Br, T]); backward adds the probabilities' gradient ([Br, T]), the
+// head's dk and dv accumulators ([T, D] each), a row of dout ([D]) and,
+// for 16-bit inputs, the gradient rounded to dt ([Br, T]). With Br = 128,
+// T = 256 and D = 64 that is 8.5 MiB for 16 slots of bf16 backward (3.5
+// MiB forward). Grouped heads (kvHeads < H) of 16-bit inputs add, once
+// per backward call, the dk and dv of the group being summed ([T, D]
+// each, f32): the CPU adds the query heads' partial dk and dv there in
+// head order before rounding their sum to dt once.
+func AttentionWorkspace(shape []int, kvHeads int, dt DType, backward bool) int64 {
 	b, h, t, d := shape[0], shape[1], shape[2], shape[3]
 	slots := int64(min(b*h, AttentionSlots))
 	br := int64(min(AttentionBlock, t))
@@ -194,5 +227,16 @@ func AttentionWorkspace(shape []int, dt DType, backward bool) int64 {
 	if dt.IsLowPrecision() {
 		n += low * int64(dt.Size())
 	}
-	return slots * n
+	return slots*n + GroupSumBytes(shape, kvHeads, dt, backward)
+}
+
+// GroupSumBytes is the part of AttentionWorkspace that sums grouped
+// heads' dk and dv: 2·T·D accumulators (f32) for the backward of 16-bit
+// heads with kvHeads < H, else 0 (f32 and f64 sums accumulate in dk and dv
+// themselves).
+func GroupSumBytes(shape []int, kvHeads int, dt DType, backward bool) int64 {
+	if !backward || !dt.IsLowPrecision() || Groups(shape, kvHeads) == 1 {
+		return 0
+	}
+	return 2 * int64(shape[2]) * int64(shape[3]) * int64(accumulator(dt).Size())
 }

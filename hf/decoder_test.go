@@ -82,30 +82,37 @@ func TestLoadLlamaMatchesPyTorch(t *testing.T) {
 			if (l.Head == nil) != c.tied || l.Config.KVHeads != 2 || l.Config.Heads != 4 {
 				t.Errorf("config %+v: want 4 heads, 2 key/value heads, tied head %v", l.Config, c.tied)
 			}
-			if d := relErr(forwardLogits(t, l, l.Tokens.Weight, ref.Batch), ref.Logits); d > 1e-4 {
-				t.Errorf("logits differ from PyTorch's by %.2g relative (> 1e-4)", d)
-			} else {
-				t.Logf("logits within %.2g of PyTorch's", d)
-			}
-			greedy, err := l.Generate(ref.Prompt, len(ref.Greedy), models.SampleOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(greedy, ref.Greedy) {
-				t.Errorf("greedy tokens %v, PyTorch %v", greedy, ref.Greedy)
-			}
-			// Generation through the KV cache equals recomputing the
-			// whole prefix at every token.
-			seq := slices.Clone(ref.Prompt)
-			for range ref.Greedy {
-				row := forwardLogits(t, l, l.Tokens.Weight, [][]int{seq})
-				last := row[len(row)-l.Config.Vocab:]
-				seq = append(seq, slices.Index(last, slices.Max(last)))
-			}
-			if !slices.Equal(seq[len(ref.Prompt):], greedy) {
-				t.Errorf("recomputing the prefix gives %v, the KV cache %v", seq[len(ref.Prompt):], greedy)
-			}
+			matchReference(t, l, ref, 1e-4)
 		})
+	}
+}
+
+// matchReference checks a decoder against a fixture's reference: its
+// logits of the batch within tol relative, its greedy tokens, and
+// generation through the KV cache equal to recomputing the whole prefix
+// at every token.
+func matchReference(t *testing.T, l *models.Decoder, ref reference, tol float64) {
+	t.Helper()
+	if d := relErr(forwardLogits(t, l, l.Tokens.Weight, ref.Batch), ref.Logits); d > tol {
+		t.Errorf("logits differ from the reference's by %.2g relative (> %.2g)", d, tol)
+	} else {
+		t.Logf("logits within %.2g of the reference's", d)
+	}
+	greedy, err := l.Generate(ref.Prompt, len(ref.Greedy), models.SampleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(greedy, ref.Greedy) {
+		t.Errorf("greedy tokens %v, the reference %v", greedy, ref.Greedy)
+	}
+	seq := slices.Clone(ref.Prompt)
+	for range ref.Greedy {
+		row := forwardLogits(t, l, l.Tokens.Weight, [][]int{seq})
+		last := row[len(row)-l.Config.Vocab:]
+		seq = append(seq, slices.Index(last, slices.Max(last)))
+	}
+	if !slices.Equal(seq[len(ref.Prompt):], greedy) {
+		t.Errorf("recomputing the prefix gives %v, the KV cache %v", seq[len(ref.Prompt):], greedy)
 	}
 }
 

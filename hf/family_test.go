@@ -68,28 +68,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 			if note != "" {
 				t.Errorf("config.json is there, yet: %s", note)
 			}
-			l := m.(*models.Decoder)
-			if d := relErr(forwardLogits(t, l, l.Tokens.Weight, ref.Batch), ref.Logits); d > 1e-5 {
-				t.Errorf("logits differ from the reference's by %.2g relative (> 1e-5)", d)
-			} else {
-				t.Logf("logits within %.2g of the reference's", d)
-			}
-			greedy, err := l.Generate(ref.Prompt, len(ref.Greedy), models.SampleOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(greedy, ref.Greedy) {
-				t.Errorf("greedy tokens %v, the reference %v", greedy, ref.Greedy)
-			}
-			seq := slices.Clone(ref.Prompt)
-			for range ref.Greedy {
-				row := forwardLogits(t, l, l.Tokens.Weight, [][]int{seq})
-				last := row[len(row)-l.Config.Vocab:]
-				seq = append(seq, slices.Index(last, slices.Max(last)))
-			}
-			if !slices.Equal(seq[len(ref.Prompt):], greedy) {
-				t.Errorf("recomputing the prefix gives %v, the KV cache %v", seq[len(ref.Prompt):], greedy)
-			}
+			matchReference(t, m.(*models.Decoder), ref, 1e-5)
 		})
 	}
 }

@@ -578,12 +578,9 @@ func attendCachedGQA(r *nn.Run, a *nn.GroupedQueryAttention, x, keys, values *te
 	o := a.Options(r)
 	var y *tensor.Tensor
 	if pos == 0 {
-		kr, vr := a.RepeatKV(r, k), a.RepeatKV(r, v)
-		y = r.Attention(q, kr, vr, nil, o)
-		kr.Release()
-		vr.Release()
+		y = r.Attention(q, k, v, nil, o) // the KVHeads heads, as Forward
 	} else {
-		y = overCache(r, q, keys, values, pos, o, func(t *tensor.Tensor) *tensor.Tensor { return a.RepeatKV(r, t) })
+		y = overCache(r, q, keys, values, pos, o) // grouped heads as batches: no repeated cache
 	}
 	q.Release()
 	k.Release()

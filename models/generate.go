@@ -200,7 +200,7 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 	if pos == 0 {
 		y = r.Attention(q, k, v, nil, o)
 	} else {
-		y = overCache(r, q, keys, values, pos, o, nil)
+		y = overCache(r, q, keys, values, pos, o)
 	}
 	q.Release()
 	k.Release()
@@ -219,26 +219,39 @@ func attendCached(r *nn.Run, a *nn.CausalSelfAttention, x, keys, values *tensor.
 // each query's own, with o's scale and soft cap, and within its window:
 // a plain product and softmax (the cache's prefix is not the fused
 // causal kernel's square) over the keys the earliest query may see, with
-// a mask where a query sees fewer. repeat, when not nil, spreads KVH
-// cached heads over the H query heads (grouped-query attention).
-func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, o tensor.AttentionOptions, repeat func(*tensor.Tensor) *tensor.Tensor) *tensor.Tensor {
-	t := q.Shape()[2]
+// a mask where a query sees fewer. With KVH < H (grouped-query
+// attention) the cache is not repeated: the H/KVH query heads of each
+// cached head are one batch of their rows, q viewed as
+// [B, KVH, H/KVH·T, Dh] (a copy of q where its layout does not allow the
+// view: T rows of H heads, not the cache's length), so the products run
+// over [B, KVH] batches and the softmax over the scores viewed as
+// [B, H, T, n]; each score and output element is the sum the repeated
+// cache's products formed, in the same order.
+func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, o tensor.AttentionOptions) *tensor.Tensor {
+	b, h, t, dh := q.Shape()[0], q.Shape()[1], q.Shape()[2], q.Shape()[3]
+	kvh := keys.Shape()[1]
 	n := pos + t
 	lo := 0 // the first key any query sees
 	if o.Window > 0 {
 		lo = max(0, pos-o.Window+1)
 	}
 	kc, vc := r.Narrow(keys, 2, lo, n-lo), r.Narrow(values, 2, lo, n-lo)
-	if repeat != nil {
-		kr, vr := repeat(kc), repeat(vc)
-		kc.Release()
-		vc.Release()
-		kc, vc = kr, vr
+	qg := q
+	if kvh != h {
+		qg = r.Reshape(q, b, kvh, h/kvh*t, dh)
 	}
 	kt := r.Transpose(kc, 2, 3)
-	s := r.ScaledMatMul(q, kt, o.Scale) // [B, H, T, n-lo]
+	s := r.ScaledMatMul(qg, kt, o.Scale) // [B, H, T, n-lo], or [B, KVH, H/KVH·T, n-lo]
 	kt.Release()
 	kc.Release()
+	if qg != q {
+		qg.Release()
+	}
+	if kvh != h {
+		s4 := r.Reshape(s, b, h, t, n-lo)
+		s.Release()
+		s = s4
+	}
 	if o.Softcap > 0 {
 		capped := r.Softcap(s, o.Softcap)
 		s.Release()
@@ -268,9 +281,19 @@ func overCache(r *nn.Run, q, keys, values *tensor.Tensor, pos int, o tensor.Atte
 	}
 	p := r.Softmax(s)
 	s.Release()
+	if kvh != h {
+		pg := r.Reshape(p, b, kvh, h/kvh*t, n-lo)
+		p.Release()
+		p = pg
+	}
 	y := r.MatMul(p, vc)
 	p.Release()
 	vc.Release()
+	if kvh != h {
+		y4 := r.Reshape(y, b, h, t, dh)
+		y.Release()
+		y = y4
+	}
 	return y
 }
 

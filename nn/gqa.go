@@ -268,10 +268,11 @@ func (a *GroupedQueryAttention) project(r *Run, x *tensor.Tensor, pos int, posit
 // Heads/KVHeads times, as Hugging Face's repeat_kv ([B, Heads, T, Dh],
 // head h reading kv head h/(Heads/KVHeads)). With KVHeads == Heads it is
 // a new handle on kv. Expand makes a view and Contiguous copies it once,
-// token by token ([B, T, Heads, Dh] in memory, the result a view of it):
-// attention's output is laid out as its values, so the heads' outputs
-// then join into [B, T, Heads·Dh] without a copy, and a block keeps one
-// tensor of them, not two. The gradient sums the copies back.
+// token by token ([B, T, Heads, Dh] in memory, the result a view of it).
+// The gradient sums the copies back. The layer's own passes no longer
+// need it: tensor's Attention takes keys and values of KVHeads heads
+// (Forward, AttendRows, and the KV cache's attention over a prefix, which
+// multiplies the grouped heads as [B, KVHeads, group·T, Dh] batches).
 func (a *GroupedQueryAttention) RepeatKV(r *Run, kv *tensor.Tensor) *tensor.Tensor {
 	if a.KVHeads == a.Heads {
 		return identity(r, kv)
@@ -311,7 +312,10 @@ func (a *GroupedQueryAttention) Output(r *Run, y *tensor.Tensor) *tensor.Tensor 
 //	y = softmax(cap(scale·q·repeat(k)ᵀ), causal, window)·repeat(v), heads joined
 //	out = y·Woᵀ
 //
-// through tensor's Attention (fused where the device has it). With
+// through tensor's Attention (fused where the device has it), which takes
+// k and v with their KVHeads heads: no repeated copies exist (the fused
+// kernels read key head h/(Heads/KVHeads) for query head h and sum the
+// gradients of a group's heads themselves). With
 // r.Segments (a packed batch) queries and keys are rotated at the
 // segments' positions and each query attends its own example only.
 func (a *GroupedQueryAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor {
@@ -322,13 +326,10 @@ func (a *GroupedQueryAttention) Forward(r *Run, x *tensor.Tensor) *tensor.Tensor
 	} else {
 		q, k, v = a.Project(r, x, 0)
 	}
-	kr, vr := a.RepeatKV(r, k), a.RepeatKV(r, v)
+	y := r.Attention(q, k, v, r.Segments, a.Options(r))
+	q.Release()
 	k.Release()
 	v.Release()
-	y := r.Attention(q, kr, vr, r.Segments, a.Options(r))
-	q.Release()
-	kr.Release()
-	vr.Release()
 	out := a.Output(r, y)
 	y.Release()
 	return out

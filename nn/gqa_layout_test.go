@@ -11,10 +11,12 @@ import (
 )
 
 // RepeatKV repeats each key/value head as Hugging Face's repeat_kv does,
-// laid out token by token ([B, T, Heads, Dh] in memory), so that
-// attention's output, laid out as its values, joins its heads into
-// [B, T, Dim] without a copy: a recorded AttendRows keeps the expanded
-// keys and values and one output, the tensor it returns.
+// laid out token by token ([B, T, Heads, Dh] in memory). AttendRows
+// repeats nothing: attention takes the KVHeads heads of keys and values
+// where the projections left them, and its output, laid out as the
+// queries, joins its heads into [B, T, Dim] without a copy: a recorded
+// AttendRows keeps one output, the tensor it returns, and the
+// log-sum-exps.
 func TestRepeatKVIsTokenMajor(t *testing.T) {
 	const b, tt, heads, kv, d = 2, 5, 4, 2, 2 // d: the head's width
 	dev := cpu.New()
@@ -60,8 +62,8 @@ func TestRepeatKVIsTokenMajor(t *testing.T) {
 	s.Close()
 
 	// Recorded: the projections require gradients, so attention saves
-	// the expanded keys and values and its output; the joined heads are
-	// that output, viewed.
+	// its inputs (views of qkv) and its output; the joined heads are that
+	// output, viewed.
 	qkv, err := tensor.New(dev, tensor.F32, []int{b * tt, (heads + 2*kv) * d}, memory.Activation)
 	if err != nil {
 		t.Fatal(err)
@@ -75,8 +77,8 @@ func TestRepeatKVIsTokenMajor(t *testing.T) {
 	joined := a.AttendRows(nn.NewRun(s, 1), qkv, b, tt)
 	n := int64(b * tt * heads * d * 4)
 	lse := int64(b * heads * tt * 4)
-	if got, want := mem.Stats().Requested.Current-before, 3*n+lse; got != want {
-		t.Errorf("%d bytes live after AttendRows, want %d: the expanded keys and values, one output and the log-sum-exps", got, want)
+	if got, want := mem.Stats().Requested.Current-before, n+lse; got != want {
+		t.Errorf("%d bytes live after AttendRows, want %d: one output and the log-sum-exps (no repeated keys and values)", got, want)
 	}
 	if !joined.IsContiguous() || !slices.Equal(joined.Shape(), []int{b, tt, heads * d}) {
 		t.Errorf("joined heads %v (strides %v), want a contiguous [%d %d %d]", joined.Shape(), joined.Strides(), b, tt, heads*d)

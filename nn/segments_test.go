@@ -172,7 +172,7 @@ func TestAttentionLayersPacked(t *testing.T) {
 					case pos > 0: // an example continued from a row before: rotated from pos
 						g := m.(*nn.GroupedQueryAttention)
 						q, k, v := g.Project(r, x, pos)
-						y = g.Output(r, r.CausalAttention(q, g.RepeatKV(r, k), g.RepeatKV(r, v), 1/math.Sqrt(float64(g.HeadDim())), 0, 0))
+						y = g.Output(r, r.CausalAttention(q, k, v, 1/math.Sqrt(float64(g.HeadDim())), 0, 0))
 					default:
 						y = m.Forward(r, x)
 					}

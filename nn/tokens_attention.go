@@ -95,13 +95,13 @@ func (a *GroupedQueryAttention) AttendRows(r *Run, qkv *tensor.Tensor, b, t int)
 	q := heads(0, a.Heads)
 	k := heads(a.Heads*dh, a.KVHeads)
 	v := heads((a.Heads+a.KVHeads)*dh, a.KVHeads)
-	kr, vr := a.RepeatKV(r, k), a.RepeatKV(r, v)
+	// Keys and values keep their KVHeads heads: Attention reads each
+	// query head's group in place, and its output, laid out as q (the
+	// heads side by side in each token's row), joins without a copy.
+	y := r.Attention(q, k, v, r.Segments, a.Options(r))
+	q.Release()
 	k.Release()
 	v.Release()
-	y := r.Attention(q, kr, vr, r.Segments, a.Options(r))
-	q.Release()
-	kr.Release()
-	vr.Release()
 	yt := r.Permute(y, 0, 2, 1, 3)
 	y.Release()
 	joined := r.Reshape(yt, b, t, a.Heads*dh)

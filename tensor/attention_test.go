@@ -143,7 +143,7 @@ func TestCausalAttentionMatchesComposed(t *testing.T) {
 			// Besides the kernels' fixed workspace (O(T·(D+Br)) per slot),
 			// nothing of the probabilities' size exists.
 			probs := int64(b * h * tt * tt * tc.dt.Size())
-			ws := device.AttentionWorkspace([]int{b, h, tt, d}, tc.dt, true)
+			ws := device.AttentionWorkspace([]int{b, h, tt, d}, h, tc.dt, true)
 			if fPeak-ws >= probs || fPeak >= cPeak {
 				t.Errorf("fused peak %d bytes (workspace %d), composed %d, probabilities %d", fPeak, ws, cPeak, probs)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/memfit/memfit/device"
+	"github.com/memfit/memfit/memory"
 )
 
 // CausalAttention returns dropout(softmax(scale·q·kᵀ, causal))·v for q, k
@@ -72,9 +73,14 @@ func (o AttentionOptions) check(op string) {
 	}
 }
 
-// Attention returns dropout(softmax(scores, mask))·v for q, k and v
-// [B, H, T, D] (heads of a fused projection viewed in place, say): causal
-// multi-head attention with the options o. The scores are o.Scale·q·kᵀ,
+// Attention returns dropout(softmax(scores, mask))·v for q [B, H, T, D]
+// and k and v [B, KV, T, D] (heads of a fused projection viewed in place,
+// say), KV dividing H: causal multi-head attention with the options o,
+// grouped-query attention where KV < H (query head h reads key and value
+// head h/(H/KV), as Hugging Face's repeat_kv spreads them, without the
+// copies: the gradients of k and v come back [B, KV, T, D], each head's
+// the sum over its group's query heads, in a fixed order, so that runs
+// agree bit for bit). The scores are o.Scale·q·kᵀ,
 // capped to o.Softcap·tanh(s/o.Softcap) under a soft cap; the mask keeps
 // for query i the keys j <= i, from the start of its example (seg, of
 // q's B and T; nil: one example per row) and within o.Window keys of it
@@ -91,19 +97,22 @@ func (o AttentionOptions) check(op string) {
 // or once per call without them, so that the kernels skip the key blocks
 // before a block of queries' earliest start: a window of W keys costs
 // O(T·W), forward and backward. Elsewhere (or with the capability hidden
-// by device.Without) it is the composition CausalScores, the cap
+// by device.Without) it is, after k and v are repeated to H heads (a
+// copy laid out token by token, whose gradient sums the copies back),
+// the composition CausalScores, the cap
 // (MulScalar, Tanh, MulScalar) and CausalMask under a soft cap,
 // MaskedFill of the keys before each query's start (from a [B, 1, T, T]
 // mask made on the host, with Segments or a window), Softmax, Dropout
 // and CausalMatMul, which computes the same values within float
 // tolerance and draws the same dropout masks. Under autocast the
 // products run in the autocast dtype, as every product does. The result
-// is laid out as v, so heads viewed inside [B, T, H, D] join back into
-// [B, T, H·D] without a copy.
+// is laid out as v (with H heads where v has fewer: groupedOutput), so
+// heads viewed inside [B, T, H, D] join back into [B, T, H·D] without a
+// copy.
 func (s *Scope) Attention(q, k, v *Tensor, seg *Segments, o AttentionOptions) *Tensor {
 	dev := sameDevice("causal_attention", q, k, v)
-	if q.Dim() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
-		panic(errorf("causal_attention", "q %s, k %s and v %s must all be [B, H, T, D]", q.describe(), k.describe(), v.describe()))
+	if !attentionHeads(q, k, v) {
+		panic(errorf("causal_attention", "q %s must be [B, H, T, D] and k %s and v %s [B, KV, T, D] with KV dividing H", q.describe(), k.describe(), v.describe()))
 	}
 	if !q.dtype.IsFloat() || !k.dtype.IsFloat() || !v.dtype.IsFloat() {
 		panic(errorf("causal_attention", "q %s, k %s and v %s must be float tensors", q.describe(), k.describe(), v.describe()))
@@ -135,7 +144,12 @@ func (s *Scope) Attention(q, k, v *Tensor, seg *Segments, o AttentionOptions) *T
 	defer pk.Release()
 	defer pv.Release()
 	a := device.Attention{Scale: o.Scale, Dropout: o.Dropout, Seed: o.Seed, Starts: starts, Softcap: o.Softcap, Tiled: device.AttentionTiled(dev, target, q.shape[3])}
-	out := mustAllocLike(dev, target, pv, s.cat)
+	var out *Tensor
+	if k.shape[1] == q.shape[1] {
+		out = mustAllocLike(dev, target, pv, s.cat)
+	} else {
+		out = groupedOutput(dev, target, pv, q.shape[1], s.cat)
+	}
 	lse := mustAlloc(dev, accumDType(target), append([]int(nil), q.shape[:3]...), s.cat)
 	kern.CausalAttention(out.view(), lse.view(), pq.view(), pk.view(), pv.view(), a)
 	s.record(out, "causal_attention", []*Tensor{cq, ck, cv}, []*Tensor{pq, pk, pv, out, lse}, func(s *Scope, g *Tensor, saved []*Tensor) []*Tensor {
@@ -144,7 +158,7 @@ func (s *Scope) Attention(q, k, v *Tensor, seg *Segments, o AttentionOptions) *T
 		gc := g.rowsDense(s)
 		defer gc.Release()
 		dq := mustAllocLike(dev, target, sq, s.cat)
-		dk := mustAllocLike(dev, target, sk, s.cat)
+		dk := mustAllocLike(dev, target, sk, s.cat) // KV heads: the groups' sums
 		dv := mustAllocLike(dev, target, sv, s.cat)
 		device.AttentionOf(dev).CausalAttentionBackward(dq.view(), dk.view(), dv.view(), gc.view(), so.view(), sl.view(), sq.view(), sk.view(), sv.view(), a)
 		return []*Tensor{dq, dk, dv}
@@ -271,9 +285,56 @@ func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, o Attentio
 	return y
 }
 
+// groupedOutput allocates attention's output [B, h, T, D] for values v
+// [B, KV, T, D] of fewer heads, laid out as v: the heads side by side in
+// each token's row ([B, T, h, D] in memory, the result a view of it)
+// where v's are (its token stride at least its head stride; with one
+// head both layouts give these strides), head by head otherwise.
+func groupedOutput(dev device.Device, dt DType, v *Tensor, h int, cat memory.Category) *Tensor {
+	b, t, d := v.shape[0], v.shape[2], v.shape[3]
+	if v.strides[2] < v.strides[1] {
+		return mustAlloc(dev, dt, []int{b, h, t, d}, cat)
+	}
+	out := mustAlloc(dev, dt, []int{b, t, h, d}, cat)
+	out.shape = []int{b, h, t, d}
+	out.strides = []int{t * h * d, d, h * d, 1}
+	return out
+}
+
+// attentionHeads reports whether q is [B, H, T, D] and k and v are
+// [B, KV, T, D] with KV dividing H.
+func attentionHeads(q, k, v *Tensor) bool {
+	if q.Dim() != 4 || k.Dim() != 4 || !slices.Equal(k.shape, v.shape) {
+		return false
+	}
+	h, kv := q.shape[1], k.shape[1]
+	return kv > 0 && h%kv == 0 && k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] && k.shape[3] == q.shape[3]
+}
+
+// repeatHeads repeats each of the heads of x [B, KV, T, D] h/KV times
+// ([B, h, T, D], head i reading head i/(h/KV)): Expand makes a view and
+// Contiguous copies it once, token by token ([B, T, h, D] in memory, the
+// result a view of it). The gradient sums the copies back.
+func (s *Scope) repeatHeads(x *Tensor, h int) *Tensor {
+	b, n, t, d := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	xt := s.Permute(x, 0, 2, 1, 3) // [B, T, KV, D]
+	u := s.Reshape(xt, b, t, n, 1, d)
+	s.release(xt)
+	e := s.Expand(u, b, t, n, h/n, d)
+	s.release(u)
+	c := s.Contiguous(e)
+	s.release(e)
+	r := s.Reshape(c, b, t, h, d)
+	s.release(c)
+	out := s.Permute(r, 0, 2, 1, 3)
+	s.release(r)
+	return out
+}
+
 // composedAttention is Attention from the ops a device without the
-// fused kernels has; its dropout draws the fused kernels' masks (Dropout
-// numbers the contiguous probabilities as they do). Under a soft cap the
+// fused kernels has, k and v repeated to q's heads first where they have
+// fewer (repeatHeads); its dropout draws the fused kernels' masks
+// (Dropout numbers the contiguous probabilities as they do). Under a soft cap the
 // scores are computed with zeros above the diagonal, capped (c·tanh(s/c):
 // MulScalar, Tanh, MulScalar) and then masked (CausalMask), since the cap
 // of −Inf would be −c; without
@@ -282,6 +343,12 @@ func (s *Scope) splitAttention(qkv *Tensor, heads int, seg *Segments, o Attentio
 // mask made on the host; the backward of the fills passes no gradient
 // there, as CausalScores' passes none above the diagonal.
 func (s *Scope) composedAttention(q, k, v *Tensor, starts []int32, o AttentionOptions) *Tensor {
+	if h := q.shape[1]; k.shape[1] != h {
+		kr, vr := s.repeatHeads(k, h), s.repeatHeads(v, h)
+		defer s.release(kr)
+		defer s.release(vr)
+		k, v = kr, vr
+	}
 	var masked *Tensor
 	if o.Softcap != 0 {
 		raw := s.CausalScores(q, k, o.Scale, 0)

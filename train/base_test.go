@@ -150,6 +150,24 @@ func TestPlanMatchesMeasuredPeakBase(t *testing.T) {
 			c.Memory.LoRA.Rank, c.Precision.Base, c.Memory.LMHead, c.Precision.AMP = 4, "nf4+head", "full", "bf16"
 		}},
 		{"init bitsandbytes lora nf4", init(llamaNF4), func(c *Config) { c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP = 4, "nf4", "bf16" }},
+		// The base streamed from host memory (-offload base): at most
+		// two blocks' weights on the device, all of them on the host.
+		{"llama lora nf4 offload base", tinyLlama(), func(c *Config) { c.Memory.LoRA.Rank, c.Precision.Base, c.Memory.Offload.Mode = 4, "nf4", "base" }},
+		{"llama lora nf4 bf16 checkpoint accum offload base", tinyLlama(), func(c *Config) {
+			c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Accum, c.Memory.Offload.Mode = 4, "nf4", "bf16", "every", 2, "base"
+		}},
+		{"llama lora int8 checkpoint sqrt offload activations,base", tinyLlama(), func(c *Config) {
+			c.Model.Layers, c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Offload.Mode = 4, 4, "int8", "bf16", "sqrt", "activations,base"
+		}},
+		{"gpt lora nf4 offload all,base", gpt, func(c *Config) {
+			c.Memory.LoRA.Rank, c.Precision.Base, c.Memory.Offload.Mode, c.Precision.AMP = 4, "nf4", "all,base", "bf16"
+		}},
+		{"gpt freeze bf16 offload base", gpt, func(c *Config) {
+			c.Memory.Freeze, c.Precision.Base, c.Precision.AMP, c.Memory.Offload.Mode = []string{"blocks.1.*"}, "bf16", "bf16", "base"
+		}},
+		{"init bitsandbytes lora nf4 offload base step-in-backward", init(llamaNF4), func(c *Config) {
+			c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP, c.Memory.Offload.Mode, c.Memory.StepInBackward = 4, "nf4", "bf16", "base", true
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg

@@ -70,6 +70,11 @@ func TestTechniquesMatchCPU(t *testing.T) {
 		}, family("gemma3-f32")},
 		{"phi3 f32", 1e-4, func(c *Config) {}, family("phi3-f32")},
 		{"qwen2 sliding lora nf4 bf16", 5e-3, func(c *Config) { c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP = 4, "nf4", "bf16" }, family("qwen2-swa-f32")},
+		// The frozen base streamed from pinned host memory on the copy
+		// stream, block by block (-offload base).
+		{"gpt lora nf4 bf16 checkpoint offload activations,base", 5e-3, func(c *Config) {
+			c.Memory.LoRA.Rank, c.Precision.Base, c.Precision.AMP, c.Memory.Checkpoint, c.Memory.Offload.Mode = 4, "nf4", "bf16", "every", "activations,base"
+		}, gpt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,8 @@ import (
 )
 
 // A plan traces the first two and the last of the repetitions that
-// allocate alike (tiles, the chunked head's chunks) and skips the rest:
+// allocate alike (tiles, the chunked head's chunks, micro-batches) and
+// skips the rest:
 // its peaks are those of tracing every one, every category, the total
 // and the caching allocator's reserve, on a grid of models, contexts
 // (tiles of 2048 and a longer last one; heads of several chunks) and
@@ -33,6 +34,10 @@ func TestPlanSkipsRepeatsExactly(t *testing.T) {
 		}},
 		{"tile step in backward lora", func(c *Config) { c.Memory.Tile, c.Memory.StepInBackward, c.Memory.LoRA.Rank = 2048, true, 4 }},
 		{"tile accum", func(c *Config) { c.Memory.Tile, c.Optim.Batch, c.Memory.Accum = 2048, 2, 2 }},
+		{"accum 8 checkpoint", func(c *Config) { c.Optim.Batch, c.Memory.Accum, c.Memory.Checkpoint = 8, 8, "every" }},
+		{"accum 5 of 8 lora bf16 offload", func(c *Config) {
+			c.Optim.Batch, c.Memory.Accum, c.Memory.LoRA.Rank, c.Precision.AMP, c.Memory.Offload.Mode = 8, 5, 4, "bf16", "all"
+		}},
 		{"head chunks f32", func(c *Config) {}},
 		{"head chunks bf16 fp16 scaler", func(c *Config) { c.Precision.AMP = "fp16" }},
 	}

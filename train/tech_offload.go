@@ -176,18 +176,22 @@ func (c Config) offloadSet() (map[string]bool, error) {
 	if mode == "" || mode == "off" {
 		return set, nil
 	}
+	all := false
 	for _, v := range strings.Split(mode, ",") {
 		switch v {
 		case "activations", "optimizer", "base":
 			if set[v] {
+				if all && v != "base" {
+					return set, errors.New("all is activations and optimizer: name all or them, not both")
+				}
 				return set, fmt.Errorf("%s named twice", v)
 			}
 			set[v] = true
 		case "all":
-			if set["activations"] || set["optimizer"] {
-				return set, errors.New("all is activations and optimizer: name either again, not both")
+			if all || set["activations"] || set["optimizer"] {
+				return set, errors.New("all is activations and optimizer: name all or them, not both")
 			}
-			set["activations"], set["optimizer"] = true, true
+			all, set["activations"], set["optimizer"] = true, true, true
 		case "off":
 			return set, errors.New("off moves nothing: name it alone")
 		default:
@@ -315,6 +319,17 @@ func (p *offloadPart) wrapRunner(_ *Trainer, r nn.BlockRunner) nn.BlockRunner {
 		r = p.base.Runner(r)
 	}
 	return r
+}
+
+// beforeMicroBatch starts the host's peak afresh with each step, as the
+// trainer starts the device's: a parked weight reads on the host, so a
+// save between steps (a -freeze run's streamed bf16 weights, widened to
+// f64 there) makes host temporaries that are not the step's.
+func (p *offloadPart) beforeMicroBatch(_ *Trainer, mb microBatch) error {
+	if p.base != nil && mb.index == 0 {
+		p.host.Memory().ResetPeak()
+	}
+	return nil
 }
 
 // beforeForward starts the base's pass: the first block's fetch.

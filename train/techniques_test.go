@@ -115,6 +115,12 @@ func TestRulesAreEnforced(t *testing.T) {
 			c.Model.Name, c.Precision.Base, c.Memory.LoRA.Rank = "llama", "nf4+head", 4
 		}, []string{"-base nf4+head", "-lm-head chunked", "use -lm-head full"}},
 		{"base bf16 without amp", func(c *Config) { c.Precision.Base, c.Memory.LoRA.Rank = "bf16", 4 }, []string{"-base bf16", "needs -amp bf16"}},
+		{"offload base zero 3", func(c *Config) {
+			c.Memory.Offload.Mode, c.Memory.LoRA.Rank, c.Parallel.Engine, c.Parallel.Zero = "base", 4, "mpi", 3
+		}, []string{"-offload base", "-zero 3", "use -zero 1 or 2"}},
+		{"offload base unfreeze", func(c *Config) {
+			c.Memory.Offload.Mode, c.Memory.Freeze, c.Memory.UnfreezeAt = "activations,base", []string{"layers.0.*"}, 3
+		}, []string{"-offload activations,base", "-unfreeze-at 3", "trains again"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Default()
@@ -136,7 +142,7 @@ func TestRulesAreEnforced(t *testing.T) {
 	for _, tech := range techniques {
 		n += len(tech.refuses) + len(tech.needs)
 	}
-	if n != 25 {
-		t.Errorf("%d rules declared, 25 tested: add a case for the new one", n)
+	if n != 27 {
+		t.Errorf("%d rules declared, 27 tested: add a case for the new one", n)
 	}
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/memfit/memfit/device"
@@ -33,6 +34,20 @@ import (
 // derivative, element by element (softcapGrad). Without one the code is
 // the code above, bit for bit.
 //
+// Grouped-query attention (k and v with KV < H heads): head h reads key
+// and value head h/G, G = H/KV, in forward and backward alike, and a
+// (batch, head) pair stays one unit of work. Its dk and dv are the head's
+// partial sums; the G partials of a group are added in head order, each
+// head adding its own after the head before it (forGroupHeads: workers
+// take the pairs in order and wait their turn to add), so that dk of key
+// head g is ((P₀ + P₁) + P₂) + … whatever the scheduling, P_j the f32
+// (f64) partial of query head gG+j, computed as a head without groups
+// computes its own. f32 and f64 sums accumulate in dk and dv in place
+// (the group's first head writes its partial there), 16-bit ones in two
+// f32 [T, D] accumulators of the workspace (device.GroupSumBytes), rounded
+// to the dtype once, by the group's last head. Without groups (KV = H) the
+// code is the code above, bit for bit.
+//
 // The products read q, k, v and dout where they lie (heads viewed in a
 // fused projection, at its row stride), in their own dtype, as the
 // composed path's products do; scores and probabilities are f32 (f64 for
@@ -41,12 +56,14 @@ import (
 // composed path stores them (backward rounds each row as it is finished,
 // into buffers of their own, so that no pass re-reads the block).
 
-// attnGeom is the [B, H, T, D] shape of one call.
-type attnGeom struct{ b, h, t, d, br int }
+// attnGeom is the [B, H, T, D] shape of one call, with its key and value
+// heads (kv, dividing h) and the query heads of each (grp = h/kv).
+type attnGeom struct{ b, h, t, d, br, kv, grp int }
 
-func geomOf(q device.View) attnGeom {
-	g := attnGeom{b: q.Shape[0], h: q.Shape[1], t: q.Shape[2], d: q.Shape[3]}
+func geomOf(q, k device.View) attnGeom {
+	g := attnGeom{b: q.Shape[0], h: q.Shape[1], t: q.Shape[2], d: q.Shape[3], kv: k.Shape[1]}
 	g.br = min(device.AttentionBlock, g.t)
+	g.grp = g.h / g.kv
 	return g
 }
 
@@ -292,6 +309,53 @@ func (d *Device) forHeads(g attnGeom, ws []byte, f func(slot []byte, b, h int)) 
 	wg.Wait()
 }
 
+// forGroupHeads runs work for every (batch, head) pair, as forHeads,
+// and then add for each in the pairs' order: worker w (of at most
+// device.AttentionSlots, slot w of the workspace its own) takes the next
+// pair not yet taken, runs work, waits until add has run for every pair
+// before it, and runs add. Pairs are taken in order, so the pair whose
+// turn it is has been taken by a worker that is not waiting: no worker
+// waits forever. An interrupted work still runs its add (the results are
+// being abandoned) so that the others' turns come.
+func (d *Device) forGroupHeads(g attnGeom, ws []byte, work, add func(slot []byte, b, h int)) {
+	heads := g.b * g.h
+	slots := min(heads, device.AttentionSlots)
+	per := len(ws) / slots
+	workers := min(d.threads, slots)
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		turn int
+		wg   sync.WaitGroup
+	)
+	cond := sync.NewCond(&mu)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := ws[w*per : (w+1)*per]
+			for {
+				bh := int(next.Add(1) - 1)
+				if bh >= heads {
+					return
+				}
+				work(mine, bh/g.h, bh%g.h)
+				mu.Lock()
+				for turn != bh {
+					cond.Wait()
+				}
+				mu.Unlock()
+				add(mine, bh/g.h, bh%g.h)
+				mu.Lock()
+				turn++
+				cond.Broadcast()
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // workspace takes the call's temporaries from the device's allocator,
 // so that the plan, the report and an out-of-memory error see them.
 func (d *Device) workspace(bytes int64) device.Buffer {
@@ -349,9 +413,9 @@ func checkUntiled(a device.Attention) {
 
 // CausalAttention writes out and lse (see device.AttentionKernels).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape)
+	a.Check(q.Shape, k.Shape, v.Shape)
 	checkUntiled(a)
-	ws := d.workspace(a.Workspace(q.Shape, q.DType, false))
+	ws := d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, false))
 	defer d.Free(ws)
 	if q.DType == device.F64 {
 		attentionForward[float64](d, ws.Host, out, lse, q, k, v, a)
@@ -361,7 +425,7 @@ func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attenti
 }
 
 func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.View, a device.Attention) {
-	g := geomOf(q)
+	g := geomOf(q, k)
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
 	keep := T(1 / (1 - a.Dropout))
@@ -370,7 +434,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 		sc, rest := split[T](slot, br*t) // the block's scores, then probabilities
 		ow, rest := split[T](rest, br*dim)
 		p, round := blockOperand(sc, t, q.DType, rest) // the probabilities in q's dtype
-		bh := b*g.h + h
+		bh, hk := b*g.h+h, h/g.grp                     // hk: the key and value head
 		for i0 := 0; i0 < t; i0 += br {
 			if d.mem.Interrupted() != nil {
 				// The computation is being abandoned (Allocator.Interrupt):
@@ -383,7 +447,7 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 			// from k0: column c of the block's rows is key k0+c, and
 			// the products see the past keys as i0-k0 of them.
 			k0 := keyStart(starts, b, t, i0, m)
-			scores(sc, t, i0-k0, m, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, h, k0))
+			scores(sc, t, i0-k0, m, dim, a.Scale, headRows(q, b, h, i0), headRows(k, b, hk, k0))
 			for r := range m {
 				i := i0 + r
 				lo := rowStart(starts, b, t, i)
@@ -418,10 +482,10 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 			}
 			if direct[T](out) {
 				c, ldc := headC[T](out, b, h, i0)
-				alongKeys(c, ldc, i0-k0, m, dim, 1, p, headRows(v, b, h, k0), 0)
+				alongKeys(c, ldc, i0-k0, m, dim, 1, p, headRows(v, b, hk, k0), 0)
 				continue
 			}
-			alongKeys(ow, dim, i0-k0, m, dim, 1, p, headRows(v, b, h, k0), 0)
+			alongKeys(ow, dim, i0-k0, m, dim, 1, p, headRows(v, b, hk, k0), 0)
 			storeRows(out, ow, b, h, i0, m, dim)
 		}
 	})
@@ -430,9 +494,9 @@ func attentionForward[T float](d *Device, ws []byte, out, lse, q, k, v device.Vi
 // CausalAttentionBackward writes dq, dk and dv (see
 // device.AttentionKernels).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape)
+	a.Check(q.Shape, k.Shape, v.Shape)
 	checkUntiled(a)
-	ws := d.workspace(a.Workspace(q.Shape, q.DType, true))
+	ws := d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, true))
 	defer d.Free(ws)
 	if q.DType == device.F64 {
 		attentionBackward[float64](d, ws.Host, dq, dk, dv, dout, out, lse, q, k, v, a)
@@ -441,32 +505,68 @@ func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v dev
 	attentionBackward[float32](d, ws.Host, dq, dk, dv, dout, out, lse, q, k, v, a)
 }
 
+// bwdSlot is a slot's share of backward's workspace: a block's
+// probabilities (sc) and their gradient (dpw), a head's dk and dv
+// accumulators, a block's dq rows (or a row of out), a row of dout, and
+// for 16-bit inputs (rest) the block's rounded probabilities and
+// gradient.
+type bwdSlot[T float] struct {
+	sc, dpw, dkw, dvw, dqw, dow []T
+	rest                        []byte
+}
+
+func bwdSlotOf[T float](slot []byte, g attnGeom) (s bwdSlot[T]) {
+	t, dim, br := g.t, g.d, g.br
+	s.sc, slot = split[T](slot, br*t)
+	s.dpw, slot = split[T](slot, br*t)
+	s.dkw, slot = split[T](slot, t*dim)
+	s.dvw, slot = split[T](slot, t*dim)
+	s.dqw, slot = split[T](slot, br*dim)
+	s.dow, s.rest = split[T](slot, dim)
+	return s
+}
+
+// addTo adds src to dst element by element: dst[i] + src[i].
+func addTo[T float](dst, src []T) {
+	for i, x := range src {
+		dst[i] += x
+	}
+}
+
 func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	g := geomOf(q)
+	g := geomOf(q, k)
 	t, dim, br := g.t, g.d, g.br
 	lses := floats[T](lse.Buf.Host)[lse.Offset:]
 	keep := T(1 / (1 - a.Dropout))
 	starts, ws := segStarts(ws, a, q.Shape)
-	d.forHeads(g, ws, func(slot []byte, b, h int) {
-		sc, rest := split[T](slot, br*t)   // probabilities, then dropped ones
-		dpw, rest := split[T](rest, br*t)  // the probabilities' gradient, then the scores'
-		dkw, rest := split[T](rest, t*dim) // the head's dk and dv
-		dvw, rest := split[T](rest, t*dim)
-		dqw, rest := split[T](rest, br*dim) // a row of out, then the block's dq
-		dow, rest := split[T](rest, dim)    // a row of dout
+	// A group's sums of 16-bit dk and dv (device.GroupSumBytes), in
+	// front of the slots.
+	var sumK, sumV []T
+	if device.GroupSumBytes(q.Shape, g.kv, q.DType, true) > 0 {
+		sumK, ws = split[T](ws, t*dim)
+		sumV, ws = split[T](ws, t*dim)
+	}
+	// work computes the dq of head (b, h) and its dk and dv, over the
+	// rows of key and value head h/G: into dk and dv themselves where
+	// inPlace allows it and their dtype is T's (cleared first), else into
+	// the slot's accumulators (which store or add moves on).
+	work := func(slot []byte, b, h int, inPlace bool) (inDK, inDV bool) {
+		w := bwdSlotOf[T](slot, g)
+		sc, dpw, dqw, dow, rest := w.sc, w.dpw, w.dqw, w.dow, w.rest
+		hk := h / g.grp
 		// P' and dS as the products take them: in q's dtype, rounded
 		// from sc and dpw, when 16-bit (rest is then their two buffers).
 		pr, round := blockOperand(sc, t, q.DType, rest[:len(rest)/2])
 		dsr, _ := blockOperand(dpw, t, q.DType, rest[len(rest)/2:])
 		// dk and dv accumulate over the blocks: in place when their
 		// dtype is T's (cleared first), else in scratch stored at the end.
-		dkc, dkld, dvc, dvld := dkw, dim, dvw, dim
-		inDK, inDV := direct[T](dk), direct[T](dv)
+		dkc, dkld, dvc, dvld := w.dkw, dim, w.dvw, dim
+		inDK, inDV = inPlace && direct[T](dk), inPlace && direct[T](dv)
 		if inDK {
-			dkc, dkld = headC[T](dk, b, h, 0)
+			dkc, dkld = headC[T](dk, b, hk, 0)
 		}
 		if inDV {
-			dvc, dvld = headC[T](dv, b, h, 0)
+			dvc, dvld = headC[T](dv, b, hk, 0)
 		}
 		for r := range t {
 			clear(dkc[r*dkld : r*dkld+dim])
@@ -479,7 +579,7 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				// The computation is being abandoned (Allocator.Interrupt):
 				// the next op's allocation says so; a long context's
 				// blocks are not worth finishing.
-				return
+				return inDK, inDV
 			}
 			m := min(br, t-i0)
 			n := i0 + m
@@ -493,8 +593,8 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 				gv := load(dout, dor.off+r*dor.ld, dim, 1, dow[:dim])
 				delta[r] = T(dotT(gv, ov))
 			}
-			scores(sc, t, i0-k0, m, dim, a.Scale, qr, headRows(k, b, h, k0))
-			scores(dpw, t, i0-k0, m, dim, 1, dor, headRows(v, b, h, k0))
+			scores(sc, t, i0-k0, m, dim, a.Scale, qr, headRows(k, b, hk, k0))
+			scores(dpw, t, i0-k0, m, dim, 1, dor, headRows(v, b, hk, k0))
 			for r := range m {
 				i := i0 + r
 				lo := rowStart(starts, b, t, i)
@@ -546,17 +646,60 @@ func attentionBackward[T float](d *Device, ws []byte, dq, dk, dv, dout, out, lse
 			perKey(dkc[k0*dkld:], dkld, i0-k0, m, dim, a.Scale, dsr, qr)
 			if direct[T](dq) {
 				c, ldc := headC[T](dq, b, h, i0)
-				alongKeys(c, ldc, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, h, k0), 0)
+				alongKeys(c, ldc, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, hk, k0), 0)
 				continue
 			}
-			alongKeys(dqw, dim, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, h, k0), 0)
+			alongKeys(dqw, dim, i0-k0, m, dim, a.Scale, dsr, headRows(k, b, hk, k0), 0)
 			storeRows(dq, dqw, b, h, i0, m, dim)
 		}
-		if !inDK {
-			storeRows(dk, dkw, b, h, 0, t, dim)
-		}
-		if !inDV {
-			storeRows(dv, dvw, b, h, 0, t, dim)
+		return inDK, inDV
+	}
+	if g.grp == 1 {
+		d.forHeads(g, ws, func(slot []byte, b, h int) {
+			inDK, inDV := work(slot, b, h, true)
+			w := bwdSlotOf[T](slot, g)
+			if !inDK {
+				storeRows(dk, w.dkw, b, h, 0, t, dim)
+			}
+			if !inDV {
+				storeRows(dv, w.dvw, b, h, 0, t, dim)
+			}
+		})
+		return
+	}
+	// Grouped heads: the group's first head writes f32 (f64) partials in
+	// place, and every later one adds its own after it; 16-bit partials
+	// go through sumK and sumV, stored by the group's last head.
+	d.forGroupHeads(g, ws, func(slot []byte, b, h int) {
+		work(slot, b, h, h%g.grp == 0)
+	}, func(slot []byte, b, h int) {
+		w := bwdSlotOf[T](slot, g)
+		hk, j := h/g.grp, h%g.grp
+		for _, x := range []struct {
+			dst       device.View
+			part, sum []T
+		}{{dk, w.dkw, sumK}, {dv, w.dvw, sumV}} {
+			if direct[T](x.dst) {
+				if j == 0 {
+					continue // the partial is in place
+				}
+				c, ld := headC[T](x.dst, b, hk, 0)
+				for r := range t {
+					addTo(c[r*ld:r*ld+dim], x.part[r*dim:(r+1)*dim])
+				}
+				continue
+			}
+			if x.sum == nil {
+				panic("cpu: attention: grouped 16-bit heads without the workspace's group sums (device.GroupSumBytes)")
+			}
+			if j == 0 {
+				copy(x.sum, x.part)
+			} else {
+				addTo(x.sum, x.part)
+			}
+			if j == g.grp-1 {
+				storeRows(x.dst, x.sum, b, hk, 0, t, dim)
+			}
 		}
 	})
 }

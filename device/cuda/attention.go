@@ -35,43 +35,45 @@ func (d *Device) tensorCores() bool { return d.major >= 8 }
 // a.Workspace bytes from the allocator, as the contract says (plans count
 // them): the tiled kernels only the copy of a.Starts. Starts (example
 // boundaries, sliding windows) and a.Softcap are the kernels' arguments
-// (kernels.cu: att_cap, fa_cap, fa_prob).
+// (kernels.cu: att_cap, fa_cap, fa_prob). k and v may have fewer heads
+// than q (KV dividing H: grouped-query attention), query head h reading
+// key and value head h/(H/KV) (att_kv_head).
 func (d *Device) CausalAttention(out, lse, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape)
-	ws, starts, slot, grid := d.attentionWorkspace(q, a, false)
+	a.Check(q.Shape, k.Shape, v.Shape)
+	ws, starts, slot, grid := d.attentionWorkspace(q, k, a, false)
 	defer d.freeWorkspace(ws)
 	if f, ok := d.tiles(q, a); ok {
-		g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-			heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
+		g := attentionShape(q, k).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 		d.launchBlock("k_flash_fwd"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.fwdRows), f.threads(), g)
 		return
 	}
-	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-		heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
+	g := attentionShape(q, k).heads(out).op(lse).heads(q).heads(k).heads(v).op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 	d.launch("k_attention"+computeSuffix(q), grid, g)
 }
 
+// attentionShape is the kernels' first arguments: B, H, KV, T and D.
+func attentionShape(q, k device.View) *args {
+	return new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(k.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3]))
+}
+
 // CausalAttentionBackward is device.AttentionKernels' backward: the tiled
-// k_flash_bwd_kv (dk and dv, one block per key tile) then k_flash_bwd_q
-// (dq, one block per query tile) under a.Tiled, or k_attention_bwd.
+// k_flash_bwd_kv (dk and dv, one block per key tile of each key head,
+// running the query heads of its group in order) then k_flash_bwd_q (dq,
+// one block per query tile) under a.Tiled, or k_attention_bwd (one block
+// per slot, taking (batch, key head) pairs in turn).
 func (d *Device) CausalAttentionBackward(dq, dk, dv, dout, out, lse, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape)
-	ws, starts, slot, grid := d.attentionWorkspace(q, a, true)
+	a.Check(q.Shape, k.Shape, v.Shape)
+	ws, starts, slot, grid := d.attentionWorkspace(q, k, a, true)
 	defer d.freeWorkspace(ws)
 	if f, ok := d.tiles(q, a); ok {
-		shape := func() *args {
-			return new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3]))
-		}
 		tail := func(g *args) *args {
 			return g.heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 		}
-		heads := q.Shape[0] * q.Shape[1]
-		d.launchBlock("k_flash_bwd_kv"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdCols), f.threads(), tail(shape().heads(dk).heads(dv)))
-		d.launchBlock("k_flash_bwd_q"+f.suffix, flashGrid(heads, q.Shape[2], f.bwdRows), f.threads(), tail(shape().heads(dq)))
+		d.launchBlock("k_flash_bwd_kv"+f.suffix, flashGrid(q.Shape[0]*k.Shape[1], q.Shape[2], f.bwdCols), f.threads(), tail(attentionShape(q, k).heads(dk).heads(dv)))
+		d.launchBlock("k_flash_bwd_q"+f.suffix, flashGrid(q.Shape[0]*q.Shape[1], q.Shape[2], f.bwdRows), f.threads(), tail(attentionShape(q, k).heads(dq)))
 		return
 	}
-	g := new(args).i64(int64(q.Shape[0])).i64(int64(q.Shape[1])).i64(int64(q.Shape[2])).i64(int64(q.Shape[3])).
-		heads(dq).heads(dk).heads(dv).heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).
+	g := attentionShape(q, k).heads(dq).heads(dk).heads(dv).heads(dout).heads(out).op(lse).heads(q).heads(k).heads(v).
 		op(ws).i64(slot).f64(a.Scale).f64(a.Dropout).u64(a.Seed).op(starts).f64(a.Softcap)
 	d.launch("k_attention_bwd"+computeSuffix(q), grid, g)
 }
@@ -106,13 +108,16 @@ func (d *Device) launchBlock(name string, grid, threads int, a *args) {
 // which the kernels read as none). The rest is returned viewed as the
 // accumulator type, with the elements per slot and the grid (one block
 // per slot); under a.Tiled there is no rest (and no buffer at all
-// without starts).
-func (d *Device) attentionWorkspace(q device.View, a device.Attention, backward bool) (ws, starts device.View, slot int64, grid int) {
+// without starts). The CPU's sums of grouped 16-bit heads
+// (device.GroupSumBytes) come last, taken and unused: k_attention_bwd
+// sums a group in its slot's accumulators.
+func (d *Device) attentionWorkspace(q, k device.View, a device.Attention, backward bool) (ws, starts device.View, slot int64, grid int) {
 	acc := device.F32
 	if q.DType == device.F64 {
 		acc = device.F64
 	}
-	bytes := a.Workspace(q.Shape, q.DType, backward)
+	kv := k.Shape[1]
+	bytes := a.Workspace(q.Shape, kv, q.DType, backward)
 	if bytes == 0 {
 		return ws, starts, 0, 0
 	}
@@ -129,7 +134,7 @@ func (d *Device) attentionWorkspace(q device.View, a device.Attention, backward 
 		return device.View{Buf: buf}, starts, 0, 0
 	}
 	slots := min(q.Shape[0]*q.Shape[1], device.AttentionSlots)
-	n := device.AttentionWorkspace(q.Shape, q.DType, backward) / int64(acc.Size())
+	n := (device.AttentionWorkspace(q.Shape, kv, q.DType, backward) - device.GroupSumBytes(q.Shape, kv, q.DType, backward)) / int64(acc.Size())
 	ws = device.View{Buf: buf, DType: acc, Offset: int(front) / acc.Size(), Shape: []int{int(n)}, Strides: []int{1}}
 	return ws, starts, n / int64(slots), slots
 }

@@ -16,23 +16,36 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
+// attentionCase is a shape of the tests below: B, H, T and D, and kv
+// heads of keys and values (0: H).
+type attentionCase struct{ b, h, t, d, kv int }
+
+func (c attentionCase) String() string {
+	s := fmt.Sprintf("%dx%dx%dx%d", c.b, c.h, c.t, c.d)
+	if c.kv != 0 {
+		s += fmt.Sprintf("/kv%d", c.kv)
+	}
+	return s
+}
+
 // TestAttentionTiles runs fused attention on the GPU and on the CPU device
 // for shapes the conformance suite does not reach: heads of 64 (the
 // largest of the first tiles), 96 (the second tiles), 160 (the slot
-// kernels), sequences that end inside a tile, with and without dropout and
-// example boundaries.
+// kernels), sequences that end inside a tile, grouped heads (keys and
+// values of fewer heads), with and without dropout and example
+// boundaries.
 func TestAttentionTiles(t *testing.T) {
 	d := newTestDevice(t)
 	ref := cpu.New()
-	cases := []struct{ b, h, t, d int }{{1, 2, 77, 64}, {2, 1, 45, 96}, {1, 1, 37, 160}, {1, 3, 130, 16}}
+	cases := []attentionCase{{1, 2, 77, 64, 0}, {2, 1, 45, 96, 0}, {1, 1, 37, 160, 0}, {1, 3, 130, 16, 0}, {1, 4, 77, 64, 1}, {2, 4, 45, 96, 2}, {1, 2, 37, 160, 1}}
 	if !Emulated {
-		cases = append(cases, struct{ b, h, t, d int }{4, 6, 1024, 64}, struct{ b, h, t, d int }{2, 4, 512, 128})
+		cases = append(cases, attentionCase{4, 6, 1024, 64, 0}, attentionCase{2, 4, 512, 128, 0}, attentionCase{2, 32, 1024, 128, 8})
 	}
 	for _, c := range cases {
 		for _, dt := range []device.DType{device.F32, device.BF16} {
 			for _, p := range []float64{0, 0.2} {
 				for _, packed := range []bool{false, true} {
-					name := fmt.Sprintf("%dx%dx%dx%d/%v/dropout%v/packed%v", c.b, c.h, c.t, c.d, dt, p, packed)
+					name := fmt.Sprintf("%v/%v/dropout%v/packed%v", c, dt, p, packed)
 					t.Run(name, func(t *testing.T) {
 						a := device.Attention{Scale: 1 / math.Sqrt(float64(c.d)), Dropout: p, Seed: 9}
 						if packed {
@@ -51,9 +64,9 @@ func TestAttentionTiles(t *testing.T) {
 								}
 							}
 						}
-						want := runAttention(t, ref, dt, c.b, c.h, c.t, c.d, a)
+						want := runGroupedAttention(t, ref, dt, c, a)
 						a.Tiled = device.AttentionTiled(d, dt, c.d) // false for heads of 160: the slot kernels
-						got := runAttention(t, d, dt, c.b, c.h, c.t, c.d, a)
+						got := runGroupedAttention(t, d, dt, c, a)
 						for i, n := range []string{"out", "lse", "dq", "dk", "dv"} {
 							compareRMS(t, n, got[i], want[i], attentionTolerance(dt, n))
 						}
@@ -70,8 +83,8 @@ func TestAttentionTiles(t *testing.T) {
 // ones; the tensor-core kernels agree with the CPU and with the CUDA-core
 // kernels (the same kind of device told it has compute capability 7.5)
 // within the conformance suite's tolerances, for heads that are and are
-// not a multiple of 16, sequences that end inside a tile, dropout and
-// example boundaries.
+// not a multiple of 16, sequences that end inside a tile, grouped heads,
+// dropout and example boundaries.
 func TestAttentionTensorCores(t *testing.T) {
 	d := newTestDevice(t)
 	if !d.tensorCores() {
@@ -80,15 +93,15 @@ func TestAttentionTensorCores(t *testing.T) {
 	core := newTestDevice(t)
 	core.major, core.minor = 7, 5 // before its first kernel: the CUDA-core kernels
 	ref := cpu.New()
-	cases := []struct{ b, h, t, d int }{{1, 2, 77, 64}, {2, 1, 45, 96}, {1, 3, 130, 16}, {1, 1, 20, 8}, {1, 1, 70, 128}}
+	cases := []attentionCase{{1, 2, 77, 64, 0}, {2, 1, 45, 96, 0}, {1, 3, 130, 16, 0}, {1, 1, 20, 8, 0}, {1, 1, 70, 128, 0}, {1, 4, 77, 64, 2}, {1, 3, 130, 16, 1}}
 	if !Emulated {
-		cases = append(cases, struct{ b, h, t, d int }{4, 6, 1024, 64}, struct{ b, h, t, d int }{2, 4, 512, 128})
+		cases = append(cases, attentionCase{4, 6, 1024, 64, 0}, attentionCase{2, 4, 512, 128, 0}, attentionCase{2, 32, 1024, 128, 8})
 	}
 	for _, c := range cases {
 		for _, dt := range []device.DType{device.F16, device.BF16, device.F32} {
 			for _, p := range []float64{0, 0.2} {
 				for _, packed := range []bool{false, true} {
-					name := fmt.Sprintf("%dx%dx%dx%d/%v/dropout%v/packed%v", c.b, c.h, c.t, c.d, dt, p, packed)
+					name := fmt.Sprintf("%v/%v/dropout%v/packed%v", c, dt, p, packed)
 					t.Run(name, func(t *testing.T) {
 						a := device.Attention{Scale: 1 / math.Sqrt(float64(c.d)), Dropout: p, Seed: 5, Tiled: true}
 						if packed {
@@ -106,7 +119,7 @@ func TestAttentionTensorCores(t *testing.T) {
 						if d.CountsLaunches() {
 							d.ResetLaunchCounts()
 						}
-						got := runAttention(t, d, dt, c.b, c.h, c.t, c.d, a)
+						got := runGroupedAttention(t, d, dt, c, a)
 						if d.CountsLaunches() {
 							f, _ := flashFor(dt, c.d, true)
 							want := map[string]bool{"k_flash_fwd" + f.suffix: true, "k_flash_bwd_kv" + f.suffix: true, "k_flash_bwd_q" + f.suffix: true}
@@ -125,9 +138,9 @@ func TestAttentionTensorCores(t *testing.T) {
 								t.Errorf("%v not launched", want)
 							}
 						}
-						cores := runAttention(t, core, dt, c.b, c.h, c.t, c.d, a)
+						cores := runGroupedAttention(t, core, dt, c, a)
 						a.Tiled = false // the CPU's slot kernels
-						want := runAttention(t, ref, dt, c.b, c.h, c.t, c.d, a)
+						want := runGroupedAttention(t, ref, dt, c, a)
 						for i, n := range []string{"out", "lse", "dq", "dk", "dv"} {
 							tl := attentionTolerance(dt, n)
 							compareRMS(t, n, got[i], want[i], tl)
@@ -145,8 +158,20 @@ func TestAttentionTensorCores(t *testing.T) {
 // returns out, lse, dq, dk and dv.
 func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd int, a device.Attention) [][]float64 {
 	t.Helper()
+	return runGroupedAttention(t, dev, dt, attentionCase{b, h, tt, dd, 0}, a)
+}
+
+// runGroupedAttention is runAttention of c's shape: k, v, dk and dv of
+// c.kv heads (0: c.h).
+func runGroupedAttention(t *testing.T, dev device.Device, dt device.DType, c attentionCase, a device.Attention) [][]float64 {
+	t.Helper()
+	b, h, tt, dd := c.b, c.h, c.t, c.d
+	kv := c.kv
+	if kv == 0 {
+		kv = h
+	}
 	rng := rand.New(rand.NewPCG(uint64(b*1000+tt), uint64(dd)))
-	shape := []int{b, h, tt, dd}
+	shape, kvShape := []int{b, h, tt, dd}, []int{b, kv, tt, dd}
 	var bufs []device.Buffer
 	defer func() {
 		for _, x := range bufs {
@@ -186,8 +211,8 @@ func runAttention(t *testing.T, dev device.Device, dt device.DType, b, h, tt, dd
 		}
 		return device.View{Buf: buf, DType: dt, Shape: shape, Strides: st}
 	}
-	q, k, v, dout := mk(dt, shape, true), mk(dt, shape, true), mk(dt, shape, true), mk(dt, shape, true)
-	out, dq, dk, dv := mk(dt, shape, false), mk(dt, shape, false), mk(dt, shape, false), mk(dt, shape, false)
+	q, k, v, dout := mk(dt, shape, true), mk(dt, kvShape, true), mk(dt, kvShape, true), mk(dt, shape, true)
+	out, dq, dk, dv := mk(dt, shape, false), mk(dt, shape, false), mk(dt, kvShape, false), mk(dt, kvShape, false)
 	lse := mk(device.F32, shape[:3], false)
 	ker := device.AttentionOf(dev)
 	ker.CausalAttention(out, lse, q, k, v, a)

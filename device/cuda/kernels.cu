@@ -1172,7 +1172,8 @@ extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double mo
 // ---------------------------------------------------------------- fused causal attention
 //
 // device.AttentionKernels, as device/cpu computes them: one block per
-// workspace slot, each taking (batch, head) pairs in turn; query rows in
+// workspace slot, each taking (batch, head) pairs in turn (backward:
+// (batch, key head) pairs, see k_attention_bwd); query rows in
 // blocks of ATT_BLOCK whose scores against the keys up to the block's last
 // row live in the slot (T elements per row: nothing of T×T size). Forward
 // keeps the output and one log-sum-exp per row; backward recomputes the
@@ -1189,6 +1190,13 @@ extern "C" __global__ void k_sgd(i64 n, Op p, Op g, Op buf, double lr, double mo
 // Softcap) each score s = scale·q·k is c·tanh(s/c) before the mask and
 // the softmax, and backward multiplies the scores' gradient by the cap's
 // derivative 1 − tanh²(s/c) (att_cap); softcap 0 runs the code without.
+// Keys and values have KV heads dividing the queries' H (grouped-query
+// attention; KV = H without groups): query head h reads key and value head
+// h/(H/KV) (att_kv_head), and dk and dv of key head g sum the query heads
+// g·H/KV… of its group, in head order, in the accumulators of one block
+// (the slot kernel's, or the tiled k_flash_bwd_kv's registers): no
+// atomics, the same order on every run. Dropout stays numbered by query
+// head.
 
 // Heads are the strides of a [B, H, T, D] view whose last stride is 1.
 struct Heads {
@@ -1198,6 +1206,10 @@ struct Heads {
 __device__ __forceinline__ i64 head_el(const Heads& s, i64 b, i64 h, i64 t, i64 d) {
     return b * s.sb + h * s.sh + t * s.st + d;
 }
+
+// att_kv_head is the key and value head that query head h of H reads
+// when keys and values have KV heads.
+__device__ __forceinline__ i64 att_kv_head(i64 h, i64 H, i64 KV) { return h / (H / KV); }
 
 // att_start is the first key row i of batch b attends: its example's
 // start, or 0 without boundaries.
@@ -1228,14 +1240,14 @@ __device__ __forceinline__ T round16(T v, i64 dt) {
 }
 
 template <class T>
-__device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
+__device__ void k_attention(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
                             Op v, Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg, double softcap) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
     const i64 wsb = ws.off + (i64)blockIdx.x * slot;  // this block's slot: P[br][Tn]
     const T keep = (T)(1 / (1 - p));
 #define P_(r, j) GMEM(T, ws.p, wsb + (r) * Tn + (j))
     for (i64 bh = blockIdx.x; bh < B * H; bh += gridDim.x) {
-        const i64 b = bh / H, h = bh % H;
+        const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV);
         for (i64 i0 = 0; i0 < Tn; i0 += br) {
             const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
             const i64 k0 = att_block_start(seg, b, Tn, i0), w = n - k0;  // keys k0…n-1
@@ -1243,7 +1255,7 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
                 const i64 r = e / w, j = k0 + e % w, i = i0 + r;
                 T s = 0;
                 if (j <= i && j >= att_start(seg, b, Tn, i)) {
-                    for (i64 c = 0; c < D; c++) s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
+                    for (i64 c = 0; c < D; c++) s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, hk, j, c));
                     s *= (T)scale;
                     if (softcap > 0) {
                         T dc;
@@ -1275,7 +1287,7 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
             for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
                 const i64 r = e / D, c = e % D, i = i0 + r;
                 T s = 0;
-                for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += P_(r, j) * ld<T>(v, head_el(sv, b, h, j, c));
+                for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += P_(r, j) * ld<T>(v, head_el(sv, b, hk, j, c));
                 st<T>(out, head_el(so, b, h, i, c), s);
             }
             __syncthreads();
@@ -1284,14 +1296,17 @@ __device__ void k_attention(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op ls
 #undef P_
 }
 TYPED(k_attention,
-      (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws,
-       i64 slot, double scale, double p, u64 seed, Op seg, double softcap),
-      (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg, softcap))
+      (i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv,
+       Op ws, i64 slot, double scale, double p, u64 seed, Op seg, double softcap),
+      (B, H, KV, Tn, D, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg, softcap))
 
-// k_attention_bwd: per slot, P and dS ([br][Tn] each), the head's dk and
-// dv accumulators ([Tn][D] each) and the block's Δ (br values).
+// k_attention_bwd: per slot, P and dS ([br][Tn] each), the key head's dk
+// and dv accumulators ([Tn][D] each) and the block's Δ (br values). A
+// block takes (batch, key head) pairs in turn and runs the query heads of
+// the group in order, each adding into the accumulators, which it stores
+// once after the group's last head.
 template <class T>
-__device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv,
+__device__ void k_attention_bwd(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv,
                                 Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
                                 Heads sv, Op ws, i64 slot, double scale, double p, u64 seed, Op seg, double softcap) {
     const i64 br = Tn < ATT_BLOCK ? Tn : ATT_BLOCK;
@@ -1299,85 +1314,89 @@ __device__ void k_attention_bwd(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, O
     const i64 oP = 0, oS = br * Tn, oK = 2 * br * Tn, oV = oK + Tn * D, oDelta = oV + Tn * D;
     const T keep = (T)(1 / (1 - p));
 #define W_(i) GMEM(T, ws.p, wsb + (i))
-    for (i64 bh = blockIdx.x; bh < B * H; bh += gridDim.x) {
-        const i64 b = bh / H, h = bh % H;
+    const i64 G = H / KV;
+    for (i64 bg = blockIdx.x; bg < B * KV; bg += gridDim.x) {
+        const i64 b = bg / KV, hk = bg % KV;
         for (i64 e = threadIdx.x; e < 2 * Tn * D; e += blockDim.x) W_(oK + e) = 0;
         __syncthreads();
-        for (i64 i0 = 0; i0 < Tn; i0 += br) {
-            const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
-            const i64 k0 = att_block_start(seg, b, Tn, i0), w = n - k0;  // keys k0…n-1
-            // Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
-            for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
-                double s = 0;
-                for (i64 c = 0; c < D; c++)
-                    s += (double)ld<T>(dout, head_el(sdo, b, h, i0 + r, c)) * (double)ld<T>(out, head_el(so, b, h, i0 + r, c));
-                W_(oDelta + r) = (T)s;
-            }
-            for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
-                const i64 r = e / w, j = k0 + e % w, i = i0 + r;
-                T s = 0, dp = 0;
-                if (j <= i && j >= att_start(seg, b, Tn, i)) {
-                    for (i64 c = 0; c < D; c++) {
-                        s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, h, j, c));
-                        dp += ld<T>(dout, head_el(sdo, b, h, i, c)) * ld<T>(v, head_el(sv, b, h, j, c));
+        for (i64 h = hk * G; h < (hk + 1) * G; h++) {
+            const i64 bh = b * H + h;
+            for (i64 i0 = 0; i0 < Tn; i0 += br) {
+                const i64 m = Tn - i0 < br ? Tn - i0 : br, n = i0 + m;
+                const i64 k0 = att_block_start(seg, b, Tn, i0), w = n - k0;  // keys k0…n-1
+                // Δᵢ = Σⱼ Pᵢⱼ·dPᵢⱼ = doutᵢ·outᵢ, with or without dropout.
+                for (i64 r = threadIdx.x; r < m; r += blockDim.x) {
+                    double s = 0;
+                    for (i64 c = 0; c < D; c++)
+                        s += (double)ld<T>(dout, head_el(sdo, b, h, i0 + r, c)) * (double)ld<T>(out, head_el(so, b, h, i0 + r, c));
+                    W_(oDelta + r) = (T)s;
+                }
+                for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
+                    const i64 r = e / w, j = k0 + e % w, i = i0 + r;
+                    T s = 0, dp = 0;
+                    if (j <= i && j >= att_start(seg, b, Tn, i)) {
+                        for (i64 c = 0; c < D; c++) {
+                            s += ld<T>(q, head_el(sq, b, h, i, c)) * ld<T>(k, head_el(sk, b, hk, j, c));
+                            dp += ld<T>(dout, head_el(sdo, b, h, i, c)) * ld<T>(v, head_el(sv, b, hk, j, c));
+                        }
+                        s *= (T)scale;
                     }
-                    s *= (T)scale;
+                    W_(oP + r * Tn + j) = s;
+                    W_(oS + r * Tn + j) = dp;
                 }
-                W_(oP + r * Tn + j) = s;
-                W_(oS + r * Tn + j) = dp;
-            }
-            __syncthreads();
-            for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
-                const i64 r = e / w, j = k0 + e % w, i = i0 + r;
-                if (j > i || j < att_start(seg, b, Tn, i)) continue;
-                T sc = W_(oP + r * Tn + j), dc = (T)1;  // the scaled score, capped below under a soft cap
-                if (softcap > 0) sc = att_cap(sc, (T)softcap, &dc);
-                const T pij = xexp(sc - ld<T>(lse, bh * Tn + i));
-                const T dl = W_(oDelta + r);
-                T z = (T)1;
-                if (p > 0) z = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : keep;
-                T ds = p > 0 ? pij * (z * W_(oS + r * Tn + j) - dl) : pij * (W_(oS + r * Tn + j) - dl);
-                if (softcap > 0) ds *= dc;
-                W_(oP + r * Tn + j) = round16(p > 0 ? pij * z : pij, q.dt);
-                W_(oS + r * Tn + j) = round16(ds, q.dt);
-            }
-            __syncthreads();
-            // dv += P'ᵀ·dout and dk += scale·dSᵀ·q over the block's rows
-            // (P' and dS are 0 before a row's start).
-            for (i64 e = threadIdx.x; e < w * D; e += blockDim.x) {
-                const i64 j = k0 + e / D, c = e % D;
-                T sv_ = 0, sk_ = 0;
-                for (i64 r = (j > i0 ? j - i0 : 0); r < m; r++) {
-                    sv_ += W_(oP + r * Tn + j) * ld<T>(dout, head_el(sdo, b, h, i0 + r, c));
-                    sk_ += W_(oS + r * Tn + j) * ld<T>(q, head_el(sq, b, h, i0 + r, c));
+                __syncthreads();
+                for (i64 e = threadIdx.x; e < m * w; e += blockDim.x) {
+                    const i64 r = e / w, j = k0 + e % w, i = i0 + r;
+                    if (j > i || j < att_start(seg, b, Tn, i)) continue;
+                    T sc = W_(oP + r * Tn + j), dc = (T)1;  // the scaled score, capped below under a soft cap
+                    if (softcap > 0) sc = att_cap(sc, (T)softcap, &dc);
+                    const T pij = xexp(sc - ld<T>(lse, bh * Tn + i));
+                    const T dl = W_(oDelta + r);
+                    T z = (T)1;
+                    if (p > 0) z = uniform01(seed, (u64)((bh * Tn + i) * Tn + j)) < p ? (T)0 : keep;
+                    T ds = p > 0 ? pij * (z * W_(oS + r * Tn + j) - dl) : pij * (W_(oS + r * Tn + j) - dl);
+                    if (softcap > 0) ds *= dc;
+                    W_(oP + r * Tn + j) = round16(p > 0 ? pij * z : pij, q.dt);
+                    W_(oS + r * Tn + j) = round16(ds, q.dt);
                 }
-                W_(oV + j * D + c) += sv_;
-                W_(oK + j * D + c) += (T)scale * sk_;
+                __syncthreads();
+                // dv += P'ᵀ·dout and dk += scale·dSᵀ·q over the block's rows
+                // (P' and dS are 0 before a row's start).
+                for (i64 e = threadIdx.x; e < w * D; e += blockDim.x) {
+                    const i64 j = k0 + e / D, c = e % D;
+                    T sv_ = 0, sk_ = 0;
+                    for (i64 r = (j > i0 ? j - i0 : 0); r < m; r++) {
+                        sv_ += W_(oP + r * Tn + j) * ld<T>(dout, head_el(sdo, b, h, i0 + r, c));
+                        sk_ += W_(oS + r * Tn + j) * ld<T>(q, head_el(sq, b, h, i0 + r, c));
+                    }
+                    W_(oV + j * D + c) += sv_;
+                    W_(oK + j * D + c) += (T)scale * sk_;
+                }
+                // dq = scale·dS·k.
+                for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
+                    const i64 r = e / D, c = e % D, i = i0 + r;
+                    T s = 0;
+                    for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += W_(oS + r * Tn + j) * ld<T>(k, head_el(sk, b, hk, j, c));
+                    st<T>(dq, head_el(sdq, b, h, i, c), (T)scale * s);
+                }
+                __syncthreads();
             }
-            // dq = scale·dS·k.
-            for (i64 e = threadIdx.x; e < m * D; e += blockDim.x) {
-                const i64 r = e / D, c = e % D, i = i0 + r;
-                T s = 0;
-                for (i64 j = att_start(seg, b, Tn, i); j <= i; j++) s += W_(oS + r * Tn + j) * ld<T>(k, head_el(sk, b, h, j, c));
-                st<T>(dq, head_el(sdq, b, h, i, c), (T)scale * s);
-            }
-            __syncthreads();
         }
         for (i64 e = threadIdx.x; e < Tn * D; e += blockDim.x) {
             const i64 j = e / D, c = e % D;
-            st<T>(dk, head_el(sdk, b, h, j, c), W_(oK + e));
-            st<T>(dv, head_el(sdv, b, h, j, c), W_(oV + e));
+            st<T>(dk, head_el(sdk, b, hk, j, c), W_(oK + e));
+            st<T>(dv, head_el(sdv, b, hk, j, c), W_(oV + e));
         }
         __syncthreads();
     }
 #undef W_
 }
 TYPED(k_attention_bwd,
-      (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
-       Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
+      (i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dq, Heads sdq, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo,
+       Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, Op ws, i64 slot, double scale, double p,
        u64 seed, Op seg, double softcap),
-      (B, H, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed, seg,
-       softcap))
+      (B, H, KV, Tn, D, dq, sdq, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, ws, slot, scale, p, seed,
+       seg, softcap))
 
 // ---------------------------------------------------------------- tiled causal attention
 //
@@ -1403,6 +1422,13 @@ TYPED(k_attention_bwd,
 // first row's start: forward and dq begin at the key tile holding it
 // (att_block_start), and dk and dv stop at the first query tile that
 // starts after the key tile, so that a window of W keys costs O(T·W).
+// Grouped heads (KV < H): forward and dq read key head h/(H/KV) for query
+// head h (att_kv_head); one block of k_flash_bwd_kv takes a key tile of
+// key head g and runs the query heads of its group in order, each over
+// its query tiles, accumulating dk and dv in the same registers, so that
+// a group's sum has one order on every run and no block waits for
+// another (one block per key tile of each key head: H/KV times fewer
+// blocks, each H/KV times the work).
 //
 // Threads: a block of 256 is a 16×16 grid (tr = t/16, tc = t%16). A score
 // tile of BR×BC gives thread (tr, tc) rows tr·BR/16… and columns tc,
@@ -1576,23 +1602,23 @@ __device__ __forceinline__ void fa_scores(float (*s)[BC / 16], const float* Qt, 
 // (for P·v: a thread's DK consecutive head elements are one wide load),
 // and the probabilities transposed (Pt: a thread's rows one wide load).
 template <int BR, int BC, int DM>
-__device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                          Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
+__device__ void flash_fwd(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
+                          Op v, Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int LQ = BR + 4, LK = BC + 1, LV = DM + 4, LP = BR + 4;
     constexpr int NKV = DM * LK > BC * LV ? DM * LK : BC * LV;
     __shared__ fa_tile<DM * LQ> qt_;
     __shared__ fa_tile<NKV> kv_;
     __shared__ fa_tile<BC * LP> pt_;
-    float *Qt = qt_.v, *KV = kv_.v, *Pt = pt_.v;
+    float *Qt = qt_.v, *KVs = kv_.v, *Pt = pt_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p)), ninf = -__int_as_float(0x7f800000);
     const bool exact = q.dt == DT_F16 || q.dt == DT_BF16;
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
-        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
-        __syncthreads();  // the previous tile's last products are done with Qt, KV and Pt
+        const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV), m = Tn - i0 < BR ? Tn - i0 : BR;
+        __syncthreads();  // the previous tile's last products are done with Qt, KVs and Pt
         fa_load<BR, DM, LQ, true>(Qt, q, sq, b, h, i0, Tn, D);
         float o[RM][DK], mrow[RM], lrow[RM], inv[RM], s[RM][CM];
         i64 start[RM];
@@ -1607,9 +1633,9 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
         if (exact) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();
-                fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
+                fa_load<BC, DM, LK, true>(KVs, k, sk, b, hk, j0, Tn, D);
                 __syncthreads();
-                fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale, cap);
+                fa_scores<BR, BC, DM>(s, Qt, KVs, tr, tc, i0, j0, Tn, start, scale, cap);
                 for (int a = 0; a < RM; a++) {
                     float mx = ninf;
                     for (int c = 0; c < CM; c++) mx = xmax(mx, s[a][c]);
@@ -1624,10 +1650,10 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
             for (int a = 0; a < RM; a++) inv[a] = 1.0f / lrow[a];
         }
         for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
-            __syncthreads();  // Qt is loaded; the last tile's products are done with KV and Pt
-            fa_load<BC, DM, LK, true>(KV, k, sk, b, h, j0, Tn, D);
+            __syncthreads();  // Qt is loaded; the last tile's products are done with KVs and Pt
+            fa_load<BC, DM, LK, true>(KVs, k, sk, b, hk, j0, Tn, D);
             __syncthreads();
-            fa_scores<BR, BC, DM>(s, Qt, KV, tr, tc, i0, j0, Tn, start, scale, cap);
+            fa_scores<BR, BC, DM>(s, Qt, KVs, tr, tc, i0, j0, Tn, start, scale, cap);
             for (int a = 0; a < RM; a++) {
                 const int r = tr * RM + a;
                 const i64 i = i0 + r;
@@ -1656,13 +1682,13 @@ __device__ void flash_fwd(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse,
                 for (int c = 0; c < DK; c++) o[a][c] *= alpha;
             }
             __syncthreads();  // Pt is written; every thread is done reading the keys
-            fa_load<BC, DM, LV>(KV, v, sv, b, h, j0, Tn, D);
+            fa_load<BC, DM, LV>(KVs, v, sv, b, hk, j0, Tn, D);
             __syncthreads();
             FA_UNROLL
             for (int c = 0; c < BC; c++) {
                 float pa[RM], vd[DK];
                 fa_vec<RM>(pa, Pt + c * LP + tr * RM);
-                fa_vec<DK>(vd, KV + c * LV + tc * DK);
+                fa_vec<DK>(vd, KVs + c * LV + tc * DK);
                 for (int a = 0; a < RM; a++)
                     for (int e = 0; e < DK; e++) o[a][e] += pa[a] * vd[e];
             }
@@ -1714,9 +1740,9 @@ __device__ __forceinline__ void fa_scores_grads(float (*s)[CM], float (*dp)[CM],
 // tiles rows padded by one word (the 16 keys a half-warp reads are in
 // different banks).
 template <int BR, int BC, int DM>
-__device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
-                             Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
-                             u64 seed, Op seg, double softcap) {
+__device__ void flash_bwd_kv(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo,
+                             Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_,
+                             double p, u64 seed, Op seg, double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int LR = DM + 4, LC = DM + 1, LS = BC + 1;
     __shared__ fa_tile<BC * LC> ks_, vs_;
@@ -1727,56 +1753,59 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
     float *Ks = ks_.v, *Vs = vs_.v, *Qs = qs_.v, *dOs = dos_.v, *Ps = ps_.v, *dSs = dss_.v;
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
-    const i64 nk = (Tn + BC - 1) / BC;
-    for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
-        const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
-        const i64 b = bh / H, h = bh % H;
+    const i64 nk = (Tn + BC - 1) / BC, G = H / KV;
+    for (i64 wi = blockIdx.x; wi < B * KV * nk; wi += gridDim.x) {
+        const i64 bg = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
+        const i64 b = bg / KV, hk = bg % KV;
         __syncthreads();
-        fa_load<BC, DM, LC>(Ks, k, sk, b, h, j0, Tn, D);
-        fa_load<BC, DM, LC>(Vs, v, sv, b, h, j0, Tn, D);
+        fa_load<BC, DM, LC>(Ks, k, sk, b, hk, j0, Tn, D);
+        fa_load<BC, DM, LC>(Vs, v, sv, b, hk, j0, Tn, D);
         float gk[CM][DK], gv[CM][DK];
         for (int a = 0; a < CM; a++)
             for (int e = 0; e < DK; e++) gk[a][e] = gv[a][e] = 0;
-        for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
-            // Starts never decrease along a row: a tile whose first row
-            // starts after the key tile's last key sees none of it, and
-            // neither does any tile after it (a window's end).
-            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
-            __syncthreads();
-            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
-            __syncthreads();
-            fa_load<BR, DM, LR>(Qs, q, sq, b, h, i0, Tn, D);
-            fa_load<BR, DM, LR>(dOs, dout, sdo, b, h, i0, Tn, D);
-            __syncthreads();
-            float s[RM][CM], dp[RM][CM];
-            fa_scores_grads<RM, CM, DM, LR, LC>(s, dp, Qs, dOs, Ks, Vs, tr, tc);
-            for (int a = 0; a < RM; a++) {
-                const int r = tr * RM + a;
-                const i64 i = i0 + r;
-                for (int c = 0; c < CM; c++) {
-                    const i64 j = j0 + tc + 16 * c;
-                    float pij = 0, ds = 0, z = 1, dc = 1;
-                    if (i < Tn && j <= i && j >= start_s[r]) {
-                        pij = fa_prob(s[a][c] * scale, lse_s[r], cap, &dc);
-                        z = fa_drop(p, keep, seed, bh, Tn, i, j);
-                        ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
-                        if (cap != 0) ds *= dc;
+        // The group's query heads in order, each over its query tiles.
+        for (i64 h = hk * G, bh = b * H + h; h < (hk + 1) * G; h++, bh++) {
+            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+                // Starts never decrease along a row: a tile whose first row
+                // starts after the key tile's last key sees none of it, and
+                // neither does any tile after it (a window's end).
+                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
+                __syncthreads();
+                fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);
+                __syncthreads();
+                fa_load<BR, DM, LR>(Qs, q, sq, b, h, i0, Tn, D);
+                fa_load<BR, DM, LR>(dOs, dout, sdo, b, h, i0, Tn, D);
+                __syncthreads();
+                float s[RM][CM], dp[RM][CM];
+                fa_scores_grads<RM, CM, DM, LR, LC>(s, dp, Qs, dOs, Ks, Vs, tr, tc);
+                for (int a = 0; a < RM; a++) {
+                    const int r = tr * RM + a;
+                    const i64 i = i0 + r;
+                    for (int c = 0; c < CM; c++) {
+                        const i64 j = j0 + tc + 16 * c;
+                        float pij = 0, ds = 0, z = 1, dc = 1;
+                        if (i < Tn && j <= i && j >= start_s[r]) {
+                            pij = fa_prob(s[a][c] * scale, lse_s[r], cap, &dc);
+                            z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                            ds = p > 0 ? pij * (z * dp[a][c] - delta_s[r]) : pij * (dp[a][c] - delta_s[r]);
+                            if (cap != 0) ds *= dc;
+                        }
+                        Ps[r * LS + tc + 16 * c] = round16(pij * z, q.dt);
+                        dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
                     }
-                    Ps[r * LS + tc + 16 * c] = round16(pij * z, q.dt);
-                    dSs[r * LS + tc + 16 * c] = round16(ds, q.dt);
                 }
-            }
-            __syncthreads();
-            FA_UNROLL
-            for (int r = 0; r < BR; r++) {
-                float ga[DK], qa[DK];
-                fa_vec<DK>(ga, dOs + r * LR + tc * DK);
-                fa_vec<DK>(qa, Qs + r * LR + tc * DK);
-                for (int a = 0; a < CM; a++) {
-                    const float pr = Ps[r * LS + tr * CM + a], sr = dSs[r * LS + tr * CM + a];
-                    for (int e = 0; e < DK; e++) {
-                        gv[a][e] += pr * ga[e];
-                        gk[a][e] += sr * qa[e];
+                __syncthreads();
+                FA_UNROLL
+                for (int r = 0; r < BR; r++) {
+                    float ga[DK], qa[DK];
+                    fa_vec<DK>(ga, dOs + r * LR + tc * DK);
+                    fa_vec<DK>(qa, Qs + r * LR + tc * DK);
+                    for (int a = 0; a < CM; a++) {
+                        const float pr = Ps[r * LS + tr * CM + a], sr = dSs[r * LS + tr * CM + a];
+                        for (int e = 0; e < DK; e++) {
+                            gv[a][e] += pr * ga[e];
+                            gk[a][e] += sr * qa[e];
+                        }
                     }
                 }
             }
@@ -1787,8 +1816,8 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
             for (int e = 0; e < DK; e++) {
                 const i64 d = tc * DK + e;
                 if (d >= D) continue;
-                st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[a][e]);
-                st<float>(dv, head_el(sdv, b, h, j, d), gv[a][e]);
+                st<float>(dk, head_el(sdk, b, hk, j, d), scale * gk[a][e]);
+                st<float>(dv, head_el(sdv, b, hk, j, d), gv[a][e]);
             }
         }
     }
@@ -1800,9 +1829,9 @@ __device__ void flash_bwd_kv(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op d
 // head elements tc, tc+16, …), and one word keeps both free of bank
 // conflicts.
 template <int BR, int BC, int DM>
-__device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
-                            Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg,
-                            double softcap) {
+__device__ void flash_bwd_q(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so,
+                            Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed,
+                            Op seg, double softcap) {
     constexpr int RM = BR / 16, CM = BC / 16, DK = DM / 16;
     constexpr int L1 = DM + 1, LS = BC + 1;
     __shared__ fa_tile<BR * L1> qs_, dos_;
@@ -1816,7 +1845,7 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
-        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV), m = Tn - i0 < BR ? Tn - i0 : BR;
         __syncthreads();
         fa_load<BR, DM, L1>(Qs, q, sq, b, h, i0, Tn, D);
         fa_load<BR, DM, L1>(dOs, dout, sdo, b, h, i0, Tn, D);
@@ -1827,8 +1856,8 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
         const i64 k0 = att_block_start(seg, b, Tn, i0);
         for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
             __syncthreads();
-            fa_load<BC, DM, L1>(Ks, k, sk, b, h, j0, Tn, D);
-            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);
+            fa_load<BC, DM, L1>(Ks, k, sk, b, hk, j0, Tn, D);
+            fa_load<BC, DM, L1>(Vs, v, sv, b, hk, j0, Tn, D);
             __syncthreads();
             float s[RM][CM], dp[RM][CM];
             fa_scores_grads<RM, CM, DM, L1, L1>(s, dp, Qs, dOs, Ks, Vs, tr, tc);
@@ -1870,18 +1899,19 @@ __device__ void flash_bwd_q(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op do
 // The entry points: heads of up to 64 elements (FA_*64 tiles) and of up
 // to FA_DMAX (FA_*128 tiles, smaller so that shared memory stays under
 // 48 KiB).
-#define FA_FWD_ARGS                                                                                                   \
-    (i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, \
-     double p, u64 seed, Op seg, double softcap)
-#define FA_FWD_CALL (B, H, Tn, D, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
-#define FA_KV_ARGS                                                                                                    \
-    (i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, \
-     Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
-#define FA_KV_CALL (B, H, Tn, D, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
-#define FA_Q_ARGS                                                                                                   \
-    (i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, Op k, \
-     Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
-#define FA_Q_CALL (B, H, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
+#define FA_FWD_ARGS                                                                                                  \
+    (i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv,      \
+     double scale, double p, u64 seed, Op seg, double softcap)
+#define FA_FWD_CALL (B, H, KV, Tn, D, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
+#define FA_KV_ARGS                                                                                                   \
+    (i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out, Heads so,      \
+     Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
+#define FA_KV_CALL \
+    (B, H, KV, Tn, D, dk, sdk, dv, sdv, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
+#define FA_Q_ARGS                                                                                                    \
+    (i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse, Op q, Heads sq, \
+     Op k, Heads sk, Op v, Heads sv, double scale, double p, u64 seed, Op seg, double softcap)
+#define FA_Q_CALL (B, H, KV, Tn, D, dq, sdq, dout, sdo, out, so, lse, q, sq, k, sk, v, sv, scale, p, seed, seg, softcap)
 
 extern "C" __global__ void FA_BOUNDS k_flash_fwd_d64 FA_FWD_ARGS { flash_fwd<FA_FWD_BR64, FA_FWD_BC64, 64> FA_FWD_CALL; }
 extern "C" __global__ void FA_BOUNDS k_flash_fwd_d128 FA_FWD_ARGS { flash_fwd<FA_FWD_BR128, FA_FWD_BC128, FA_DMAX> FA_FWD_CALL; }
@@ -2066,8 +2096,8 @@ __device__ void tc_row_stats(float* lse_r, i64* start_r, float* delta_r, const O
 // each row's maximum and sum, a second for the normalised probabilities,
 // dropped and rounded, times v.
 template <int BR, int BC, int DM>
-__device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v,
-                             Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
+__device__ void flash_fwd_tc(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk,
+                             Op v, Heads sv, double scale_, double p, u64 seed, Op seg, double softcap) {
     static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
     constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
     __shared__ u16 Ks[BC][DM + 8];
@@ -2079,7 +2109,7 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;  // the longest tiles first
-        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV), m = Tn - i0 < BR ? Tn - i0 : BR;
         // The warp's rows r0…, the last of them that sees keys (-1: none).
         const i64 r0 = i0 + 16 * w, last = r0 >= Tn ? -1 : (r0 + 15 < Tn - 1 ? r0 + 15 : Tn - 1);
         unsigned qa[KD][4];
@@ -2099,8 +2129,8 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
         for (int pass = 0; pass < 2; pass++) {
             for (i64 j0 = first; j0 < i0 + m; j0 += BC) {
                 __syncthreads();  // the last tile's products are done with Ks and Vs
-                tc_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
-                if (pass == 1) tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+                tc_load<BC, DM>(Ks, k, sk, b, hk, j0, Tn, D);
+                if (pass == 1) tc_load<BC, DM>(Vs, v, sv, b, hk, j0, Tn, D);
                 __syncthreads();
                 const int nlive = tc_cols(j0, last, NT);
                 float s[NT][4];
@@ -2161,12 +2191,13 @@ __device__ void flash_fwd_tc(i64 B, i64 H, i64 Tn, i64 D, Op out, Heads so, Op l
 }
 
 // flash_bwd_kv_tc is flash_bwd_kv on tensor cores: a warp's 16 keys
-// against the query tiles from the diagonal on, sᵀ = k·qᵀ and dPᵀ =
-// v·doutᵀ, then dv += P'ᵀ·dout and dk += dSᵀ·q.
+// against the query tiles from the diagonal on (of each query head of
+// the key head's group, in order), sᵀ = k·qᵀ and dPᵀ = v·doutᵀ, then
+// dv += P'ᵀ·dout and dk += dSᵀ·q.
 template <int BR, int BC, int DM>
-__device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo, Op out,
-                                Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p,
-                                u64 seed, Op seg, double softcap) {
+__device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dk, Heads sdk, Op dv, Heads sdv, Op dout, Heads sdo,
+                                Op out, Heads so, Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_,
+                                double p, u64 seed, Op seg, double softcap) {
     static_assert(BC == 16 * FA_TC_WARPS && BR % 16 == 0 && DM % 16 == 0, "a warp per 16 keys");
     constexpr int KD = DM / 16, NT = BR / 8, ND = DM / 8;
     __shared__ u16 Qs[BR][DM + 8];
@@ -2177,70 +2208,73 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
     const bool bf = q.dt == DT_BF16;
     const int kd = (int)((D + 15) / 16), nd = (int)((D + 7) / 8);
     const float scale = (float)scale_, cap = (float)softcap, keep = (float)(1 / (1 - p));
-    const i64 nk = (Tn + BC - 1) / BC;
-    for (i64 wi = blockIdx.x; wi < B * H * nk; wi += gridDim.x) {
-        const i64 bh = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
-        const i64 b = bh / H, h = bh % H, c0 = j0 + 16 * w;
+    const i64 nk = (Tn + BC - 1) / BC, G = H / KV;
+    for (i64 wi = blockIdx.x; wi < B * KV * nk; wi += gridDim.x) {
+        const i64 bg = wi / nk, j0 = (wi % nk) * BC;  // the longest (first) key tiles first
+        const i64 b = bg / KV, hk = bg % KV, c0 = j0 + 16 * w;
         unsigned ka[KD][4], va[KD][4];
-        tc_frag_a<KD>(ka, k, sk, b, h, c0, Tn, D, kd);
-        tc_frag_a<KD>(va, v, sv, b, h, c0, Tn, D, kd);
+        tc_frag_a<KD>(ka, k, sk, b, hk, c0, Tn, D, kd);
+        tc_frag_a<KD>(va, v, sv, b, hk, c0, Tn, D, kd);
         float gk[ND][4], gv[ND][4];
         for (int e = 0; e < ND; e++)
             for (int c = 0; c < 4; c++) gk[e][c] = gv[e][c] = 0;
-        for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
-            // Starts never decrease along a row: a tile whose first row
-            // starts after the key tile's last key sees none of it, and
-            // neither does any tile after it (a window's end).
-            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
-            __syncthreads();  // the last tile's products are done with Qs, dOs and the statistics
-            for (int rg = w; rg < BR / 16; rg += FA_TC_WARPS) {
-                float lr[2], dr[2];
-                i64 sr[2];
-                tc_row_stats(lr, sr, dr, lse, seg, dout, sdo, out, so, bh, b, h, i0 + 16 * rg, Tn, D);
-                if (t == 0)
-                    for (int r = 0; r < 2; r++) {
-                        lse_s[16 * rg + g + 8 * r] = lr[r];
-                        delta_s[16 * rg + g + 8 * r] = dr[r];
-                        start_s[16 * rg + g + 8 * r] = sr[r];
-                    }
-            }
-            __syncthreads();
-            tc_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
-            tc_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
-            __syncthreads();
-            // Query tiles of 8 that reach the warp's keys (a query before
-            // its first key sees none) and lie before T.
-            int lo = c0 > i0 ? (int)((c0 - i0) / 8) : 0, hi = tc_cols(i0, Tn - 1, NT);
-            if (c0 >= Tn) lo = hi;
-            float s[NT][4], dp[NT][4];
-            tc_abt<NT, KD, DM>(s, ka, Qs, kd, lo, hi, bf);
-            tc_abt<NT, KD, DM>(dp, va, dOs, kd, lo, hi, bf);
-            u16 pb[NT][4], db[NT][4];
-            for (int nt = 0; nt < NT; nt++)
-                for (int e = 0; e < 4; e++) {
-                    const int r = 8 * nt + 2 * t + (e & 1);
-                    const i64 j = c0 + g + 8 * (e >> 1), i = i0 + r;
-                    float pij = 0, ds = 0, z = 1, dc = 1;
-                    if (i < Tn && j <= i && j >= start_s[r]) {
-                        pij = fa_prob(s[nt][e] * scale, lse_s[r], cap, &dc);
-                        z = fa_drop(p, keep, seed, bh, Tn, i, j);
-                        ds = p > 0 ? pij * (z * dp[nt][e] - delta_s[r]) : pij * (dp[nt][e] - delta_s[r]);
-                        if (cap != 0) ds *= dc;
-                    }
-                    pb[nt][e] = tc_bits(pij * z, bf);
-                    db[nt][e] = tc_bits(ds, bf);
+        // The group's query heads in order, each over its query tiles.
+        for (i64 h = hk * G, bh = b * H + h; h < (hk + 1) * G; h++, bh++) {
+            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {
+                // Starts never decrease along a row: a tile whose first row
+                // starts after the key tile's last key sees none of it, and
+                // neither does any tile after it (a window's end).
+                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;
+                __syncthreads();  // the last tile's products are done with Qs, dOs and the statistics
+                for (int rg = w; rg < BR / 16; rg += FA_TC_WARPS) {
+                    float lr[2], dr[2];
+                    i64 sr[2];
+                    tc_row_stats(lr, sr, dr, lse, seg, dout, sdo, out, so, bh, b, h, i0 + 16 * rg, Tn, D);
+                    if (t == 0)
+                        for (int r = 0; r < 2; r++) {
+                            lse_s[16 * rg + g + 8 * r] = lr[r];
+                            delta_s[16 * rg + g + 8 * r] = dr[r];
+                            start_s[16 * rg + g + 8 * r] = sr[r];
+                        }
                 }
-            for (int kc = 0; kc < BR / 16; kc++) {
-                if (2 * kc + 1 < lo || 2 * kc >= hi) continue;
-                unsigned pa[4], da[4];
-                tc_c2a(pa, pb[2 * kc], pb[2 * kc + 1]);
-                tc_c2a(da, db[2 * kc], db[2 * kc + 1]);
-                for (int e = 0; e < ND && e < nd; e++) {
-                    unsigned xb[2];
-                    tc_frag_kn<DM>(xb, dOs, 16 * kc, 8 * e);
-                    mma_16816(gv[e], pa, xb, gv[e], bf);
-                    tc_frag_kn<DM>(xb, Qs, 16 * kc, 8 * e);
-                    mma_16816(gk[e], da, xb, gk[e], bf);
+                __syncthreads();
+                tc_load<BR, DM>(Qs, q, sq, b, h, i0, Tn, D);
+                tc_load<BR, DM>(dOs, dout, sdo, b, h, i0, Tn, D);
+                __syncthreads();
+                // Query tiles of 8 that reach the warp's keys (a query before
+                // its first key sees none) and lie before T.
+                int lo = c0 > i0 ? (int)((c0 - i0) / 8) : 0, hi = tc_cols(i0, Tn - 1, NT);
+                if (c0 >= Tn) lo = hi;
+                float s[NT][4], dp[NT][4];
+                tc_abt<NT, KD, DM>(s, ka, Qs, kd, lo, hi, bf);
+                tc_abt<NT, KD, DM>(dp, va, dOs, kd, lo, hi, bf);
+                u16 pb[NT][4], db[NT][4];
+                for (int nt = 0; nt < NT; nt++)
+                    for (int e = 0; e < 4; e++) {
+                        const int r = 8 * nt + 2 * t + (e & 1);
+                        const i64 j = c0 + g + 8 * (e >> 1), i = i0 + r;
+                        float pij = 0, ds = 0, z = 1, dc = 1;
+                        if (i < Tn && j <= i && j >= start_s[r]) {
+                            pij = fa_prob(s[nt][e] * scale, lse_s[r], cap, &dc);
+                            z = fa_drop(p, keep, seed, bh, Tn, i, j);
+                            ds = p > 0 ? pij * (z * dp[nt][e] - delta_s[r]) : pij * (dp[nt][e] - delta_s[r]);
+                            if (cap != 0) ds *= dc;
+                        }
+                        pb[nt][e] = tc_bits(pij * z, bf);
+                        db[nt][e] = tc_bits(ds, bf);
+                    }
+                for (int kc = 0; kc < BR / 16; kc++) {
+                    if (2 * kc + 1 < lo || 2 * kc >= hi) continue;
+                    unsigned pa[4], da[4];
+                    tc_c2a(pa, pb[2 * kc], pb[2 * kc + 1]);
+                    tc_c2a(da, db[2 * kc], db[2 * kc + 1]);
+                    for (int e = 0; e < ND && e < nd; e++) {
+                        unsigned xb[2];
+                        tc_frag_kn<DM>(xb, dOs, 16 * kc, 8 * e);
+                        mma_16816(gv[e], pa, xb, gv[e], bf);
+                        tc_frag_kn<DM>(xb, Qs, 16 * kc, 8 * e);
+                        mma_16816(gk[e], da, xb, gk[e], bf);
+                    }
                 }
             }
         }
@@ -2251,8 +2285,8 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
                 for (int c = 0; c < 2; c++) {
                     const i64 d = 8 * e + 2 * t + c;
                     if (d >= D) continue;
-                    st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[e][2 * r + c]);
-                    st<float>(dv, head_el(sdv, b, h, j, d), gv[e][2 * r + c]);
+                    st<float>(dk, head_el(sdk, b, hk, j, d), scale * gk[e][2 * r + c]);
+                    st<float>(dv, head_el(sdv, b, hk, j, d), gv[e][2 * r + c]);
                 }
         }
     }
@@ -2261,9 +2295,9 @@ __device__ void flash_bwd_kv_tc(i64 B, i64 H, i64 Tn, i64 D, Op dk, Heads sdk, O
 // flash_bwd_q_tc is flash_bwd_q on tensor cores: a warp's 16 query rows
 // against the key tiles up to the diagonal, dq = scale·dS·k.
 template <int BR, int BC, int DM>
-__device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so, Op lse,
-                               Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed, Op seg,
-                               double softcap) {
+__device__ void flash_bwd_q_tc(i64 B, i64 H, i64 KV, i64 Tn, i64 D, Op dq, Heads sdq, Op dout, Heads sdo, Op out, Heads so,
+                               Op lse, Op q, Heads sq, Op k, Heads sk, Op v, Heads sv, double scale_, double p, u64 seed,
+                               Op seg, double softcap) {
     static_assert(BR == 16 * FA_TC_WARPS && BC % 16 == 0 && DM % 16 == 0, "a warp per 16 query rows");
     constexpr int KD = DM / 16, NT = BC / 8, ND = DM / 8;
     __shared__ u16 Ks[BC][DM + 8];
@@ -2275,7 +2309,7 @@ __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op
     const i64 nq = (Tn + BR - 1) / BR;
     for (i64 wi = blockIdx.x; wi < B * H * nq; wi += gridDim.x) {
         const i64 bh = wi / nq, i0 = (nq - 1 - wi % nq) * BR;
-        const i64 b = bh / H, h = bh % H, m = Tn - i0 < BR ? Tn - i0 : BR;
+        const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV), m = Tn - i0 < BR ? Tn - i0 : BR;
         const i64 r0 = i0 + 16 * w, last = r0 >= Tn ? -1 : (r0 + 15 < Tn - 1 ? r0 + 15 : Tn - 1);
         unsigned qa[KD][4], ga[KD][4];
         tc_frag_a<KD>(qa, q, sq, b, h, r0, Tn, D, kd);
@@ -2289,8 +2323,8 @@ __device__ void flash_bwd_q_tc(i64 B, i64 H, i64 Tn, i64 D, Op dq, Heads sdq, Op
         const i64 k0 = att_block_start(seg, b, Tn, i0);
         for (i64 j0 = k0 / BC * BC; j0 < i0 + m; j0 += BC) {
             __syncthreads();
-            tc_load<BC, DM>(Ks, k, sk, b, h, j0, Tn, D);
-            tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);
+            tc_load<BC, DM>(Ks, k, sk, b, hk, j0, Tn, D);
+            tc_load<BC, DM>(Vs, v, sv, b, hk, j0, Tn, D);
             __syncthreads();
             const int nlive = tc_cols(j0, last, NT);
             float s[NT][4], dp[NT][4];

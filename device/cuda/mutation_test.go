@@ -85,14 +85,14 @@ var mutants = []struct {
 	},
 	{
 		name: "k_flash_bwd_kv leaves the scale out of dk",
-		old:  "st<float>(dk, head_el(sdk, b, h, j, d), scale * gk[a][e]);",
-		new:  "st<float>(dk, head_el(sdk, b, h, j, d), gk[a][e]);",
+		old:  "st<float>(dk, head_el(sdk, b, hk, j, d), scale * gk[a][e]);",
+		new:  "st<float>(dk, head_el(sdk, b, hk, j, d), gk[a][e]);",
 		want: "--- FAIL",
 	},
 	{
 		name: "k_flash_bwd_q reads a key tile before it is loaded",
-		old:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);\n            __syncthreads();\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
-		new:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, h, j0, Tn, D);\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
+		old:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, hk, j0, Tn, D);\n            __syncthreads();\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
+		new:  "            fa_load<BC, DM, L1>(Vs, v, sv, b, hk, j0, Tn, D);\n            float s[RM][CM], dp[RM][CM];\n            fa_scores_grads<RM, CM, DM, L1, L1>",
 		want: "--- FAIL",
 	},
 	{
@@ -103,8 +103,8 @@ var mutants = []struct {
 	},
 	{
 		name: "k_flash_bwd_q_tc multiplies by a value tile before it is loaded",
-		old:  "            tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            __syncthreads();\n            const int nlive = tc_cols(j0, last, NT);\n            float s[NT][4], dp[NT][4];",
-		new:  "            tc_load<BC, DM>(Vs, v, sv, b, h, j0, Tn, D);\n            const int nlive = tc_cols(j0, last, NT);\n            float s[NT][4], dp[NT][4];",
+		old:  "            tc_load<BC, DM>(Vs, v, sv, b, hk, j0, Tn, D);\n            __syncthreads();\n            const int nlive = tc_cols(j0, last, NT);\n            float s[NT][4], dp[NT][4];",
+		new:  "            tc_load<BC, DM>(Vs, v, sv, b, hk, j0, Tn, D);\n            const int nlive = tc_cols(j0, last, NT);\n            float s[NT][4], dp[NT][4];",
 		want: "--- FAIL",
 	},
 	{
@@ -115,14 +115,14 @@ var mutants = []struct {
 	},
 	{
 		name: "k_flash_bwd_kv computes the row statistics of every query tile past a window's end",
-		old:  "            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n            __syncthreads();\n            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n            __syncthreads();\n",
-		new:  "            __syncthreads();\n            fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n            __syncthreads();\n            if (att_start(seg, b, Tn, i0) > j0 + BC - 1) continue;\n",
+		old:  "                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();\n                fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n                __syncthreads();\n",
+		new:  "                __syncthreads();\n                fa_row_stats<BR, DM>(lse_s, start_s, delta_s, lse, seg, dout, sdo, out, so, bh, b, h, i0, Tn, D);\n                __syncthreads();\n                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) continue;\n",
 		want: "--- FAIL",
 		run:  "^TestAttentionWindowCost$",
 	},
 	{
 		name: "k_flash_bwd_kv_tc runs every query tile past a window's end",
-		old:  "if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n            __syncthreads();  // the last tile's",
+		old:  "if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();  // the last tile's",
 		new:  "__syncthreads();  // the last tile's",
 		want: "--- FAIL",
 		run:  "^TestAttentionWindowCost$",
@@ -143,10 +143,45 @@ var mutants = []struct {
 	},
 	{
 		name: "the slot kernels' backward leaves out the soft cap's derivative",
-		old:  "                if (softcap > 0) ds *= dc;\n",
+		old:  "                    if (softcap > 0) ds *= dc;\n",
 		new:  "",
 		want: "--- FAIL",
 		run:  "^TestConformance$/^AttentionWindow/",
+	},
+	{
+		name: "k_flash_fwd reads key head h % KV for query head h (heads interleaved, not grouped)",
+		old:  "const i64 b = bh / H, h = bh % H, hk = att_kv_head(h, H, KV), m = Tn - i0 < BR ? Tn - i0 : BR;\n        __syncthreads();  // the previous tile's",
+		new:  "const i64 b = bh / H, h = bh % H, hk = h % KV, m = Tn - i0 < BR ? Tn - i0 : BR;\n        __syncthreads();  // the previous tile's",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionGrouped/",
+	},
+	{
+		name: "k_flash_bwd_kv sums only the first query head of each group",
+		old:  "        for (i64 h = hk * G, bh = b * H + h; h < (hk + 1) * G; h++, bh++) {\n            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {\n                // Starts never decrease along a row: a tile whose first row\n                // starts after the key tile's last key sees none of it, and\n                // neither does any tile after it (a window's end).\n                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();\n                fa_row_stats",
+		new:  "        for (i64 h = hk * G, bh = b * H + h; h < hk * G + 1; h++, bh++) {\n            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {\n                // Starts never decrease along a row: a tile whose first row\n                // starts after the key tile's last key sees none of it, and\n                // neither does any tile after it (a window's end).\n                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();\n                fa_row_stats",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionGrouped/",
+	},
+	{
+		name: "k_flash_bwd_kv_tc draws the dropout masks of the key head, not the query head",
+		old:  "        for (i64 h = hk * G, bh = b * H + h; h < (hk + 1) * G; h++, bh++) {\n            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {\n                // Starts never decrease along a row: a tile whose first row\n                // starts after the key tile's last key sees none of it, and\n                // neither does any tile after it (a window's end).\n                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();  // the last tile's",
+		new:  "        for (i64 h = hk * G, bh = b * H + hk; h < (hk + 1) * G; h++) {\n            for (i64 i0 = j0 / BR * BR; i0 < Tn; i0 += BR) {\n                // Starts never decrease along a row: a tile whose first row\n                // starts after the key tile's last key sees none of it, and\n                // neither does any tile after it (a window's end).\n                if (att_start(seg, b, Tn, i0) > j0 + BC - 1) break;\n                __syncthreads();  // the last tile's",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionGrouped/",
+	},
+	{
+		name: "k_flash_bwd_q_tc reads the values of the query head's index",
+		old:  "            tc_load<BC, DM>(Vs, v, sv, b, hk, j0, Tn, D);\n            __syncthreads();\n            const int nlive",
+		new:  "            tc_load<BC, DM>(Vs, v, sv, b, h % KV, j0, Tn, D);\n            __syncthreads();\n            const int nlive",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionGrouped/",
+	},
+	{
+		name: "k_attention_bwd clears a group's dk and dv before each query head",
+		old:  "        for (i64 e = threadIdx.x; e < 2 * Tn * D; e += blockDim.x) W_(oK + e) = 0;\n        __syncthreads();\n        for (i64 h = hk * G; h < (hk + 1) * G; h++) {\n            const i64 bh = b * H + h;\n",
+		new:  "        for (i64 h = hk * G; h < (hk + 1) * G; h++) {\n            const i64 bh = b * H + h;\n            for (i64 e = threadIdx.x; e < 2 * Tn * D; e += blockDim.x) W_(oK + e) = 0;\n            __syncthreads();\n",
+		want: "--- FAIL",
+		run:  "^TestConformance$/^AttentionGrouped/",
 	},
 	{
 		name: "mma_16816 multiplies bf16 fragments as f16",
@@ -262,7 +297,7 @@ func tail(out []byte) string {
 // comparison of the suite.
 func firstFailure(out []byte) string {
 	lines := strings.Split(string(out), "\n")
-	for _, prefix := range []string{"panic:", "devicetest.go:", "window.go:", "reduce_test.go:", "flash_test.go:", "window_test.go:"} {
+	for _, prefix := range []string{"panic:", "devicetest.go:", "window.go:", "grouped.go:", "reduce_test.go:", "flash_test.go:", "window_test.go:"} {
 		for _, l := range lines {
 			if l = strings.TrimSpace(l); strings.HasPrefix(l, prefix) {
 				return l

@@ -105,7 +105,8 @@ func TestAttentionWindowSoftcap(t *testing.T) {
 // the accesses of no window in each kernel (a tenth to a quarter of them:
 // each tile's own loads and stores are the same); had dk and dv gone on
 // computing the row statistics of every later query tile, as they once
-// did, theirs would be about two thirds.
+// did, theirs would be about two thirds. Grouped heads (2 query heads
+// over 1 key head: dk and dv run both heads' query tiles) stop alike.
 func TestAttentionWindowCost(t *testing.T) {
 	d := newTestDevice(t)
 	if !d.CountsLaunches() {
@@ -113,16 +114,17 @@ func TestAttentionWindowCost(t *testing.T) {
 	}
 	core := newTestDevice(t)
 	core.major, core.minor = 7, 5
-	const b, h, tt, dd, w = 1, 1, 2048, 16, 16
+	const b, tt, dd, w = 1, 2048, 16, 16
 	for _, c := range []struct {
-		dev *Device
-		dt  device.DType
-	}{{core, device.F32}, {d, device.BF16}} {
-		t.Run(fmt.Sprintf("%v/compute-capability-%d.%d", c.dt, c.dev.major, c.dev.minor), func(t *testing.T) {
+		dev   *Device
+		dt    device.DType
+		h, kv int
+	}{{core, device.F32, 1, 0}, {d, device.BF16, 1, 0}, {d, device.BF16, 2, 1}} {
+		t.Run(fmt.Sprintf("%v/compute-capability-%d.%d/heads-%d-kv-%d", c.dt, c.dev.major, c.dev.minor, c.h, c.kv), func(t *testing.T) {
 			accesses := func(starts []int32) map[string]int64 {
 				a := device.Attention{Scale: 0.25, Starts: starts, Tiled: true}
 				c.dev.ResetLaunchCounts()
-				runAttention(t, c.dev, c.dt, b, h, tt, dd, a)
+				runGroupedAttention(t, c.dev, c.dt, attentionCase{b, c.h, tt, dd, c.kv}, a)
 				n := map[string]int64{}
 				for _, k := range c.dev.LaunchCounts().Kernels {
 					if strings.HasPrefix(k.Name, "k_flash") {

@@ -767,7 +767,7 @@ var cases = []kcase{
 		// Heads viewed inside a fused projection [B, T, 3, H, D], as the
 		// models pass them: q, k and v are strided [B, H, T, D] views.
 		const b, h, t, d = 2, 3, 70, 8
-		sh := attentionShape{b, h, t, d}
+		sh := attentionShape{b: b, h: h, t: t, d: d}
 		acc := device.F32
 		if dt == device.F64 {
 			acc = device.F64

@@ -550,8 +550,24 @@ func randomRef(n int, dist device.Distribution, a, b float64, seed uint64) []flo
 	return y
 }
 
-// attentionShape is [B, H, T, D].
-type attentionShape struct{ b, h, t, d int }
+// attentionShape is [B, H, T, D], with kv heads of keys and values (0:
+// H; else dividing H: query head h reads key head h/(H/kv)).
+type attentionShape struct{ b, h, t, d, kv int }
+
+// kvHeads is the heads of keys and values.
+func (s attentionShape) kvHeads() int {
+	if s.kv == 0 {
+		return s.h
+	}
+	return s.kv
+}
+
+// keyOffset is the first element of the key and value head that query
+// head (b, h) reads in contiguous [B, KV, T, D] keys or values.
+func (s attentionShape) keyOffset(b, h int) int {
+	kv := s.kvHeads()
+	return ((b*kv + h/(s.h/kv)) * s.t) * s.d
+}
 
 // attentionProbs are head (b, h)'s probabilities P (T×T, zero outside
 // each row's keys), as dropped and scaled (kept: P' = P·z, z the mask
@@ -560,7 +576,7 @@ type attentionShape struct{ b, h, t, d int }
 // Query i sees keys starts…i (starts nil: 0…i).
 func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts []int32, b, h int) (p, kept, z, lse, dcap []float64) {
 	t, d := s.t, s.d
-	o := ((b*s.h + h) * t) * d
+	o, ok := ((b*s.h+h)*t)*d, s.keyOffset(b, h)
 	p, kept, z, dcap = make([]float64, t*t), make([]float64, t*t), make([]float64, t*t), make([]float64, t*t)
 	lse = make([]float64, t)
 	scores := make([]float64, t)
@@ -573,7 +589,7 @@ func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts
 		// causal half of q·kᵀ), capped by c·tanh(s/c) under a soft cap.
 		row := scores[:i+1-lo]
 		for j := range row {
-			row[j] = a.Scale * floats.Dot(q[o+i*d:o+(i+1)*d], k[o+(lo+j)*d:o+(lo+j+1)*d])
+			row[j] = a.Scale * floats.Dot(q[o+i*d:o+(i+1)*d], k[ok+(lo+j)*d:ok+(lo+j+1)*d])
 			dcap[i*t+lo+j] = 1
 			if c := a.Softcap; c != 0 {
 				th := math.Tanh(row[j] / c)
@@ -601,17 +617,20 @@ func attentionProbs(s attentionShape, q, k []float64, a device.Attention, starts
 // dk = scale·dSᵀ·q and dv = P'ᵀ·dout. For 16-bit inputs P' and dS are
 // rounded to dt before the products that take them, as the kernels and
 // the composed path (whose probabilities are tensors of dt) take them.
+// With grouped heads (s.kv < s.h) k, v, dk and dv are [B, KV, T, D], query
+// head h reading key head h/(H/KV), and dk and dv sum their group's heads
+// (exactly: in float64).
 func attentionRef(dt device.DType, s attentionShape, q, k, v, dout []float64, a device.Attention, starts []int32) (out, lse, dq, dk, dv []float64) {
 	t, d := s.t, s.d
-	out, dq, dk, dv = make([]float64, len(q)), make([]float64, len(q)), make([]float64, len(q)), make([]float64, len(q))
+	out, dq, dk, dv = make([]float64, len(q)), make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
 	ds := make([]float64, t*t)
 	for b := range s.b {
 		for h := range s.h {
 			p, kept, z, l, dcap := attentionProbs(s, q, k, a, starts, b, h)
 			lse = append(lse, l...)
-			o := ((b*s.h + h) * t) * d
+			o, ok := ((b*s.h+h)*t)*d, s.keyOffset(b, h)
 			kept = roundLow(dt, kept)
-			blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(kept, 0, t, t, t), general(v, o, t, d, d), 0, general(out, o, t, d, d))
+			blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(kept, 0, t, t, t), general(v, ok, t, d, d), 0, general(out, o, t, d, d))
 			stored := roundAll(dt, out[o:o+t*d])
 			clear(ds)
 			for i := range t {
@@ -619,14 +638,15 @@ func attentionRef(dt device.DType, s attentionShape, q, k, v, dout []float64, a 
 				delta := floats.Dot(g, stored[i*d:(i+1)*d])
 				for j := 0; j <= i; j++ {
 					if p[i*t+j] != 0 { // dP' = dout·vᵀ where P is
-						ds[i*t+j] = p[i*t+j] * (z[i*t+j]*floats.Dot(g, v[o+j*d:o+(j+1)*d]) - delta) * dcap[i*t+j]
+						ds[i*t+j] = p[i*t+j] * (z[i*t+j]*floats.Dot(g, v[ok+j*d:ok+(j+1)*d]) - delta) * dcap[i*t+j]
 					}
 				}
 			}
 			ds = roundLow(dt, ds)
-			blas64.Gemm(blas.NoTrans, blas.NoTrans, a.Scale, general(ds, 0, t, t, t), general(k, o, t, d, d), 0, general(dq, o, t, d, d))
-			blas64.Gemm(blas.Trans, blas.NoTrans, a.Scale, general(ds, 0, t, t, t), general(q, o, t, d, d), 0, general(dk, o, t, d, d))
-			blas64.Gemm(blas.Trans, blas.NoTrans, 1, general(kept, 0, t, t, t), general(dout, o, t, d, d), 0, general(dv, o, t, d, d))
+			blas64.Gemm(blas.NoTrans, blas.NoTrans, a.Scale, general(ds, 0, t, t, t), general(k, ok, t, d, d), 0, general(dq, o, t, d, d))
+			// dk and dv add the group's heads (beta 1 over zeros).
+			blas64.Gemm(blas.Trans, blas.NoTrans, a.Scale, general(ds, 0, t, t, t), general(q, o, t, d, d), 1, general(dk, ok, t, d, d))
+			blas64.Gemm(blas.Trans, blas.NoTrans, 1, general(kept, 0, t, t, t), general(dout, o, t, d, d), 1, general(dv, ok, t, d, d))
 		}
 	}
 	return out, lse, dq, dk, dv

@@ -187,7 +187,7 @@ func runSegments(t *testing.T, ref, dev device.Device, values bool) {
 						kern.CausalAttention(r.out, r.lse, q, k, v, a)
 					}
 					st := mem.Stats()
-					if got, want := st.Requested.Peak-base, a.Workspace(q.Shape, dt, backward); got != want {
+					if got, want := st.Requested.Peak-base, a.Workspace(q.Shape, k.Shape[1], dt, backward); got != want {
 						t.Errorf("%s: backward %v with %d starts took %d bytes of workspace, want a.Workspace's %d", s.d.Name(), backward, len(a.Starts), got, want)
 					}
 					if st.Requested.Current != base {

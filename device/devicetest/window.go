@@ -26,13 +26,14 @@ func init() {
 	}})
 }
 
-// attentionWindowConfig is one call of the case: the shape, the window
-// (0: none), the examples packed in each row (nil: one per row), the
-// scale, the soft cap (0: none) and dropout.
+// attentionWindowConfig is one call of the case: the shape (kv heads of
+// keys and values, 0: h), the window (0: none), the examples packed in
+// each row (nil: one per row), the scale, the soft cap (0: none) and
+// dropout.
 type attentionWindowConfig struct {
 	name     string
 	b, h, t  int
-	d        int
+	d, kv    int
 	window   int
 	segments [][]int
 	scale    float64
@@ -84,27 +85,34 @@ func attentionWindowCase(e *env, dt device.DType, c attentionWindowConfig) {
 			e.t.Skipf("fused attention: %s lacks it (the tensor package composes it otherwise)", d.Name())
 		}
 	}
-	b, h, t, d := c.b, c.h, c.t, c.d
-	sh := attentionShape{b, h, t, d}
+	b, h, t, d, nkv := c.b, c.h, c.t, c.d, c.kv
+	if nkv == 0 {
+		nkv = h
+	}
+	sh := attentionShape{b: b, h: h, t: t, d: d, kv: nkv}
 	acc := device.F32
 	if dt == device.F64 {
 		acc = device.F64
 	}
-	// Heads viewed inside a fused projection [B, T, 3, H, D], as the
-	// Attention case's.
-	qkv := e.tensor(dt, []int{b * t * 3 * h * d}, e.random(b*t*3*h*d, -1, 1))
+	// Heads viewed inside a fused projection [B, T, (H + 2·KV)·D], as the
+	// Attention case's (the queries' H heads, then the keys' KV and the
+	// values' KV: [B, T, 3, H, D] without groups).
+	w := (h + 2*nkv) * d
+	at := []int{0, h * d, (h + nkv) * d}
+	count := []int{h, nkv, nkv}
+	qkv := e.tensor(dt, []int{b * t * w}, e.random(b*t*w, -1, 1))
 	view := func(v device.View, i int) device.View {
-		v.Offset += i * h * d
-		v.Shape = []int{b, h, t, d}
-		v.Strides = []int{t * 3 * h * d, d, 3 * h * d, 1}
+		v.Offset += at[i]
+		v.Shape = []int{b, count[i], t, d}
+		v.Strides = []int{t * w, d, w, 1}
 		return v
 	}
 	heads := func(i int) []float64 {
-		out := make([]float64, 0, b*h*t*d)
+		out := make([]float64, 0, b*count[i]*t*d)
 		for bi := range b {
-			for hi := range h {
+			for hi := range count[i] {
 				for ti := range t {
-					o := ((bi*t+ti)*3+i)*h*d + hi*d
+					o := (bi*t+ti)*w + at[i] + hi*d
 					out = append(out, qkv.vals[o:o+d]...)
 				}
 			}
@@ -116,8 +124,8 @@ func attentionWindowCase(e *env, dt device.DType, c attentionWindowConfig) {
 	lse := e.tensor(acc, []int{b, h, t}, nil)
 	dout := e.tensor(dt, []int{b, h, t, d}, e.random(b*h*t*d, -1, 1))
 	dq := e.tensor(dt, []int{b, h, t, d}, nil)
-	dk := e.tensor(dt, []int{b, h, t, d}, nil)
-	dv := e.tensor(dt, []int{b, h, t, d}, nil)
+	dk := e.tensor(dt, []int{b, nkv, t, d}, nil)
+	dv := e.tensor(dt, []int{b, nkv, t, d}, nil)
 	a := device.Attention{Scale: c.scale, Dropout: c.dropout, Seed: 5, Softcap: c.softcap}
 	if c.window > 0 || c.segments != nil {
 		a.Starts = windowStarts(c.segments, b, t, c.window)
@@ -127,8 +135,22 @@ func attentionWindowCase(e *env, dt device.DType, c attentionWindowConfig) {
 		qv, kv, vv := view(s(qkv), 0), view(s(qkv), 1), view(s(qkv), 2)
 		a := a
 		a.Tiled = device.AttentionTiled(dev, dt, d) // as the tensor package calls them
-		ker.CausalAttention(s(out), s(lse), qv, kv, vv, a)
-		ker.CausalAttentionBackward(s(dq), s(dk), s(dv), s(dout), s(out), s(lse), qv, kv, vv, a)
+		// Each call takes a.Workspace bytes of temporaries (grouped
+		// heads' sums included) and gives them back.
+		mem := dev.Memory()
+		for _, backward := range []bool{false, true} {
+			mem.ResetPeak()
+			base := mem.Stats().Requested.Current
+			if backward {
+				ker.CausalAttentionBackward(s(dq), s(dk), s(dv), s(dout), s(out), s(lse), qv, kv, vv, a)
+			} else {
+				ker.CausalAttention(s(out), s(lse), qv, kv, vv, a)
+			}
+			st := mem.Stats()
+			if got, want := st.Requested.Peak-base, a.Workspace(qv.Shape, nkv, dt, backward); got != want || st.Requested.Current != base {
+				e.t.Errorf("%s (%s): backward %v took %d bytes of workspace (%d kept), want a.Workspace's %d", c.name, dev.Name(), backward, got, st.Requested.Current-base, want)
+			}
+		}
 	})
 	if e.values {
 		wout, wlse, wdq, wdk, wdv := attentionRef(dt, sh, q, k, v, dout.vals, a, a.Starts)
@@ -144,17 +166,20 @@ func attentionWindowCase(e *env, dt device.DType, c attentionWindowConfig) {
 			// are 0, their RMS no scale): bound it as a sum of 2·D terms
 			// of magnitude |dout|·|v|, times scale·|k| (dq) or
 			// scale·|q| (dk).
-			magQ, magK, n = make([]float64, len(q)), make([]float64, len(q)), 2*d
+			magQ, magK, n = make([]float64, len(q)), make([]float64, len(k)), 2*d
 			for r := range b * h * t {
+				bi, hi, ti := r/(h*t), r/t%h, r%t
+				kr := sh.keyOffset(bi, hi) + ti*d // the row of k and v it reads
 				var m float64
 				for e := range d {
-					m += 2 * math.Abs(dout.vals[r*d+e]*v[r*d+e])
+					m += 2 * math.Abs(dout.vals[r*d+e]*v[kr+e])
 				}
 				for e := range d {
-					magQ[r*d+e] = c.scale * m * math.Abs(k[r*d+e])
-					magK[r*d+e] = c.scale * m * math.Abs(q[r*d+e])
+					magQ[r*d+e] = c.scale * m * math.Abs(k[kr+e])
+					magK[kr+e] += c.scale * m * math.Abs(q[r*d+e]) // a group's heads add
 				}
 			}
+			n *= h / nkv
 		}
 		e.checkSum(fmt.Sprintf("dq (%s)", c.name), dq, wdq, magQ, n, 2*tol)
 		e.checkSum(fmt.Sprintf("dk (%s)", c.name), dk, wdk, magK, n, 2*tol)

@@ -88,15 +88,16 @@ func (d *Device) Quantize(_, _ device.View) error             { return nil }
 // CausalAttention takes and returns the workspace the CPU kernel takes
 // (the starts of example boundaries or of a sliding window included:
 // a.Workspace; a soft cap takes none), so that plans account it.
-func (d *Device) CausalAttention(_, _, q, _, _ device.View, a device.Attention) {
-	a.Check(q.Shape)
-	d.workspace(a.Workspace(q.Shape, q.DType, false))
+func (d *Device) CausalAttention(_, _, q, k, v device.View, a device.Attention) {
+	a.Check(q.Shape, k.Shape, v.Shape)
+	d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, false))
 }
 
-// CausalAttentionBackward accounts like CausalAttention.
-func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, _, _ device.View, a device.Attention) {
-	a.Check(q.Shape)
-	d.workspace(a.Workspace(q.Shape, q.DType, true))
+// CausalAttentionBackward accounts like CausalAttention (grouped heads'
+// sums included: device.GroupSumBytes).
+func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, k, v device.View, a device.Attention) {
+	a.Check(q.Shape, k.Shape, v.Shape)
+	d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, true))
 }
 
 // AttentionTiled is device.TiledAttention as the device with tiled
