@@ -626,7 +626,7 @@ func LoadDecoderWith(dev device.Device, path string, o Options) (*models.Decoder
 	if err != nil {
 		return nil, "", fmt.Errorf("hf: %s: %w", filepath.Join(c.Dir, configFile), err)
 	}
-	if err := fillAll(l, bind, files, o.Quantize); err != nil {
+	if err := fillAll(l, bind, files, o.Quantize, o.Park); err != nil {
 		return nil, "", err
 	}
 	return l, note, nil

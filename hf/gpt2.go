@@ -166,6 +166,10 @@ type Options struct {
 	// quantized model plus one tensor, never the model in a float dtype
 	// (see quant.go). Not with Defer.
 	Quantize func(name string) device.DType
+	// Park, with Quantize, takes each quantized weight of the model's
+	// blocks as soon as it is made (a streamed base moves it to host
+	// memory: the device never holds the base whole).
+	Park func(*tensor.Tensor) error
 }
 
 // check refuses options that do not go together.
@@ -217,7 +221,7 @@ func LoadGPT2With(dev device.Device, path string, o GPT2Options) (*models.GPT, s
 	if err != nil {
 		return nil, "", err
 	}
-	if err := fillAll(g, bind, files, o.Quantize); err != nil {
+	if err := fillAll(g, bind, files, o.Quantize, o.Park); err != nil {
 		return nil, "", err
 	}
 	return g, note, nil
@@ -346,10 +350,10 @@ func probe[M nn.Module](c *Checkpoint, build func(device.Device) (M, error), bin
 // releasing m if anything fails. With quantize (Options.Quantize), m's
 // parameters are deferred and get their memory one at a time
 // (materializeAll).
-func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles, quantize func(string) device.DType) error {
+func fillAll[M nn.Module](m M, bind func(M) ([]binding, error), files *openFiles, quantize func(string) device.DType, park func(*tensor.Tensor) error) error {
 	bs, err := bind(m)
 	if err == nil && quantize != nil {
-		err = materializeAll(m, bs, files, quantize)
+		err = materializeAll(m, bs, files, quantize, park)
 	}
 	for i := 0; err == nil && quantize == nil && i < len(bs); i++ {
 		err = fill(bs[i], files)

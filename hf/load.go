@@ -80,7 +80,7 @@ func shapeOnly[M nn.Module](c *Checkpoint, dev device.Device, o Options, build f
 	if o.Quantize == nil || o.Defer {
 		return m, nil
 	}
-	linear := nn.LinearWeights(m)
+	linear, blocks := nn.LinearWeights(m), nn.BlockParameters(m)
 	for _, p := range m.Parameters() {
 		q := device.Invalid
 		if linear[p] {
@@ -96,6 +96,9 @@ func shapeOnly[M nn.Module](c *Checkpoint, dev device.Device, o Options, build f
 					src.Release()
 				}
 			}
+		}
+		if err == nil && q != device.Invalid && o.Park != nil && blocks[p] {
+			err = o.Park(p)
 		}
 		if err != nil {
 			nn.Release(m)

@@ -119,8 +119,9 @@ func isBnb(c *Checkpoint, hn string) bool {
 // quantize names a quantized dtype for is made in that dtype from its
 // host values (or, NF4 from a 4-bit checkpoint, from its parts as
 // stored) and frozen; every other parameter is read as fill reads it.
-func materializeAll(m nn.Module, bs []binding, files *openFiles, quantize func(name string) device.DType) error {
+func materializeAll(m nn.Module, bs []binding, files *openFiles, quantize func(name string) device.DType, park func(*tensor.Tensor) error) error {
 	linear := nn.LinearWeights(m)
+	blocks := nn.BlockParameters(m)
 	for _, b := range bs {
 		q := device.Invalid
 		if linear[b.p] {
@@ -128,6 +129,11 @@ func materializeAll(m nn.Module, bs []binding, files *openFiles, quantize func(n
 		}
 		if err := materialize(b, q, files); err != nil {
 			return err
+		}
+		if park != nil && q.IsQuantized() && blocks[b.p] {
+			if err := park(b.p); err != nil {
+				return fmt.Errorf("hf: %s: tensor %s: %w", b.t.File, b.name, err)
+			}
 		}
 	}
 	return nil

@@ -64,7 +64,7 @@ func (l *Linear) AttachLoRA(c LoRAConfig) error {
 		return configError("lora", path, "Dropout", "is %v, want 0 <= Dropout < 1", c.Dropout)
 	}
 	out, in := l.Weight.Shape()[0], l.Weight.Shape()[1]
-	b := &Builder{Dev: l.Weight.Device(), Seed: c.Seed, DType: c.DType}
+	b := &Builder{Dev: l.Weight.UsedOn(), Seed: c.Seed, DType: c.DType}
 	bound := 1 / math.Sqrt(float64(in))
 	a, err := b.Param(Join(path, "lora_a"), []int{c.Rank, in}, Uniform(-bound, bound))
 	if err != nil {

@@ -86,3 +86,18 @@ func LinearWeights(m Module) map[*tensor.Tensor]bool {
 	}
 	return out
 }
+
+// BlockParameters is the set of the parameters of m's blocks (a Model's
+// Blocks), empty for a module that is no Model: what a technique acting
+// block by block (a streamed base, ZeRO-3's gathers) holds per block.
+func BlockParameters(m Module) map[*tensor.Tensor]bool {
+	out := map[*tensor.Tensor]bool{}
+	if mm, ok := m.(Model); ok {
+		for _, b := range mm.Blocks() {
+			for _, p := range b.Parameters() {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}

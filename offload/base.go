@@ -143,7 +143,7 @@ func NewBase(host device.Device, blocks []nn.Module, streams func(*tensor.Tensor
 		if len(ws) == 0 {
 			continue
 		}
-		g := &baseGroup{name: fmt.Sprintf("block %d", i), index: len(b.groups), dev: ws[0].Device(), weights: ws}
+		g := &baseGroup{name: fmt.Sprintf("block %d", i), index: len(b.groups), dev: ws[0].UsedOn(), weights: ws}
 		if up, ok := device.As[uploader](g.dev); ok {
 			g.up = up
 		}
@@ -152,11 +152,17 @@ func NewBase(host device.Device, blocks []nn.Module, streams func(*tensor.Tensor
 	}
 	for _, g := range b.groups {
 		for _, w := range g.weights {
-			if w.Device() != g.dev {
-				return nil, b.abandon(fmt.Errorf("offload: base: %s is on %s, the rest of %s on %s", w.Name(), w.Device().Name(), g.name, g.dev.Name()))
+			if w.UsedOn() != g.dev {
+				return nil, b.abandon(fmt.Errorf("offload: base: %s is on %s, the rest of %s on %s", w.Name(), w.UsedOn().Name(), g.name, g.dev.Name()))
 			}
 			n := w.StorageBytes()
-			if err := w.Park(host); err != nil {
+			if w.Parked() {
+				// Parked as it was made (a model built for a streamed
+				// base never holds it whole on the device).
+				if w.Device() != host || w.Fetched() {
+					return nil, b.abandon(fmt.Errorf("offload: base: %s is parked elsewhere than the host's memory", w.Name()))
+				}
+			} else if err := w.Park(host); err != nil {
 				return nil, b.abandon(fmt.Errorf("offload: base: %s: %w", w.Name(), err))
 			}
 			g.bytes += n

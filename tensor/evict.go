@@ -313,6 +313,17 @@ func (t *Tensor) Park(host device.Device) error {
 // to its device now or not).
 func (t *Tensor) Parked() bool { return t.st.parking() != nil }
 
+// UsedOn returns the device ops on t run on: the one Park moved it away
+// from when t is parked (its storage may be on the host between uses),
+// its own device otherwise. Tensors made to work beside t, such as a
+// frozen weight's adapter, belong there.
+func (t *Tensor) UsedOn() device.Device {
+	if p := t.st.parking(); p != nil {
+		return p.away
+	}
+	return t.st.dev
+}
+
 // Fetched reports whether t's parked storage is on its device now.
 func (t *Tensor) Fetched() bool {
 	p := t.st.parking()

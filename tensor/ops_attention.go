@@ -10,8 +10,9 @@ import (
 
 // CausalAttention returns dropout(softmax(scale·q·kᵀ, causal))·v for q, k
 // and v [B, H, T, D] (heads of a fused projection viewed in place, say):
-// causal multi-head attention. Dropout applies to the probabilities when
-// dropout > 0, with masks keyed by seed.
+// causal multi-head attention (k and v may have fewer heads, KV dividing
+// H: grouped-query attention, as Attention says). Dropout applies to the
+// probabilities when dropout > 0, with masks keyed by seed.
 //
 // On a device with fused attention kernels (device.CapAttention) neither
 // forward nor backward holds the [B, H, T, T] scores or probabilities:

@@ -39,7 +39,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset, b modelBuild) (Model
 		// Deferred parameters are read block by block as they are
 		// sharded, as a new model's are drawn (below).
 		g, _, err := hf.Load(dev, cfg.Model.Init, hf.Options{Dropout: cfg.Model.Dropout, Seed: cfg.Seed, HeadChunkRows: cfg.Memory.LMHeadChunkRows,
-			DType: b.dtype, Defer: b.defer_, Quantize: quant})
+			DType: b.dtype, Defer: b.defer_, Quantize: quant, Park: b.park})
 		if err != nil {
 			return nil, fmt.Errorf("-init %s: %v", cfg.Model.Init, err)
 		}
@@ -52,7 +52,7 @@ func buildModel(dev device.Device, cfg Config, ds *dataset, b modelBuild) (Model
 		return nil, fmt.Errorf("-model %s (-data %s): %v", cfg.Model.Name, displayPath(cfg.Data.Path), err)
 	}
 	if quant != nil {
-		if err := materializeBase(m, quant); err != nil {
+		if err := materializeBase(m, quant, b.park); err != nil {
 			nn.Release(m)
 			return nil, fmt.Errorf("-base %s: %v", cfg.Precision.Base, err)
 		}
@@ -102,6 +102,9 @@ func checkModelSize(dev device.Device, cfg Config, ds *dataset, b modelBuild) er
 	if q := cfg.baseQuant(); q != device.Invalid {
 		// A lower bound: the embeddings and norms stay in dt.
 		dt = q
+		if cfg.OffloadsBase() {
+			return nil // the base lives on the host: the plan sizes the rest
+		}
 	}
 	if bytes := device.Bytes(dt, int(n)); bytes > capacity {
 		return fmt.Errorf("%s: its %d parameters alone are %s in %v, more than the device's %s (-mem-limit, or on cpu the machine's memory less a margin); -plan shows the whole step",

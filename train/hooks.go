@@ -154,6 +154,10 @@ type microBatch struct {
 type modelBuild struct {
 	dtype  tensor.DType
 	defer_ bool
+	// park, when set, moves a frozen, quantized weight of a block to
+	// host memory as soon as it is made (-offload base), so that the
+	// base never exists whole on the device.
+	park func(*tensor.Tensor) error
 }
 
 // each calls f with every part implementing H, in technique order, and

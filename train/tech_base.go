@@ -181,9 +181,11 @@ func frozenBy(name string, patterns []string) bool {
 // for as soon as it exists, frozen: the peak is the model so far plus one
 // weight in both forms, never the whole model in a float dtype. A model
 // built without deferral (the mlp, the cnn) has its weights quantized in
-// turn all the same.
-func materializeBase(m nn.Module, quant func(string) tensor.DType) error {
+// turn all the same. park, when set, takes each quantized weight of a
+// block as soon as it is made (-offload base: to the host).
+func materializeBase(m nn.Module, quant func(string) tensor.DType, park func(*tensor.Tensor) error) error {
 	linear := nn.LinearWeights(m)
+	blocks := nn.BlockParameters(m)
 	for _, p := range m.Parameters() {
 		if p.IsDeferred() {
 			if err := p.Materialize(); err != nil {
@@ -200,6 +202,11 @@ func materializeBase(m nn.Module, quant func(string) tensor.DType) error {
 		p.SetRequiresGrad(false)
 		if err := p.ConvertTo(q); err != nil {
 			return fmt.Errorf("%s: %v", p.Name(), err)
+		}
+		if park != nil && blocks[p] {
+			if err := park(p); err != nil {
+				return fmt.Errorf("%s: %v", p.Name(), err)
+			}
 		}
 	}
 	return nil

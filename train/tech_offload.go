@@ -258,7 +258,9 @@ func (p *offloadPart) offloading() *offloadPart { return p }
 // optimizer offloaded it builds t.Opt over the host copies.
 func (p *offloadPart) buildOptimizer(t *Trainer) (bool, error) {
 	cfg := t.Config
-	p.host = hostFor(t.Device)
+	if p.host == nil {
+		p.host = hostFor(t.Device)
+	}
 	if cfg.HostMemReport() != "" && p.host.Memory().Device() != "meta" {
 		// The host's report, beside the device's (cmd/train writes both).
 		p.host.Memory().EnableHistory(1 << 20)
@@ -280,6 +282,19 @@ func (p *offloadPart) buildOptimizer(t *Trainer) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// shapeModel has a quantized base streamed from the host (-offload base
+// with -base nf4 or int8) made parked: each frozen weight of a block goes
+// to the host as soon as it is quantized, so the device never holds the
+// base whole, not even while the model is built (a 70B's nf4 base is
+// larger than the card it trains on).
+func (p *offloadPart) shapeModel(t *Trainer, b *modelBuild) {
+	if !t.Config.OffloadsBase() || t.Config.baseQuant() == device.Invalid {
+		return
+	}
+	p.host = hostFor(t.Device)
+	b.park = func(w *tensor.Tensor) error { return w.Park(p.host) }
 }
 
 // setPrecision parks the frozen Linear weights of the model's blocks on
