@@ -3,6 +3,7 @@ package accumulate
 import (
 	"fmt"
 
+	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/tensor"
 )
 
@@ -48,6 +49,12 @@ func split(inputs, targets *tensor.Tensor, n int, ignore *int) ([]Micro, error) 
 	}
 	if n > rows {
 		return nil, fmt.Errorf("accumulate: %d micro-batches for a batch of %d", n, rows)
+	}
+	if ignore != nil && !device.StoresValues(targets.Device()) {
+		// A plan's targets hold no values to count: every row counts
+		// alike, as the rows' shares say (and reading B·T zeros for each
+		// traced step was much of a long-context -fit's time).
+		ignore = nil
 	}
 	var counts []int // counted targets per row
 	total := 0

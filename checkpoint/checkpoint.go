@@ -25,6 +25,15 @@ type Func func(r *nn.Run, x *tensor.Tensor) *tensor.Tensor
 //
 // In a run that does not record, Run is fn(x).
 func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.Tensor {
+	return run(r, fn, params, x, false)
+}
+
+// run is Run; with keepHooks the recompute saves what it saves through
+// the pass's saved-tensor hooks (tensor.SaveHooks), as the forward did,
+// rather than on the device: Nested's outer segments, whose recompute
+// keeps the inputs of the blocks inside for their own recompute, so that
+// those go where the step puts saved tensors (the host, under offload).
+func run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor, keepHooks bool) *tensor.Tensor {
 	if !r.Grad() {
 		return fn(r, x)
 	}
@@ -41,10 +50,14 @@ func Run(r *nn.Run, fn Func, params []*tensor.Tensor, x *tensor.Tensor) *tensor.
 	needX := x.RequiresGrad()
 	inputs := append([]*tensor.Tensor{x}, params...)
 	pass, autocast := *r, r.AutocastDType() // the Run as it is now, segments included
+	hooks := r.SavedHooks()
 	return r.Function("checkpoint", res, inputs, []*tensor.Tensor{x}, func(_ *tensor.Scope, g *tensor.Tensor, saved []*tensor.Tensor) []*tensor.Tensor {
 		var opts []tensor.ScopeOption
 		if autocast != device.Invalid {
 			opts = append(opts, tensor.Autocast(autocast))
+		}
+		if keepHooks && hooks != nil {
+			opts = append(opts, tensor.SaveHooks(hooks))
 		}
 		s := tensor.NewScope(opts...)
 		defer s.Close()
@@ -93,6 +106,7 @@ const (
 	sqrtN
 	fixed
 	budget
+	nested
 )
 
 // The policies.
@@ -104,6 +118,16 @@ var (
 	// Sqrt cuts n blocks into ⌈√n⌉ segments (Chen et al. 2016).
 	Sqrt = Policy{kind: sqrtN}
 )
+
+// Nested checkpoints at two levels: it cuts n blocks into k segments
+// (k 0: ⌈√n⌉) of which only the inputs are kept, and a segment's
+// recompute in backward keeps only the inputs of its blocks, each block
+// recomputed again for its own backward. What is kept at once is about
+// k + n/k block inputs (2√n) rather than Every's n, for a second
+// recompute of every block outside the last segment. A step whose
+// saved tensors go to the host (offloaded activations) saves the inner
+// inputs there too.
+func Nested(k int) Policy { return Policy{kind: nested, segments: k} }
 
 // Segments cuts the blocks into k segments.
 func Segments(k int) Policy { return Policy{kind: fixed, segments: k} }
@@ -122,6 +146,11 @@ func (p Policy) String() string {
 		return "sqrt"
 	case fixed:
 		return fmt.Sprintf("%d", p.segments)
+	case nested:
+		if p.segments > 0 {
+			return fmt.Sprintf("nested(%d)", p.segments)
+		}
+		return "nested"
 	}
 	return fmt.Sprintf("budget(%d)", p.budget)
 }
@@ -136,13 +165,22 @@ func (p Policy) segmentsFor(n int) int {
 	case every:
 		return n
 	case sqrtN:
-		k := 1
-		for k*k < n {
-			k++
-		}
-		return k
+		return ceilSqrt(n)
 	case fixed:
 		return min(max(p.segments, 1), n)
+	case nested:
+		if p.segments > 0 {
+			return min(p.segments, n)
+		}
+		return ceilSqrt(n)
 	}
 	return 1
+}
+
+func ceilSqrt(n int) int {
+	k := 1
+	for k*k < n {
+		k++
+	}
+	return k
 }

@@ -93,7 +93,7 @@ func gradsOf(t *testing.T, bs []nn.Module, x *tensor.Tensor, policy checkpoint.P
 }
 
 func TestGradientsBitwiseEqual(t *testing.T) {
-	policies := []checkpoint.Policy{checkpoint.Every, checkpoint.Sqrt, checkpoint.Segments(2), checkpoint.Segments(3)}
+	policies := []checkpoint.Policy{checkpoint.Every, checkpoint.Sqrt, checkpoint.Segments(2), checkpoint.Segments(3), checkpoint.Nested(0), checkpoint.Nested(1), checkpoint.Nested(4)}
 	modes := []struct {
 		name    string
 		dropout float64

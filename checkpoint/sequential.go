@@ -9,13 +9,20 @@ import (
 // segments and runs each but the last under Run, so that only segment
 // inputs are kept between forward and backward. The last segment is not
 // recomputed: its activations are needed as soon as backward starts, so
-// recomputing it would cost time and save nothing.
+// recomputing it would cost time and save nothing. Under Nested each
+// segment runs its blocks under Every.
 func Sequential(r *nn.Run, blocks []nn.Module, policy Policy, x *tensor.Tensor) *tensor.Tensor {
 	k := policy.segmentsFor(len(blocks))
 	if policy.kind == budget {
 		k = policy.budgetSegments(r, blocks, x)
 	}
-	if k <= 1 || !r.Grad() {
+	if !r.Grad() {
+		return nn.RunSequential(r, blocks, x)
+	}
+	if k <= 1 {
+		if policy.kind == nested {
+			return Sequential(r, blocks, Every, x) // one segment: its blocks' inputs
+		}
 		return nn.RunSequential(r, blocks, x)
 	}
 	h := x
@@ -23,14 +30,20 @@ func Sequential(r *nn.Run, blocks []nn.Module, policy Policy, x *tensor.Tensor) 
 	for i := 0; i < k; i++ {
 		seg := blocks[n*i/k : n*(i+1)/k]
 		var y *tensor.Tensor
+		inner := nn.RunSequential
+		if policy.kind == nested {
+			inner = func(r *nn.Run, blocks []nn.Module, x *tensor.Tensor) *tensor.Tensor {
+				return Sequential(r, blocks, Every, x)
+			}
+		}
 		if i == k-1 {
-			y = nn.RunSequential(r, seg, h)
+			y = inner(r, seg, h)
 		} else {
 			var params []*tensor.Tensor
 			for _, b := range seg {
 				params = append(params, b.Parameters()...)
 			}
-			y = Run(r, func(r *nn.Run, x *tensor.Tensor) *tensor.Tensor { return nn.RunSequential(r, seg, x) }, params, h)
+			y = run(r, func(r *nn.Run, x *tensor.Tensor) *tensor.Tensor { return inner(r, seg, x) }, params, h, policy.kind == nested)
 		}
 		if h != x {
 			h.Release()

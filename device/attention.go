@@ -105,11 +105,22 @@ func (a Attention) StartsBytes(shape []int) int64 {
 // finite number above 0. The kernels call it first (the tensor package
 // builds valid calls).
 func (a Attention) Check(q, k, v []int) {
+	a.CheckShapes(q, k, v)
+	a.CheckStarts(q)
+}
+
+// CheckShapes is Check without reading the starts (only their number):
+// the check of a device that runs no kernel (the meta device), for which
+// reading B·T starts at every traced call of a long-context plan would be
+// most of the plan's time.
+func (a Attention) CheckShapes(q, k, v []int) {
 	CheckHeads(q, k, v)
 	if a.Softcap != 0 && !(a.Softcap > 0 && !math.IsInf(a.Softcap, 1)) {
 		panic(fmt.Sprintf("device: attention soft cap %v: want 0 (none) or a finite number above 0", a.Softcap))
 	}
-	a.CheckStarts(q)
+	if a.Starts != nil && len(a.Starts) != q[0]*q[2] {
+		panic(fmt.Sprintf("device: attention starts: %d values for [B %d, T %d]", len(a.Starts), q[0], q[2]))
+	}
 }
 
 // CheckHeads panics unless q is [B, H, T, D] and k and v are both

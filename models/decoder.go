@@ -204,6 +204,7 @@ type Decoder struct {
 	Head      *nn.Linear // nil when TiedHead
 	blocks    []nn.Module
 	runner    nn.BlockRunner
+	tokens    nn.TokenRunner // runs the final norm (tokens.go); nil: whole
 }
 
 var _ nn.Model = (*Decoder)(nil)
@@ -429,7 +430,7 @@ func (l *Decoder) hidden(r *nn.Run, tokens *tensor.Tensor) *tensor.Tensor {
 	h := l.embed(r, tokens) // [B, T, D]
 	out := runBlocks(l.runner, r, l.blocks, h)
 	h.Release()
-	n := l.FinalNorm.Forward(r, out)
+	n := l.finalNorm(r, out)
 	out.Release()
 	return n
 }

@@ -14,7 +14,7 @@ import (
 // computes the same values through a runner as without one.
 //
 //	Decoder: x ─ attn_norm, q/k/v, head norms, rotary ─ attention ─ o, post_attn_norm, +x,
-//	         mlp_norm, gated MLP, post_mlp_norm, +h
+//	         mlp_norm, gated MLP, post_mlp_norm, +h; after the blocks, final_norm
 //	GPT:    x ─ ln1 ─ qkv ─ attention ─ proj, +x ─ ln2 ─ fc, GELU, proj, +h
 //
 // GPT's LayerNorms run whole: their fused kernel keeps nothing but its
@@ -27,13 +27,32 @@ var (
 	_ nn.TokenTiled = (*GPT)(nil)
 )
 
-// SetTokenRunner makes the blocks run their token-wise pieces through t
-// (nil: as whole tensors).
+// SetTokenRunner makes the blocks run their token-wise pieces, and the
+// final norm, through t (nil: as whole tensors).
 func (l *Decoder) SetTokenRunner(t nn.TokenRunner) error {
 	for _, m := range l.blocks {
 		m.(*DecoderBlock).tokens = t
 	}
+	l.tokens = t
 	return nil
+}
+
+// finalNorm is the final RMSNorm of the blocks' output x [B, T, Dim],
+// through the token runner when there is one: its F32 intermediates then
+// exist a tile at a time rather than for every token at once, where,
+// with the blocks tiled, they would be the step's largest buffers.
+func (l *Decoder) finalNorm(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
+	if l.tokens == nil {
+		return l.FinalNorm.Forward(r, x)
+	}
+	b, t, d := x.Shape()[0], x.Shape()[1], x.Shape()[2]
+	norm := func(r *nn.Run, _ nn.Rows, in []*tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{l.FinalNorm.Forward(r, in[0])}
+	}
+	n := l.tokens.RunTokens(r, nn.Tokens{Fn: norm, In: []*tensor.Tensor{x}, Params: l.FinalNorm.Parameters(), Out: []int{d}})
+	y := r.Reshape(n, b, t, d)
+	n.Release()
+	return y
 }
 
 // SetTokenRunner makes the blocks run their token-wise pieces through t

@@ -138,7 +138,7 @@ func TestActivationsBitwise(t *testing.T) {
 				dev, host := cpu.New(), cpu.New()
 				m := b.make(t, dev, 4, 0.1)
 				defer m.release()
-				for _, pol := range []checkpoint.Policy{checkpoint.Off, checkpoint.Every, checkpoint.Segments(2)} {
+				for _, pol := range []checkpoint.Policy{checkpoint.Off, checkpoint.Every, checkpoint.Segments(2), checkpoint.Nested(2)} {
 					want := step(t, m, pol.Runner(), mode.opts...)
 					for _, window := range []int{0, 1, 3} {
 						a, err := offload.NewActivations(host, window)
@@ -216,6 +216,42 @@ func TestActivationsPeak(t *testing.T) {
 				t.Errorf("8 layers: device activation peak %d with offload, %d without: want less than half", off[8], plain[8])
 			}
 		})
+	}
+}
+
+// TestNestedCheckpointsOnHost: two-level checkpoints with offloaded
+// activations keep the inputs of the segments' blocks, saved while a
+// segment is recomputed, on the host as well: the host holds about
+// k + n/k block inputs at once rather than Every's n, and the device one
+// block input more than under Every (the segment's input, a leaf of its
+// recompute, stays there through the segment's backward).
+func TestNestedCheckpointsOnHost(t *testing.T) {
+	const layers = 16
+	dev, host := cpu.New(), cpu.New()
+	m := newMLP(t, dev, layers, 0)
+	defer m.release()
+	input := int64(8 * 48 * 4) // one block's input, f32 [8, 48]
+	run := func(p checkpoint.Policy) (devPeak, hostPeak int64) {
+		a, err := offload.NewActivations(host, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return peaks(t, m, dev, host, a.Runner(p.Runner()), tensor.SaveHooks(a))
+	}
+	everyDev, everyHost := run(checkpoint.Every)
+	nestedDev, nestedHost := run(checkpoint.Nested(4))
+	t.Logf("host: %d B under Every, %d B under Nested(4) (block input %d B); device: %d and %d B", everyHost, nestedHost, input, everyDev, nestedDev)
+	if everyHost < (layers-2)*input {
+		t.Errorf("Every's host peak %d B: want the %d blocks' inputs, %d B at least", everyHost, layers-2, (layers-2)*input)
+	}
+	// 4 segment inputs and 4 block inputs of the segment in backward,
+	// the last block's working set (not recomputed: its activations are
+	// saved), and the model's input and output rows.
+	if bound := everyHost - (layers-10)*input; nestedHost > bound {
+		t.Errorf("Nested(4)'s host peak %d B, want at most %d B (Every's %d B less %d block inputs)", nestedHost, bound, everyHost, layers-10)
+	}
+	if nestedDev > everyDev+input {
+		t.Errorf("Nested(4)'s device peak %d B is over Every's %d B and a block input", nestedDev, everyDev)
 	}
 }
 

@@ -16,6 +16,10 @@
 # issue #44's host budget); HOST= (empty) leaves -fit-host out, so that
 # -fit takes this machine's available memory as the host budget.
 #
+# SHAPE=70b plans Llama 3.1 70B's shape instead (80 blocks, width 8192,
+# 64 heads over 8 key/value heads, SwiGLU 28672), with Unsloth's 70B
+# figures as the reference (48 and 80 GB).
+#
 # INIT=DIR plans another model from its config.json (a directory holding
 # it alone is enough: hf/testdata/configs has Qwen 3 8B's and Gemma 3
 # 12B's), up to its max_position_embeddings; the reference columns are
@@ -34,6 +38,10 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/train" ./cmd/train
 shape=(-model llama -layers 32 -heads 32 -kv-heads 8 -width 4096 -hidden 14336 -vocab 128256 -batch 1
   -lora 32 -amp bf16 -checkpoint every -base nf4 -device cuda)
+if [ "${SHAPE:-8b}" = 70b ]; then
+  shape=(-model llama -layers 80 -heads 64 -kv-heads 8 -width 8192 -hidden 28672 -vocab 128256 -batch 1
+    -lora 32 -amp bf16 -checkpoint every -base nf4 -device cuda)
+fi
 if [ -n "${INIT:-}" ]; then
   shape=(-init "$INIT" -batch 1 -lora 32 -amp bf16 -checkpoint every -base nf4 -device cuda)
 fi
@@ -44,12 +52,22 @@ reference() {
     echo "- | -"
     return
   fi
+  if [ "${SHAPE:-8b}" = 70b ]; then
+    case $1 in
+    48GiB) echo "12,106 | OOM" ;;
+    80GiB) echo "89,389 | 6,916" ;;
+    *) echo "- | -" ;;
+    esac
+    return
+  fi
   case $1 in
   8GiB) echo "2,972 | OOM" ;;
   12GiB) echo "21,848 | 932" ;;
   16GiB) echo "40,724 | 2,551" ;;
   24GiB) echo "78,475 | 5,789" ;;
   40GiB) echo "153,977 | 12,264" ;;
+  48GiB) echo "191,728 | -" ;;
+  80GiB) echo "342,733 | about 28,000" ;;
   *) echo "- | -" ;;
   esac
 }

@@ -132,9 +132,45 @@ func attentionStarts(seg *Segments, b, t, w int) []int32 {
 	case w <= 0 || w >= t:
 		return seg.startsOrNil()
 	case seg == nil:
-		return windowStarts(nil, b, t, w)
+		return plainWindows.starts(b, t, w)
 	}
 	return seg.windowed(w)
+}
+
+// plainWindows keeps the window starts of batches without Segments, as a
+// Segments keeps its own: every layer and pass of a step, and every
+// traced call of a plan, reads one array rather than making B·T starts.
+// It holds the few shapes used last (a run's micro-batches share one or
+// two; a -fit search moves on from each).
+var plainWindows windowCache
+
+type windowCache struct {
+	mu      sync.Mutex
+	entries []windowEntry // most recently used last
+}
+
+type windowEntry struct {
+	b, t, w int
+	starts  []int32
+}
+
+const windowCacheSize = 4
+
+func (c *windowCache) starts(b, t, w int) []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, e := range c.entries {
+		if e.b == b && e.t == t && e.w == w {
+			c.entries = append(append(c.entries[:i:i], c.entries[i+1:]...), e)
+			return e.starts
+		}
+	}
+	e := windowEntry{b, t, w, windowStarts(nil, b, t, w)}
+	if len(c.entries) == windowCacheSize {
+		c.entries = slices.Delete(c.entries, 0, 1)
+	}
+	c.entries = append(c.entries, e)
+	return e.starts
 }
 
 // startsMask returns a [B, 1, T, T] F32 tensor, 1 where key j lies before

@@ -15,9 +15,9 @@ import (
 var checkpointing = &technique{
 	name:  "activation checkpointing",
 	group: "memory",
-	doc:   "blocks' activations recomputed in backward instead of kept (every block, sqrt(n) segments, n segments or a byte budget): about a third more compute",
+	doc:   "blocks' activations recomputed in backward instead of kept (every block, sqrt(n) segments, n segments, a byte budget, or nested: two levels, each block's input kept only while its segment is differentiated): about a third more compute, two thirds nested",
 	flags: func(f *Flags, c *Config) {
-		f.stringVar(&c.Memory.Checkpoint, "checkpoint", "activation checkpointing: off, every, sqrt, N segments or a budget such as 300MiB")
+		f.stringVar(&c.Memory.Checkpoint, "checkpoint", "activation checkpointing: off, every, sqrt, N segments, a budget such as 300MiB, or nested (sqrt(n) segments whose recompute checkpoints every block: about 2·sqrt(n) block inputs kept at once, for a second recompute)")
 	},
 	features: []feature{{
 		name: "-checkpoint",
@@ -48,19 +48,27 @@ var checkpointing = &technique{
 		// it pays (models.Kind.Recompute).
 		options: func(c Config) []Config {
 			out := []Config{c}
-			if k, _ := c.kind(); c.Memory.Checkpoint == "off" && k.Recompute {
-				for _, p := range []string{"sqrt", "every"} {
+			k, _ := c.kind()
+			if !k.Recompute {
+				return out
+			}
+			switch c.Memory.Checkpoint {
+			case "off":
+				for _, p := range []string{"sqrt", "every", "nested"} {
 					c.Memory.Checkpoint = p
 					out = append(out, c)
 				}
+			case "every", "sqrt":
+				// Where the kept block inputs are what does not fit
+				// (a context of a million tokens), two levels keep
+				// about 2·√n of them rather than n.
+				c.Memory.Checkpoint = "nested"
+				out = append(out, c)
 			}
 			return out
 		},
 		cost: func(c, orig Config) float64 {
-			if c.Memory.Checkpoint != orig.Memory.Checkpoint {
-				return 1.33
-			}
-			return 1
+			return recomputeCost(c.Memory.Checkpoint) / recomputeCost(orig.Memory.Checkpoint)
 		},
 		keepsState: func(c *Config) { c.Memory.Checkpoint = "" }, // recomputing changes activations only
 		show:       []string{"checkpoint"},
@@ -77,6 +85,8 @@ var checkpointing = &technique{
 			p = checkpoint.Segments(spec.Segments)
 		case "budget":
 			p = checkpoint.Budget(spec.Budget)
+		case "nested":
+			p = checkpoint.Nested(0)
 		default:
 			p = checkpoint.Off
 		}
@@ -94,13 +104,26 @@ func (p checkpointPart) wrapRunner(t *Trainer, _ nn.BlockRunner) nn.BlockRunner 
 
 // CheckpointSpec is a parsed -checkpoint value.
 type CheckpointSpec struct {
-	Kind     string // off, every, sqrt, segments or budget
+	Kind     string // off, every, sqrt, nested, segments or budget
 	Segments int
 	Budget   int64
 }
 
-// ParseCheckpoint reads off, every, sqrt, a segment count or a byte budget
-// (a size with a unit, e.g. 300MiB).
+// recomputeCost is a step's compute under a -checkpoint value, relative
+// to keeping every activation: a recomputed forward is about a third of
+// a step, and nested checkpoints recompute most blocks twice.
+func recomputeCost(checkpoint string) float64 {
+	switch s, _ := ParseCheckpoint(checkpoint); s.Kind {
+	case "off":
+		return 1
+	case "nested":
+		return 1.67
+	}
+	return 1.33
+}
+
+// ParseCheckpoint reads off, every, sqrt, nested, a segment count or a
+// byte budget (a size with a unit, e.g. 300MiB).
 func ParseCheckpoint(s string) (CheckpointSpec, error) {
 	switch strings.ToLower(s) {
 	case "", "off":
@@ -109,6 +132,8 @@ func ParseCheckpoint(s string) (CheckpointSpec, error) {
 		return CheckpointSpec{Kind: "every"}, nil
 	case "sqrt":
 		return CheckpointSpec{Kind: "sqrt"}, nil
+	case "nested":
+		return CheckpointSpec{Kind: "nested"}, nil
 	}
 	if n, err := strconv.Atoi(s); err == nil {
 		if n < 1 {
@@ -118,7 +143,7 @@ func ParseCheckpoint(s string) (CheckpointSpec, error) {
 	}
 	b, err := memory.ParseBytes(s)
 	if err != nil || b <= 0 {
-		return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want off, every, sqrt, a segment count or a memory budget such as 300MiB", s)
+		return CheckpointSpec{}, fmt.Errorf("-checkpoint %s: want off, every, sqrt, nested, a segment count or a memory budget such as 300MiB", s)
 	}
 	return CheckpointSpec{Kind: "budget", Budget: b}, nil
 }

@@ -87,16 +87,17 @@ func (d *Device) Quantize(_, _ device.View) error             { return nil }
 
 // CausalAttention takes and returns the workspace the CPU kernel takes
 // (the starts of example boundaries or of a sliding window included:
-// a.Workspace; a soft cap takes none), so that plans account it.
+// a.Workspace; a soft cap takes none), so that plans account it. It
+// checks the call's shapes, not its starts' values (a.CheckShapes).
 func (d *Device) CausalAttention(_, _, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape, k.Shape, v.Shape)
+	a.CheckShapes(q.Shape, k.Shape, v.Shape)
 	d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, false))
 }
 
 // CausalAttentionBackward accounts like CausalAttention (grouped heads'
 // sums included: device.GroupSumBytes).
 func (d *Device) CausalAttentionBackward(_, _, _, _, _, _, q, k, v device.View, a device.Attention) {
-	a.Check(q.Shape, k.Shape, v.Shape)
+	a.CheckShapes(q.Shape, k.Shape, v.Shape)
 	d.workspace(a.Workspace(q.Shape, k.Shape[1], q.DType, true))
 }
 
