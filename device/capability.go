@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // Capabilities are the optional, fused kernels a device may have beyond
@@ -167,7 +168,7 @@ func Without(d Device, names ...string) Device {
 	for _, n := range names {
 		hidden[n] = true
 	}
-	return &without{d, hidden}
+	return &without{Device: d, hidden: hidden}
 }
 
 // without exposes a device's core alone (its embedded interface has no
@@ -175,7 +176,8 @@ func Without(d Device, names ...string) Device {
 // the functions below can still reach the others.
 type without struct {
 	Device
-	hidden map[string]bool
+	hidden  map[string]bool
+	answers sync.Map // reflect.Type → bool: hides' answers, asked at every op of a plan
 }
 
 // Name says which capabilities the view hides, so that test failures and
@@ -199,12 +201,18 @@ func (w *without) hides(t reflect.Type) bool {
 	if t.Kind() != reflect.Interface {
 		return false
 	}
+	if h, ok := w.answers.Load(t); ok {
+		return h.(bool)
+	}
+	h := false
 	for n := range w.hidden {
 		if c := capabilityTypes[n]; c != nil && t.Implements(c) {
-			return true
+			h = true
+			break
 		}
 	}
-	return false
+	w.answers.Store(t, h)
+	return h
 }
 
 // As finds the first device in d's chain — d, then what its Unwrap

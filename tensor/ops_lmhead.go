@@ -392,10 +392,13 @@ func crossEntropyReduction(tc *Tensor, o CrossEntropyOptions) (ignore int, scale
 	ignore = o.Ignore.Index()
 	scale = 1.0
 	if o.Reduction == MeanReduction {
-		n := 0
-		for _, t := range tc.Int64s() {
-			if t != int64(ignore) {
-				n++
+		n := tc.Len() // a plan's targets hold no values to count
+		if device.StoresValues(tc.st.dev) {
+			n = 0
+			for _, t := range tc.Int64s() {
+				if t != int64(ignore) {
+					n++
+				}
 			}
 		}
 		scale = 1 / float64(max(n, 1))
