@@ -30,7 +30,7 @@
 // builds on the meta device before the weights are downloaded. An export
 // is a model directory: config.json, weights sharded past 5 GB, the
 // tokenizer's files, generation_config.json, and LoRA adapters in PEFT's
-// layout on request.
+// layout on request, which LoadPEFT attaches again to their base.
 //
 // Files are read through package safetensors, which checks every header
 // and index before anything is allocated and opens only regular files (a

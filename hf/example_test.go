@@ -8,6 +8,7 @@ import (
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cpu"
 	"github.com/memfit/memfit/hf"
+	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/nn"
 	"github.com/memfit/memfit/safetensors"
@@ -85,4 +86,52 @@ func ExampleOptions_quantize() {
 	// Output:
 	// 14 nf4 weights; [19 44 5 19 46 10 38 48]
 	// 14 nf4 weights; [19 44 5 19 46 10 38 48]
+}
+
+// LoadPEFT attaches LoRA adapters saved in PEFT's layout
+// (adapter_config.json, adapter_model.safetensors) to a fresh copy of
+// their base: here those of a run on a Llama's query projections,
+// written beside the merged model by SaveWith's Adapters (train
+// -save-peft).
+func ExampleLoadPEFT() {
+	dir, err := os.MkdirTemp("", "memfit-peft")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	run, _, err := hf.Load(cpu.New(), "testdata/llama-f32", hf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ad, err := lora.Apply(run, nil, lora.Config{Rank: 4, Alpha: 8, Targets: []string{"q_proj"}, Seed: 1,
+		Alias: func(path string) (string, bool) { return hf.PEFTName("llama", path+".weight") }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := 1; i < len(ad.Adapters); i += 2 {
+		ad.Adapters[i].Fill(0.05) // B, as training might have left it (it starts at zero)
+	}
+	if err := hf.SaveWith(run, dir, hf.SaveOptions{Adapters: true}); err != nil {
+		log.Fatal(err)
+	}
+	nn.Release(run)
+
+	base, _, err := hf.Load(cpu.New(), "testdata/llama-f32", hf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nn.Release(base)
+	got, err := hf.LoadPEFT(base, dir, hf.PEFTOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tokens, err := base.Generate([]int{3, 1, 4, 1, 5}, 8, models.SampleOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(got.Layers, "rank", got.Rank, "scale", got.Scale())
+	fmt.Println(tokens)
+	// Output:
+	// [blocks.0.attn.q blocks.1.attn.q] rank 4 scale 2
+	// [5 19 44 5 19 46 19 46]
 }

@@ -120,6 +120,37 @@ func Apply(m nn.Module, opt freeze.StateDropper, c Config) (*Adapted, error) {
 		ad.Layers = append(ad.Layers, p)
 		ad.Adapters = append(ad.Adapters, l.Adapter.A, l.Adapter.B)
 	}
+	freezeBase(m, opt, ad)
+	return ad, nil
+}
+
+// Adopt is Apply for the adapters m has already (hf.LoadPEFT attaches
+// those of a file, with its values): it lists them and freezes every
+// other parameter as Apply does. It is an error for m to have no adapter,
+// or a merged one (it would train nothing).
+func Adopt(m nn.Module, opt freeze.StateDropper) (*Adapted, error) {
+	ad := &Adapted{}
+	for _, l := range linears(m) {
+		a := l.Adapter
+		if a == nil {
+			continue
+		}
+		if a.Merged() {
+			return nil, fmt.Errorf("lora: the adapter of layer %s is merged into its weight: unmerge it to train it", Path(l))
+		}
+		ad.Layers = append(ad.Layers, Path(l))
+		ad.Adapters = append(ad.Adapters, a.A, a.B)
+	}
+	if len(ad.Layers) == 0 {
+		return nil, fmt.Errorf("lora: the model has no LoRA adapter to adopt")
+	}
+	freezeBase(m, opt, ad)
+	return ad, nil
+}
+
+// freezeBase freezes every parameter of m that is not one of ad's
+// adapters, listing it in ad.Base, and drops opt's state of them.
+func freezeBase(m nn.Module, opt freeze.StateDropper, ad *Adapted) {
 	isAdapter := make(map[*tensor.Tensor]bool, len(ad.Adapters))
 	for _, p := range ad.Adapters {
 		isAdapter[p] = true
@@ -135,7 +166,6 @@ func Apply(m nn.Module, opt freeze.StateDropper, c Config) (*Adapted, error) {
 	if opt != nil && len(ad.Base) > 0 {
 		opt.DropState(ad.Base...)
 	}
-	return ad, nil
 }
 
 // selectTargets returns the paths the targets choose, in paths' order:

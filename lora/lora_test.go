@@ -385,3 +385,40 @@ func TestApplyTargetsByAlias(t *testing.T) {
 		t.Errorf("a name no layer has: %v", err)
 	}
 }
+
+// Adopt takes adapters attached by other means (nn.Linear.AttachLoRA,
+// as hf.LoadPEFT attaches a file's) as Apply's: listed in model order,
+// training, and everything else frozen with no optimizer state. A model
+// without adapters, or with a merged one, is an error.
+func TestAdopt(t *testing.T) {
+	g := newGPT(t)
+	if _, err := lora.Adopt(g, nil); err == nil || !strings.Contains(err.Error(), "no LoRA adapter") {
+		t.Errorf("no adapters: %v", err)
+	}
+	for _, l := range []*nn.Linear{g.Blocks()[1].(*models.GPTBlock).FC, g.Blocks()[0].(*models.GPTBlock).Attn.QKV} {
+		if err := l.AttachLoRA(nn.LoRAConfig{Rank: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt, err := optim.New("adam", g.Parameters(), optim.Settings{LR: 1e-2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Release()
+	ad, err := lora.Adopt(g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"blocks.0.attn.qkv", "blocks.1.mlp.fc"}; !slices.Equal(ad.Layers, want) || len(ad.Adapters) != 4 {
+		t.Errorf("adopted %v (%d matrices), want %v", ad.Layers, len(ad.Adapters), want)
+	}
+	if got := len(nn.Trainable(g)); got != 4 || len(ad.Base) != len(g.Parameters())-4 {
+		t.Errorf("%d trainable, %d frozen of %d", got, len(ad.Base), len(g.Parameters()))
+	}
+	if err := lora.Merge(g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lora.Adopt(g, nil); err == nil || !strings.Contains(err.Error(), "blocks.0.attn.qkv is merged") {
+		t.Errorf("merged: %v", err)
+	}
+}

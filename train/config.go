@@ -155,6 +155,13 @@ type LoRAOptions struct {
 	Alpha   float64  `json:"alpha,omitempty"`
 	Dropout float64  `json:"dropout,omitempty"`
 	Targets []string `json:"targets,omitempty"`
+	// Init is a directory of LoRA adapters in PEFT's layout for Model.Init
+	// (hf.LoadPEFT): the run starts from them, on the layers they adapt.
+	// ApplyInit takes Rank, Alpha and, unless given, Dropout from its
+	// adapter_config.json.
+	Init string `json:"init,omitempty"`
+
+	fromFile bool // Rank, Alpha and Dropout are Init's (applyInitAdapter ran)
 }
 
 // OffloadOptions keep state in host memory (package offload).
@@ -498,8 +505,10 @@ func orList(names []string) string {
 // Llama, -context, at most the model's max_position_embeddings). A shape
 // field set to something else than both the default and the
 // checkpoint's is refused rather than silently replaced (ApplyInitSet
-// knows which flags were given). It returns a note when the checkpoint
-// has no config.json and the shape was inferred. Without Init it changes
+// knows which flags were given). With Memory.LoRA.Init it also takes
+// the adapters' rank, α and dropout from their adapter_config.json
+// (applyInitAdapter). It returns a note when the checkpoint has no
+// config.json and the shape was inferred. Without Init it changes
 // nothing.
 func (c Config) ApplyInit() (Config, string, error) {
 	def := Default().Model
@@ -520,9 +529,44 @@ func (c Config) ApplyInit() (Config, string, error) {
 			return m.Context != def.Context
 		case "vocab":
 			return m.Vocab != def.Vocab
+		case "lora-dropout":
+			return c.Memory.LoRA.Dropout != Default().Memory.LoRA.Dropout
 		}
 		return false
 	})
+}
+
+// applyInitAdapter takes the LoRA options from the adapter_config.json
+// of Memory.LoRA.Init: its rank (-lora must be 0 or the same), its α
+// (-lora-alpha likewise; with use_rslora, the α whose α/r is the file's
+// scale α/√r) and its dropout unless -lora-dropout is given, since a run
+// that trains the adapters further may choose another. The layers are
+// the file's, read when the model is built. It runs once: what it set
+// would look given to a second call.
+func (c *Config) applyInitAdapter(set func(flag string) bool) error {
+	l := &c.Memory.LoRA
+	if l.Init == "" || l.fromFile {
+		return nil
+	}
+	pc, err := hf.ReadPEFTConfig(l.Init)
+	if err != nil {
+		return fmt.Errorf("-init-adapter %s: %v", l.Init, strings.TrimPrefix(err.Error(), "hf: "))
+	}
+	alpha := pc.Alpha
+	if pc.RSLoRA {
+		alpha = pc.Scale() * float64(pc.Rank)
+	}
+	switch {
+	case l.Rank != 0 && l.Rank != pc.Rank:
+		return fmt.Errorf("-lora %d: -init-adapter %s holds adapters of rank %d (drop -lora: the file sets it)", l.Rank, l.Init, pc.Rank)
+	case l.Alpha != 0 && l.Alpha != alpha:
+		return fmt.Errorf("-lora-alpha %v: -init-adapter %s's adapters have alpha %v (drop -lora-alpha: the file sets it)", l.Alpha, l.Init, alpha)
+	}
+	l.Rank, l.Alpha, l.fromFile = pc.Rank, alpha, true
+	if !set("lora-dropout") {
+		l.Dropout = pc.Dropout
+	}
+	return nil
 }
 
 // ApplyInitSet is ApplyInit for a command line: set reports whether a
@@ -577,6 +621,9 @@ func (c Config) ApplyInitSet(set func(flag string) bool) (Config, string, error)
 		// Rotary positions (Llama) have no table: the run's windows are
 		// -context long, at most max_position_embeddings.
 		m.Context = min(context, h.Positions)
+	}
+	if err := c.applyInitAdapter(set); err != nil {
+		return c, "", err
 	}
 	if c.Data.Tokenizer == "" {
 		if st, err := os.Stat(c.Model.Init); err == nil && st.IsDir() {

@@ -27,6 +27,7 @@ var lowRank = &technique{
 		f.floatVar(&l.Alpha, "lora-alpha", "LoRA scale numerator: the update is scaled by alpha/rank (0: alpha = rank)")
 		f.floatVar(&l.Dropout, "lora-dropout", "dropout on the LoRA adapters' input while training")
 		f.listVar(&l.Targets, "lora-targets", "comma-separated Linear layer path `patterns` to adapt, e.g. *.attn.*,*.mlp.fc, or PEFT's module names, e.g. q_proj,v_proj (default: every Linear layer)")
+		f.stringVar(&l.Init, "init-adapter", "with -init: start from the LoRA adapters in this `dir`, in PEFT's layout (adapter_config.json and adapter_model.safetensors, as -save-peft writes them), to train them further or to -generate with them; the file sets the adapted layers, -lora and -lora-alpha (and -lora-dropout unless given)")
 	},
 	features: []feature{{
 		name: "-lora",
@@ -35,6 +36,19 @@ var lowRank = &technique{
 	}},
 	check: func(c *Config) error {
 		l := c.Memory.LoRA
+		if l.Init != "" {
+			k, _ := c.kind()
+			switch {
+			case c.Model.Init == "":
+				return bad("init-adapter", l.Init, "needs -init (the base model the adapters were trained on)")
+			case !hf.HasPEFTLayout(k.HF):
+				return bad("init-adapter", l.Init, fmt.Sprintf("PEFT's adapters are read for the decoder families, not -model %s", c.Model.Name))
+			case len(l.Targets) > 0:
+				return bad("lora-targets", strings.Join(l.Targets, ","), "-init-adapter's file sets the adapted layers (drop -lora-targets)")
+			case l.Rank == 0:
+				return bad("init-adapter", l.Init, "its rank is not applied (Config.ApplyInit reads adapter_config.json)")
+			}
+		}
 		if l.Rank == 0 {
 			switch {
 			case l.Alpha != 0:
@@ -61,8 +75,11 @@ var lowRank = &technique{
 			return ""
 		}
 		targets := "every Linear layer"
-		if len(c.Memory.LoRA.Targets) > 0 {
-			targets = strings.Join(c.Memory.LoRA.Targets, ",")
+		switch l := c.Memory.LoRA; {
+		case l.Init != "":
+			targets = "the layers of " + l.Init
+		case len(l.Targets) > 0:
+			targets = strings.Join(l.Targets, ",")
 		}
 		return fmt.Sprintf("LoRA rank %d on %s", c.Memory.LoRA.Rank, targets)
 	},
@@ -108,21 +125,55 @@ func (p *loraPart) adaptModel(t *Trainer) error {
 		p.baseSum = baseFingerprint(t.Model.Parameters())
 	}
 	l := c.Memory.LoRA
-	lc := lora.Config{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Seed: c.Seed, DType: c.paramDType()}
-	if k, ok := c.kind(); ok && k.HF != "" {
-		// Targets may name layers as PEFT does (q_proj, qkv_proj).
-		lc.Alias = func(path string) (string, bool) { return hf.PEFTName(k.HF, path+".weight") }
+	var ad *lora.Adapted
+	var err error
+	from := ""
+	if l.Init != "" {
+		ad, err = loadAdapters(t)
+		from = " from " + l.Init
+	} else {
+		lc := lora.Config{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.Targets, Seed: c.Seed, DType: c.paramDType()}
+		if k, ok := c.kind(); ok && k.HF != "" {
+			// Targets may name layers as PEFT does (q_proj, qkv_proj).
+			lc.Alias = func(path string) (string, bool) { return hf.PEFTName(k.HF, path+".weight") }
+		}
+		ad, err = lora.Apply(t.Model, nil, lc)
+		if err != nil {
+			err = fmt.Errorf("-lora %d: %s", l.Rank, strings.TrimPrefix(err.Error(), "lora: "))
+		}
 	}
-	ad, err := lora.Apply(t.Model, nil, lc)
 	if err != nil {
-		return fmt.Errorf("-lora %d: %s", l.Rank, strings.TrimPrefix(err.Error(), "lora: "))
+		return err
 	}
 	p.adapted = ad
 	t.frozen = ad.Base
 	trained := nn.Count(t.Model) - countOf(ad.Base)
-	t.logf("LoRA rank %d on %d Linear layers: %d of %d parameters train (%.2f%%)",
-		l.Rank, len(ad.Layers), trained, nn.Count(t.Model), 100*float64(trained)/float64(nn.Count(t.Model)))
+	t.logf("LoRA rank %d on %d Linear layers%s: %d of %d parameters train (%.2f%%)",
+		l.Rank, len(ad.Layers), from, trained, nn.Count(t.Model), 100*float64(trained)/float64(nn.Count(t.Model)))
 	return nil
+}
+
+// loadAdapters attaches -init-adapter's adapters with their values
+// (hf.LoadPEFT, in the dtype -lora makes them, with the run's dropout:
+// the file's unless -lora-dropout was given) and freezes the rest as
+// -lora does (lora.Adopt).
+func loadAdapters(t *Trainer) (*lora.Adapted, error) {
+	c := t.Config
+	l := c.Memory.LoRA
+	dropout := l.Dropout
+	pa, err := hf.LoadPEFT(t.Model, l.Init, hf.PEFTOptions{DType: c.paramDType(), Dropout: &dropout})
+	if err != nil {
+		return nil, fmt.Errorf("-init-adapter %s: %s", l.Init, strings.TrimPrefix(err.Error(), "hf: "))
+	}
+	if pa.Rank != l.Rank {
+		// The file changed since ApplyInit read it.
+		return nil, fmt.Errorf("-init-adapter %s: adapters of rank %d, but its adapter_config.json said %d when the run was configured", l.Init, pa.Rank, l.Rank)
+	}
+	ad, err := lora.Adopt(t.Model, nil)
+	if err != nil {
+		return nil, fmt.Errorf("-init-adapter %s: %s", l.Init, strings.TrimPrefix(err.Error(), "lora: "))
+	}
+	return ad, nil
 }
 
 // savedParams: a LoRA checkpoint holds the adapters only (the base is
