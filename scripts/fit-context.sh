@@ -3,7 +3,7 @@
 # shape, LoRA rank 32 on every Linear layer over an nf4 base, batch 1,
 # -amp bf16 -checkpoint every, planned for -device cuda (the budget is the
 # GPU's; -fit chooses the rest: tiles, offloading, the optimizer's state),
-# at each budget given (default 8, 12, 16, 24 and 40 GiB). For each budget
+# at each budget given (default 8, 12, 16, 24, 40, 48 and 80 GiB). For each budget
 # the context doubles from START until -fit finds nothing, then a binary
 # search narrows it to STEP tokens. Prints a markdown row per budget: the
 # longest context found, the flags -fit chose there, its predicted peak,
@@ -32,7 +32,7 @@ budgets=("$@")
 host=${HOST-120GiB}
 hostflag=()
 [ -z "$host" ] || hostflag=(-fit-host "$host")
-[ ${#budgets[@]} -gt 0 ] || budgets=(8GiB 12GiB 16GiB 24GiB 40GiB)
+[ ${#budgets[@]} -gt 0 ] || budgets=(8GiB 12GiB 16GiB 24GiB 40GiB 48GiB 80GiB)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/train" ./cmd/train

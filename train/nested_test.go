@@ -18,9 +18,21 @@ func nestedConfig(ck string) Config {
 
 // -checkpoint nested trains Every's weights bit for bit, its plan is its
 // measured peaks on the device and the host to the byte, and its host
-// side holds fewer block inputs than Every's: about 2·√n of them.
+// side holds fewer block inputs than Every's: about 2·√n of them; also
+// with the frozen base streamed from the host (-fit's choice for the 8B
+// shape's longest contexts on 40 and 48 GiB), whose fetches a segment's
+// second recompute repeats.
 func TestNestedCheckpoints(t *testing.T) {
-	every, nested := nestedConfig("every"), nestedConfig("nested")
+	for _, offload := range []string{"activations", "activations,base"} {
+		t.Run(offload, func(t *testing.T) {
+			every, nested := nestedConfig("every"), nestedConfig("nested")
+			every.Memory.Offload.Mode, nested.Memory.Offload.Mode = offload, offload
+			testNested(t, every, nested)
+		})
+	}
+}
+
+func testNested(t *testing.T, every, nested Config) {
 	run := func(c Config) (map[string][]uint32, PeakBytes) {
 		c.Optim.Steps = planSteps
 		tr := newTrainer(t, c)
