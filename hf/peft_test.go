@@ -323,14 +323,7 @@ func TestPEFTVariants(t *testing.T) {
 		}, srcs: srcs, logitsE: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cf := map[string]any{}
-			for k, v := range cfg {
-				cf[k] = v
-			}
-			if c.cfg != nil {
-				c.cfg(cf)
-			}
-			dir := writePEFT(t, cf, c.srcs)
+			dir := writePEFT(t, edited(cfg, c.cfg), c.srcs)
 			got := loadFixture(t, "qwen3-f32")
 			defer nn.Release(got)
 			ad, err := hf.LoadPEFT(got, dir, c.o)
@@ -461,14 +454,7 @@ func TestLoadPEFTRefuses(t *testing.T) {
 		{"no tensors", nil, []safetensors.Source{}, []string{"no LoRA adapter tensors"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cf := map[string]any{}
-			for k, v := range cfg {
-				cf[k] = v
-			}
-			if c.cfg != nil {
-				c.cfg(cf)
-			}
-			dir := writePEFT(t, cf, c.srcs)
+			dir := writePEFT(t, edited(cfg, c.cfg), c.srcs)
 			m := loadFixture(t, "qwen3-f32")
 			defer nn.Release(m)
 			n := len(m.Parameters())
@@ -609,4 +595,16 @@ func FuzzLoadPEFTConfig(f *testing.F) {
 			t.Fatalf("loaded %+v onto %d layers", ad.PEFTConfig, len(adaptersOf(m)))
 		}
 	})
+}
+
+// edited is a copy of cfg changed by edit (when not nil).
+func edited(cfg map[string]any, edit func(map[string]any)) map[string]any {
+	cf := make(map[string]any, len(cfg))
+	for k, v := range cfg {
+		cf[k] = v
+	}
+	if edit != nil {
+		edit(cf)
+	}
+	return cf
 }
