@@ -6,6 +6,7 @@
 # each under a time limit (under 8 minutes in all), and prints one table.
 #
 #   scripts/gpu-run.sh build    # on a machine with Go: the binaries, into bin/gpu
+#                               # (also train, for scripts/gpu-8b.sh)
 #   scripts/gpu-run.sh          # on the GPU machine: everything, one table
 #   scripts/gpu-run.sh exec CMD [ARG...]   # one command with the libraries linked
 #
@@ -80,7 +81,9 @@ build() {
   go test "${flags[@]}" -c -o "$bin/cuda.test" ./device/cuda/
   go test "${flags[@]}" -c -o "$bin/train.test" ./train/
   go build "${flags[@]}" -o "$bin/stepbench" ./cmd/stepbench
-  for b in $binaries; do gzip -f -9 "$bin/$b"; done
+  # For scripts/gpu-8b.sh: the train command.
+  go build "${flags[@]}" -o "$bin/train" ./cmd/train
+  for b in $binaries train; do gzip -f -9 "$bin/$b"; done
   git rev-parse HEAD >"$bin/commit" 2>/dev/null || true
   (git status --porcelain 2>/dev/null | grep -q .) && echo "(with uncommitted changes)" >>"$bin/commit"
   ls -l "$bin"

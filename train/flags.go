@@ -245,7 +245,7 @@ func bindOutputFlags(f *Flags, c *Config) {
 	f.intVar(&o.EvalEvery, "eval-every", "evaluate every N steps in inference mode (0: only at the end)")
 	f.stringVar(&o.Metrics, "metrics", "write per-step metrics to this .csv or .jsonl file")
 	f.stringVar(&o.MemReport, "mem-report", "write a memory report: .html, .svg or .txt (with -offload also the host memory's, beside it as NAME.host.EXT)")
-	f.stringVar(&o.Summary, "summary", "write a JSON summary of the run to this file")
+	f.stringVar(&o.Summary, "summary", "write a JSON summary of the run to this file (with -plan: the predicted peaks to the byte, as peak_bytes)")
 	f.stringVar(&o.Save, "save", "save the final state (weights as safetensors) to this path")
 	f.intVar(&o.SaveEvery, "save-every", "also save every N steps (needs -save)")
 	f.stringVar(&o.SaveFormat, "save-format", "what -save writes: memfit (resumable state) or hf (a Hugging Face model directory in the model family's layout: config.json, weights sharded past 5 GB, the tokenizer's files, generation_config.json)")

@@ -63,6 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 			return fail(stderr, 2, err)
 		}
 		train.WritePlan(stdout, cfg, p)
+		if err := writePlanSummary(cfg, p); err != nil {
+			return fail(stderr, 1, err)
+		}
 		return 0
 	}
 	dev, comm, err := openDevice(cfg, comm)
@@ -194,8 +197,28 @@ func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout, stde
 	if cfg.Plan {
 		// -fit SIZE -plan: the chosen flags and their plan, no training.
 		train.WritePlan(stdout, c.Config, c.Peak)
+		if err := writePlanSummary(c.Config, c.Peak); err != nil {
+			return cfg, err
+		}
 	}
 	return c.Config, nil
+}
+
+// A planSummary is what -summary holds for -plan: the predicted peaks to
+// the byte, under the keys a run's summary gives its measured ones, so
+// that scripts compare the two without parsing -plan's rounded table.
+type planSummary struct {
+	Planned   bool            `json:"planned"`
+	PeakBytes train.PeakBytes `json:"peak_bytes"`
+}
+
+// writePlanSummary writes -plan's summary to -summary's file, if one was
+// given.
+func writePlanSummary(cfg train.Config, p train.PeakBytes) error {
+	if cfg.Output.Summary == "" {
+		return nil
+	}
+	return writeJSON(cfg.Output.Summary, planSummary{Planned: true, PeakBytes: p})
 }
 
 // fitProgress says on stderr that -fit is still searching, once it has

@@ -693,3 +693,39 @@ func TestNoHeldOutData(t *testing.T) {
 		t.Errorf("summary: %s", b)
 	}
 }
+
+// TestPlanSummary: -plan -summary writes the plan's peaks to the byte
+// under the keys a run's summary gives its measured ones, and they are
+// equal for the same flags (with and without -fit choosing them).
+func TestPlanSummary(t *testing.T) {
+	dir := t.TempDir()
+	flags := []string{"-quiet", "-model", "gpt", "-layers", "2", "-width", "64", "-heads", "4", "-context", "32", "-batch", "8", "-steps", "3", "-eval-every", "0"}
+	peaks := func(args ...string) train.PeakBytes {
+		t.Helper()
+		summary := filepath.Join(dir, "s.json")
+		code, _, errs := runCmd(t, append(append(slices.Clip(flags), args...), "-summary", summary)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var s struct {
+			PeakBytes train.PeakBytes `json:"peak_bytes"`
+		}
+		b, err := os.ReadFile(summary)
+		if err == nil {
+			err = json.Unmarshal(b, &s)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.PeakBytes
+	}
+	measured := peaks()
+	if measured.Total == 0 {
+		t.Fatal("the run's summary has no peak")
+	}
+	for _, args := range [][]string{{"-plan"}, {"-plan", "-fit", "1GiB"}} {
+		if planned := peaks(args...); planned != measured {
+			t.Errorf("%v: summary %+v, the run's %+v", args, planned, measured)
+		}
+	}
+}
