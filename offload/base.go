@@ -540,7 +540,7 @@ func (k baseBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 	in := x
 	if rec && x.RequiresGrad() {
 		// Backward passes here once the block's backward has ended.
-		in = hookNode(r, x, "offload_base_block_end", func() { b.release(g) })
+		in = r.OnBackward(x, "offload_base_block_end", func() { b.release(g) })
 	}
 	y := k.m.Forward(r, in)
 	if in != x {
@@ -549,21 +549,9 @@ func (k baseBlock) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 	b.release(g)
 	if rec && y.RequiresGrad() {
 		// Backward reaches the block here: its weights come back first.
-		h := hookNode(r, y, "offload_base_block_begin", func() { b.acquire(g) })
+		h := r.OnBackward(y, "offload_base_block_begin", func() { b.acquire(g) })
 		y.Release()
 		y = h
 	}
 	return y
-}
-
-// hookNode records an identity node on x whose backward runs fn before
-// the gradient flows on.
-func hookNode(r *nn.Run, x *tensor.Tensor, name string, fn func()) *tensor.Tensor {
-	plain := tensor.NewScope(tensor.NoGrad())
-	out := plain.Keep(plain.Detach(x))
-	plain.Close()
-	return r.Function(name, out, []*tensor.Tensor{x}, nil, func(s *tensor.Scope, g *tensor.Tensor, _ []*tensor.Tensor) []*tensor.Tensor {
-		fn()
-		return []*tensor.Tensor{s.Detach(g)}
-	})
 }

@@ -561,19 +561,6 @@ func (z *ZeRO3) gradReady(g *group3) {
 	z.finish(g)
 }
 
-// hook records an identity node on x whose backward runs fn before the
-// gradient flows on: the place where a block's backward begins (on its
-// output) or has ended (on its input).
-func hook(r *nn.Run, x *tensor.Tensor, name string, fn func()) *tensor.Tensor {
-	plain := tensor.NewScope(tensor.NoGrad())
-	out := plain.Keep(plain.Detach(x))
-	plain.Close()
-	return r.Function(name, out, []*tensor.Tensor{x}, nil, func(s *tensor.Scope, g *tensor.Tensor, _ []*tensor.Tensor) []*tensor.Tensor {
-		fn()
-		return []*tensor.Tensor{s.Detach(g)}
-	})
-}
-
 // block runs a block of the model between the gathers of its group.
 type block3 struct {
 	z *ZeRO3
@@ -592,7 +579,7 @@ func (b block3) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 		// The pass that will run backward: reset the group's count.
 		g.fired, g.viaInput = 0, x.RequiresGrad()
 		if g.viaInput {
-			in = hook(r, x, "zero3_block_end", func() { z.finish(g) })
+			in = r.OnBackward(x, "zero3_block_end", func() { z.finish(g) })
 		}
 	}
 	y := b.m.Forward(r, in)
@@ -601,7 +588,7 @@ func (b block3) Forward(r *nn.Run, x *tensor.Tensor) *tensor.Tensor {
 	}
 	z.evict(g)
 	if rec && y.RequiresGrad() {
-		h := hook(r, y, "zero3_block_begin", func() { g.fired = 0; z.mustGather(g) })
+		h := r.OnBackward(y, "zero3_block_begin", func() { g.fired = 0; z.mustGather(g) })
 		y.Release()
 		y = h
 	}
@@ -639,7 +626,7 @@ func (z *ZeRO3) Runner(inner nn.BlockRunner) nn.BlockRunner {
 				// Layers before the blocks may read their weights in
 				// backward: gather the root when the blocks' backward
 				// has ended.
-				in = hook(r, x, "zero3_root_in", func() { z.mustGather(root) })
+				in = r.OnBackward(x, "zero3_root_in", func() { z.mustGather(root) })
 			}
 		}
 		y := inner(r, wrapped, in)
@@ -652,7 +639,7 @@ func (z *ZeRO3) Runner(inner nn.BlockRunner) nn.BlockRunner {
 				// Backward reaches the blocks' output once the layers
 				// after them (head, final norm) are done: reduce what
 				// they gave the root and drop it while the blocks run.
-				h := hook(r, y, "zero3_root_out", func() {
+				h := r.OnBackward(y, "zero3_root_out", func() {
 					if len(root.trainIdx) > 0 {
 						if err := z.reduce(root); err != nil {
 							z.fail(err)

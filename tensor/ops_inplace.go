@@ -118,6 +118,21 @@ func (s *Scope) Function(name string, out *Tensor, inputs, save []*Tensor, backw
 	return s.own(out)
 }
 
+// OnBackward returns x through a recorded identity whose backward calls
+// fn before the gradient flows on to x: where a block's backward begins
+// (on its output) or has ended (on its input), for code that must act
+// there (bring weights back, release them). The identity's output is a
+// view of x's storage; the caller may release its own handle on x.
+func (s *Scope) OnBackward(x *Tensor, name string, fn func()) *Tensor {
+	plain := NewScope(NoGrad())
+	out := plain.Keep(plain.Detach(x))
+	plain.Close()
+	return s.Function(name, out, []*Tensor{x}, nil, func(s *Scope, g *Tensor, _ []*Tensor) []*Tensor {
+		fn()
+		return []*Tensor{s.Detach(g)}
+	})
+}
+
 // CausalMaskInPlace is CausalMask writing into x (attention scores that
 // nothing saved), sparing a copy of the largest activation of attention.
 func (s *Scope) CausalMaskInPlace(x *Tensor, value float64) *Tensor {

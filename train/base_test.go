@@ -173,17 +173,7 @@ func TestPlanMatchesMeasuredPeakBase(t *testing.T) {
 			cfg := c.cfg
 			c.set(&cfg)
 			cfg.Optim.Steps = planSteps
-			pred, err := Plan(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr := newTrainer(t, cfg)
-			if _, err := tr.Run(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := tr.Peaks(); pred != got {
-				t.Errorf("predicted %+v\nmeasured  %+v", pred, got)
-			}
+			tr := runAsPlanned(t, cfg)
 			q := cfg.baseQuant()
 			n := 0
 			for _, p := range tr.Model.Parameters() {

@@ -3,7 +3,6 @@
 package train
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/memfit/memfit/device/cuda"
@@ -36,16 +35,7 @@ func TestOffloadBaseIsBitwiseOnCUDA(t *testing.T) {
 			_, want := traceRun(t, cfg)
 			on := withBase(cfg)
 			tr, got := traceRun(t, on)
-			if !slices.Equal(got.losses, want.losses) {
-				t.Errorf("losses differ:\n got %v\nwant %v", got.losses, want.losses)
-			}
-			for i := range want.weights {
-				for name, w := range want.weights[i] {
-					if !slices.Equal(got.weights[i][name], w) {
-						t.Errorf("step %d: %s differs", i+1, name)
-					}
-				}
-			}
+			sameTrace(t, got, want)
 			if st := tr.offloader().base.Stats(); st.Prefetches == 0 {
 				t.Errorf("%+v: nothing prefetched", st)
 			}

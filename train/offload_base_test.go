@@ -36,6 +36,40 @@ func traceRun(t *testing.T, cfg Config) (*Trainer, trace) {
 	return tr, tc
 }
 
+// runAsPlanned plans cfg, runs it and reports a measured peak other than
+// the plan's; it returns the trainer that ran.
+func runAsPlanned(t *testing.T, cfg Config) *Trainer {
+	t.Helper()
+	pred, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrainer(t, cfg)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Peaks(); got != pred {
+		t.Errorf("predicted %+v\nmeasured  %+v", pred, got)
+	}
+	return tr
+}
+
+// sameTrace reports every step whose loss or weights differ between got
+// and want, bit for bit.
+func sameTrace(t *testing.T, got, want trace) {
+	t.Helper()
+	if !slices.Equal(got.losses, want.losses) {
+		t.Errorf("losses differ:\n got %v\nwant %v", got.losses, want.losses)
+	}
+	for i := range want.weights {
+		for name, w := range want.weights[i] {
+			if !slices.Equal(got.weights[i][name], w) {
+				t.Errorf("step %d: %s differs", i+1, name)
+			}
+		}
+	}
+}
+
 // offloadBaseCases are runs over a frozen base, each of which streams it
 // with -offload base added to its -offload.
 func offloadBaseCases(t *testing.T) []struct {
@@ -111,16 +145,7 @@ func TestOffloadBaseIsBitwise(t *testing.T) {
 			}
 			_, want := traceRun(t, cfg)
 			tr, got := traceRun(t, withBase(cfg))
-			if !slices.Equal(got.losses, want.losses) {
-				t.Errorf("losses differ:\n got %v\nwant %v", got.losses, want.losses)
-			}
-			for i := range want.weights {
-				for name, w := range want.weights[i] {
-					if !slices.Equal(got.weights[i][name], w) {
-						t.Errorf("step %d: %s differs", i+1, name)
-					}
-				}
-			}
+			sameTrace(t, got, want)
 			p := tr.offloader()
 			if p == nil || p.base == nil || p.base.Blocks() == 0 {
 				t.Fatal("no base streamed")
@@ -149,18 +174,8 @@ func TestOffloadBasePeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	on := withBase(cfg)
-	pred, err := Plan(on)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := newTrainer(t, on)
-	if _, err := tr.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got := tr.Peaks()
-	if pred != got {
-		t.Errorf("predicted %+v\nmeasured  %+v", pred, got)
-	}
+	tr := runAsPlanned(t, on)
+	got := tr.Peaks() // the plan's, checked
 	b := tr.offloader().base
 	all, block := b.Bytes(), b.MaxBlockBytes()
 	if b.Blocks() != 4 || all != 4*block {
@@ -176,7 +191,7 @@ func TestOffloadBasePeaks(t *testing.T) {
 		t.Error("streamed weights left on the device after the run")
 	}
 	var sb strings.Builder
-	WritePlan(&sb, on, pred)
+	WritePlan(&sb, on, got)
 	if !strings.Contains(sb.String(), "host memory (-offload base)") {
 		t.Errorf("the plan shows no host memory:\n%s", sb.String())
 	}

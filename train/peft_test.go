@@ -93,17 +93,7 @@ func TestInitAdapterPEFT(t *testing.T) {
 	// The plan reads the adapters as the run does: its peak is the run's.
 	cfg := fromPEFT(shard, out)
 	cfg.Optim.Steps = planSteps
-	pred, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	planned := newTrainer(t, cfg)
-	if _, err := planned.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := planned.Peaks(); got != pred {
-		t.Errorf("planned %+v\nmeasured %+v", pred, got)
-	}
+	runAsPlanned(t, cfg)
 
 	cfg = fromPEFT(shard, out)
 	cfg.Memory.LoRA.Dropout = 0.25
