@@ -9,7 +9,7 @@
 #   SHAPE=tiny scripts/gpu-8b.sh  # anywhere, on the CPU: a tiny shape, end to end
 #
 # With the device tool: build here, then
-#   run(command="scripts/gpu-8b.sh", carry=["bin/gpu"], timeout_s=540)
+#   run(command="scripts/gpu-8b.sh", carry=["bin/gpu"], timeout_s=590)
 # and copy the returned gpu-8b.json into benchmarks/.
 #
 # The workload: 32 blocks, width 4096, 32 heads, 8 key/value heads, SwiGLU
@@ -18,31 +18,42 @@
 # random weights, bf16 autocast, every block checkpointed. memfit's base
 # is nf4 (-base nf4 -tile 2048 -offload activations: the run of
 # BENCHMARKS.md); PyTorch's is bf16, unquantized, with SDPA attention.
-# In order, each under a time limit (under 8 minutes in all):
+# In order, each under a time limit (about 5 minutes in all on an H100;
+# at most 13 with every limit reached: give the call 590 s):
 #
 #   1. plan: `train -plan -summary` (the table, in the logs, and the same
 #      plan to the byte): plan_device_bytes, the predicted peak.
-#   2. memfit: `train ... -steps N -summary -metrics`, a fresh process with
-#      empty kernel caches (MEMFIT_CUDA_CACHE and the driver's
-#      CUDA_CACHE_PATH in a new directory), as on a machine memfit never
-#      ran on. memfit_tokens_per_s: the median over steps 2..N of each
-#      step's trained tokens over its time (the metrics' samples_per_sec:
-#      the step alone, its data already loaded). peak_device_bytes: the
-#      run's allocator peak (the summary's peak_bytes.total, what the plan
-#      predicts). first_contact_s: seconds from launching the process to
-#      the first step's line in the metrics file (written as that step
-#      ends; polled every 0.1 s): building the model from random weights,
-#      quantizing it to nf4, compiling and loading the kernels, and one
-#      whole step; what a first run waits before it has trained at all.
+#   2. memfit, cold: `train ... -steps N -summary -metrics`, a fresh
+#      process with empty kernel caches (MEMFIT_CUDA_CACHE and the
+#      driver's CUDA_CACHE_PATH in a new directory), as on a machine
+#      memfit never ran on. memfit_tokens_per_s: the median over steps
+#      2..N of each step's trained tokens over its time (the metrics'
+#      samples_per_sec: the step alone, its data already loaded).
+#      peak_device_bytes: the run's allocator peak (the summary's
+#      peak_bytes.total, what the plan predicts). first_contact_cold_s:
+#      seconds from launching the process to the first step's line in
+#      the metrics file (written as that step ends; polled every 0.1 s):
+#      building the model from random weights, quantizing it to nf4,
+#      compiling and loading the kernels, and one whole step.
 #   3. torch: scripts/torch_lora_ref.py with the same shape and steps;
 #      torch_bf16_lora_tokens_per_s, the median over steps 2..N.
+#   4. memfit, warm: the same process again for one step, with the kernel
+#      caches the cold run filled (memfit's cubin cache, device/cuda's
+#      kernelCache): first_contact_s, the issue's "a fresh process reaches
+#      its first step with a warm cache".
+#   5. profile: `stepbench -kernels` over one step after one, warm: the
+#      GPU's time in each kernel, product and copy from timing events,
+#      grouped (dequantization, LoRA's and the base's products, attention,
+#      copies, the GPU waiting for the host) with the host's waits and how
+#      the kernels were loaded, in profile.txt (issue #45, item 1).
 #
-# The record has exactly the issue's fields: device (nvidia-smi's name),
-# shape {layers, width, context, lora_rank, base}, memfit_tokens_per_s,
-# torch_bf16_lora_tokens_per_s, first_contact_s, peak_device_bytes and
-# plan_device_bytes; a part that failed leaves its fields null and the
+# The record has the issue's fields: device (nvidia-smi's name), shape
+# {layers, width, context, lora_rank, base}, memfit_tokens_per_s,
+# torch_bf16_lora_tokens_per_s, first_contact_s (warm),
+# peak_device_bytes and plan_device_bytes, and first_contact_cold_s
+# beside them; a part that failed leaves its fields null and the
 # script exits 1. $OUT, when set, receives the record and every log
-# (gpu-8b.log: commit, date, versions and the raw lines).
+# (gpu-8b.log: commit, date, versions and the raw lines; profile.txt).
 #
 # SHAPE=tiny: 2 blocks of width 64 (4 heads, 2 key/value heads, hidden
 # 128, vocabulary 256), context 256, rank 4, 3 steps, without -tile (a
@@ -55,7 +66,8 @@
 # MEMFIT_8B_RECORD (the record's path), MEMFIT_GPU_BIN (bin/gpu), PYTHON (a python with PyTorch; else the first
 # of python3, /usr/bin/python3 and python that has it, with CUDA on the
 # GPU), and the time limits in seconds MEMFIT_8B_PLAN_S (30, each of two),
-# MEMFIT_8B_MEMFIT_S (300), MEMFIT_8B_TORCH_S (100).
+# MEMFIT_8B_MEMFIT_S (300), MEMFIT_8B_TORCH_S (100), MEMFIT_8B_WARM_S (120),
+# MEMFIT_8B_PROFILE_S (150).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MEMFIT_GPU_BIN:-bin/gpu}
@@ -96,10 +108,12 @@ mkdir -p "$exe"
 if [ "$device" = cpu ]; then
   command -v go >/dev/null || die "SHAPE=tiny builds train with Go"
   go build -o "$exe/train" ./cmd/train
+  go build -o "$exe/stepbench" ./cmd/stepbench
   built="built here with $(go version | cut -d' ' -f3)"
   memfit=("$exe/train")
+  stepbench=("$exe/stepbench")
 else
-  for b in train; do
+  for b in train stepbench; do
     if [ -f "$bin/$b.gz" ]; then
       gunzip -c "$bin/$b.gz" >"$exe/$b"
     elif [ -f "$bin/$b" ]; then
@@ -112,6 +126,7 @@ else
   built="$bin, built at $(head -c 12 "$bin/commit" 2>/dev/null || echo '?') $(sed -n 2p "$bin/commit" 2>/dev/null || true)"
   # The libraries the cuda build asks for, linked by gpu-run.sh.
   memfit=(scripts/gpu-run.sh exec "$exe/train")
+  stepbench=(scripts/gpu-run.sh exec "$exe/stepbench")
 fi
 
 # A python with PyTorch (with CUDA for the GPU run), and one for the record.
@@ -134,7 +149,7 @@ fi
 
 flags=(-model llama -layers "$layers" -heads "$heads" -kv-heads "$kv" -width "$width" -hidden "$hidden"
   -vocab "$vocab" -batch 1 -lora "$rank" -amp bf16 -checkpoint every -offload activations -base nf4
-  -device "$device" -context "$context" -steps "$steps" -quiet -eval-every 0 -val-split 0)
+  -device "$device" -context "$context" -quiet -eval-every 0 -val-split 0)
 if [ "$tile" != 0 ]; then flags+=(-tile "$tile"); fi
 
 dirty=
@@ -168,30 +183,42 @@ part plan "$rc" $((SECONDS - t))
 
 # ---------------------------------------------------------------- 2. memfit
 
-echo "== memfit (at most ${MEMFIT_8B_MEMFIT_S:-300}s): ${memfit[*]} ${flags[*]}"
-metrics=$logs/metrics.csv
+# timed_run NAME LIMIT STEPS runs memfit's step for STEPS steps under the
+# kernel caches in $work/ptx and $work/nvcache, logging to NAME.log and
+# NAME.csv, and sets first_contact to the seconds from its launch to the
+# first step's line in the metrics file (written as that step ends;
+# polled every 0.1 s).
+timed_run() {
+  local name=$1 limit=$2 n=$3 pid first t0 t1
+  local metrics=$logs/$name.csv
+  first_contact= rc=0 first=
+  t0=$(date +%s.%N)
+  MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
+    timeout --kill-after=10 "$limit" "${memfit[@]}" "${flags[@]}" -steps "$n" \
+    -summary "$logs/$name.json" -metrics "$metrics" >"$logs/$name.log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if grep -q '^1,' "$metrics" 2>/dev/null; then
+      first=$(date +%s.%N)
+      break
+    fi
+    sleep 0.1
+  done
+  wait "$pid" || rc=$?
+  t1=$(date +%s.%N)
+  # A run that ended between two polls: its end bounds the first step's.
+  if [ -z "$first" ] && grep -q '^1,' "$metrics" 2>/dev/null; then first=$t1; fi
+  if [ -n "$first" ]; then first_contact=$(awk -v a="$t0" -v b="$first" 'BEGIN {printf "%.1f", b - a}'); fi
+  tail -n 5 "$logs/$name.log"
+  echo "process: $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s in all; first step's end at ${first_contact:-?} s" | tee -a "$logs/$name.log"
+}
+
+# Cold: empty kernel caches, as on a machine memfit never ran on.
+echo "== memfit, cold (at most ${MEMFIT_8B_MEMFIT_S:-300}s): ${memfit[*]} ${flags[*]} -steps $steps"
 mkdir -p "$work/ptx" "$work/nvcache"
-t=$SECONDS rc=0 first=
-t0=$(date +%s.%N)
-MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
-  timeout --kill-after=10 "${MEMFIT_8B_MEMFIT_S:-300}" "${memfit[@]}" "${flags[@]}" \
-  -summary "$logs/summary.json" -metrics "$metrics" >"$logs/memfit.log" 2>&1 &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  if grep -q '^1,' "$metrics" 2>/dev/null; then
-    first=$(date +%s.%N)
-    break
-  fi
-  sleep 0.1
-done
-wait "$pid" || rc=$?
-t1=$(date +%s.%N)
-# A run that ended between two polls: its end bounds the first step's.
-if [ -z "$first" ] && grep -q '^1,' "$metrics" 2>/dev/null; then first=$t1; fi
-first_contact=
-if [ -n "$first" ]; then first_contact=$(awk -v a="$t0" -v b="$first" 'BEGIN {printf "%.1f", b - a}'); fi
-tail -n 5 "$logs/memfit.log"
-echo "process: $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') s in all; first step's end at ${first_contact:-?} s" | tee -a "$logs/memfit.log"
+t=$SECONDS
+timed_run memfit "${MEMFIT_8B_MEMFIT_S:-300}" "$steps"
+first_contact_cold=$first_contact
 part memfit "$rc" $((SECONDS - t))
 
 # ---------------------------------------------------------------- 3. torch
@@ -210,6 +237,31 @@ else
 fi
 part torch "$rc" $((SECONDS - t))
 
+# ---------------------------------------------------------------- 4. warm
+
+# Warm: a new process with the kernel caches the cold run filled
+# (memfit's own cubin cache; the driver's too), one step: the issue's
+# first contact, "a fresh process reaches its first step with a warm
+# cache".
+echo "== memfit, warm (at most ${MEMFIT_8B_WARM_S:-120}s): -steps 1"
+t=$SECONDS
+timed_run warm "${MEMFIT_8B_WARM_S:-120}" 1
+first_contact_warm=$first_contact
+part warm "$rc" $((SECONDS - t))
+
+# ---------------------------------------------------------------- 5. profile
+
+# The GPU's time per kernel, product and copy of one step (stepbench
+# -kernels: timing events around each; on the CPU, each kernel's wall
+# time), grouped as issue #45 asks, into profile.txt.
+t=$SECONDS rc=0
+echo "== profile (at most ${MEMFIT_8B_PROFILE_S:-150}s): stepbench -kernels, one step after one"
+MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
+  timeout --kill-after=10 "${MEMFIT_8B_PROFILE_S:-150}" "${stepbench[@]}" -device "$device" -kernels -configs gpt_bf16 \
+  -steps 1 -warmup 1 -with "${flags[*]}" >"$logs/profile.json" 2>"$logs/profile.txt" || rc=$?
+head -n 40 "$logs/profile.txt"
+part profile "$rc" $((SECONDS - t))
+
 # ---------------------------------------------------------------- the record
 
 if [ "$device" = cuda ]; then
@@ -218,9 +270,9 @@ else
   gpu="cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 || true)"
 fi
 mkdir -p "$(dirname "$record")"
-"$py" - "$logs" "$record" "$gpu" "$first_contact" "$layers" "$width" "$context" "$rank" <<'PY'
+"$py" - "$logs" "$record" "$gpu" "$first_contact_warm" "$first_contact_cold" "$layers" "$width" "$context" "$rank" <<'PY'
 import csv, json, os, statistics, sys
-logs, record, gpu, first, layers, width, context, rank = sys.argv[1:]
+logs, record, gpu, first, first_cold, layers, width, context, rank = sys.argv[1:]
 status = {}
 for line in open(os.path.join(logs, "status")):
     name, rc, _ = line.split()
@@ -239,10 +291,10 @@ def last_json(f):
 
 # memfit: each step's trained tokens over its time (batch 1: samples_per_sec
 # is one over the step's seconds), the first step left out when there are more.
-rows = load("metrics.csv", lambda f: list(csv.DictReader(f))) or []
+rows = load("memfit.csv", lambda f: list(csv.DictReader(f))) or []
 rates = [float(r["trained_tokens"]) * float(r["samples_per_sec"]) for r in rows]
 memfit = statistics.median(rates[1:] or rates) if rates and status.get("memfit") == 0 else None
-summary = load("summary.json", json.load) if status.get("memfit") == 0 else None
+summary = load("memfit.json", json.load) if status.get("memfit") == 0 else None
 peak = summary["peak_bytes"]["total"] if summary else None
 plan = load("plan.json", json.load) if status.get("plan") == 0 else None
 torch = load("torch.log", last_json) if status.get("torch") == 0 else None
@@ -251,7 +303,8 @@ out = {
     "shape": {"layers": int(layers), "width": int(width), "context": int(context), "lora_rank": int(rank), "base": "nf4"},
     "memfit_tokens_per_s": round(memfit, 2) if memfit else None,
     "torch_bf16_lora_tokens_per_s": round(torch["tokens_per_s"], 2) if torch else None,
-    "first_contact_s": float(first) if first and status.get("memfit") == 0 else None,
+    "first_contact_s": float(first) if first and status.get("warm") == 0 else None,
+    "first_contact_cold_s": float(first_cold) if first_cold and status.get("memfit") == 0 else None,
     "peak_device_bytes": peak,
     "plan_device_bytes": plan["peak_bytes"]["total"] if plan else None,
 }

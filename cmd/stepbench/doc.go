@@ -10,7 +10,14 @@
 //
 // -with adds train flags to every configuration (-with "-layers 2
 // -context 64" for small shapes). -kernels prints, per timed step, each
-// kernel's wall time; on the CUDA emulator (a build with -tags cudaemu,
+// kernel's wall time; on a GPU (-device cuda in a build with -tags cuda)
+// the GPU's own time in each kernel, cuBLAS product and copy, from timing
+// events around each (cuda.Device.StartProfile), summed into the groups
+// an 8B QLoRA step's profile needs (dequantization, LoRA's and the base's
+// products, attention forward and backward, copies on each stream, other
+// kernels, and the compute stream idle while the GPU waits for the host),
+// with the host's time blocked on the GPU by call and the longest
+// operations; on the CUDA emulator (a build with -tags cudaemu,
 // -device cuda) it prints instead what the emulator counted: each CUDA
 // kernel's launches, blocks, global-memory accesses and the bytes it read
 // and wrote (distinct 32-byte sectors per launch), the cuBLAS GEMMs by

@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/device"
-	_ "github.com/memfit/memfit/device/cuda" // registers "cuda" (without the cuda tag, its opener says how to rebuild)
+	"github.com/memfit/memfit/device/cuda" // registers "cuda" (without the cuda tag, its opener says how to rebuild)
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/train"
 )
@@ -83,7 +83,7 @@ func newFlagSet(o *options) (*flag.FlagSet, *string, *string, *string, *string) 
 	fs.IntVar(&o.warmup, "warmup", 2, "untimed steps first")
 	fs.StringVar(&o.device, "device", "cpu", "device: cpu or cuda (cuda needs a build with -tags cuda, or -tags cudaemu for the CPU emulator)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed runs to this file")
-	fs.BoolVar(&o.kernels, "kernels", false, "print, per timed step, each kernel's wall time to standard error; on the CUDA emulator (-tags cudaemu), each CUDA kernel's launches and the bytes it reads and writes, and the cuBLAS calls")
+	fs.BoolVar(&o.kernels, "kernels", false, "print, per timed step, each kernel's wall time to standard error; on a GPU, the GPU's time in each kernel, product and copy from timing events, grouped (dequantization, LoRA's and the base's products, attention, copies, the GPU waiting for the host) with the host's waits; on the CUDA emulator (-tags cudaemu), each CUDA kernel's launches and the bytes it reads and writes, and the cuBLAS calls")
 	without := fs.String("without", "", "comma-separated device capabilities to hide (their composed fallbacks run): "+strings.Join(device.Capabilities, ", "))
 	compare := fs.String("compare", "", "comma-separated capabilities: run each configuration alternately with and without them, -rounds times, and print the ratio of the median steps")
 	fs.IntVar(&o.rounds, "rounds", 3, "alternations for -compare")
@@ -222,8 +222,13 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	if counted != nil && !counted.CountsLaunches() {
 		counted = nil
 	}
-	var timed *timedDevice
+	// On a GPU, of the GPU's time from timing events.
+	var profiler gpuProfiler
 	if kernels && counted == nil {
+		profiler, _ = device.As[gpuProfiler](dev)
+	}
+	var timed *timedDevice
+	if kernels && counted == nil && profiler == nil {
 		timed = newTimedDevice(dev)
 		dev = timed.visible()
 	}
@@ -238,6 +243,8 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	defer t.Close()
 	var times []float64
 	var traffic *launchTable
+	var profile *cuda.Profile
+	var profErr error
 	t.Hooks.AfterStep = func(tr *train.Trainer, r train.Record) error {
 		if r.Step > warmup {
 			times = append(times, float64(cfg.Optim.Batch)/r.SamplesPerS*1000)
@@ -250,12 +257,19 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 			if kernels && counted != nil {
 				counted.ResetLaunchCounts()
 			}
+			if profiler != nil {
+				profErr = profiler.StartProfile()
+			}
 		case warmup + steps:
 			if timed != nil {
 				timed.stop() // the final evaluation is not a step
 			}
 			if kernels && counted != nil {
 				traffic = newLaunchTable(counted.LaunchCounts())
+			}
+			if profiler != nil && profErr == nil {
+				p, err := profiler.Profile()
+				profile, profErr = &p, err
 			}
 		}
 		return nil
@@ -272,6 +286,15 @@ func measure(name string, cfg train.Config, hide []string, warmup, steps int, ke
 	if timed != nil {
 		fmt.Fprintf(os.Stderr, "%s: kernel wall time per step (median step %.1f ms)\n", name, res.MedianMS)
 		timed.report(os.Stderr, len(times))
+	}
+	if profErr != nil {
+		fmt.Fprintf(os.Stderr, "%s: GPU profile: %v\n", name, profErr)
+	} else if profile != nil {
+		fmt.Fprintf(os.Stderr, "%s: GPU profile per step (median step %.1f ms, %d timed steps)\n", name, res.MedianMS, len(times))
+		reportProfile(os.Stderr, *profile, len(times), 40)
+	}
+	if ml, ok := device.As[moduleLoader](dev); ok && kernels {
+		fmt.Fprintf(os.Stderr, "%s: kernels %s\n", name, describeLoad(ml.ModuleLoad()))
 	}
 	if traffic != nil {
 		fmt.Fprintf(os.Stderr, "%s: CUDA launches and traffic per step on the emulator (%d timed steps)\n", name, len(times))

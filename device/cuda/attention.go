@@ -99,7 +99,9 @@ func (d *Device) launchBlock(name string, grid, threads int, a *args) {
 		return
 	}
 	f := d.kernel(name)
-	d.must("launch "+name, d.w.do(func() error { return cu.Launch(f, grid, threads, d.compute, a.words, a.starts) }))
+	d.must("launch "+name, d.w.do(func() error {
+		return d.timed(name, d.compute, func() error { return cu.Launch(f, grid, threads, d.compute, a.words, a.starts) })
+	}))
 }
 
 // attentionWorkspace takes a.Workspace bytes of temporaries, as the CPU

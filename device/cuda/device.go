@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/memfit/memfit/device/cuda/internal/cu"
@@ -54,6 +55,9 @@ type Device struct {
 	mod     cu.Module
 	fns     map[string]cu.Function
 	modErr  error
+	modLoad ModuleLoad
+
+	prof profiler // StartProfile's marks; under the worker's lock
 
 	closeMu sync.Mutex
 	closed  bool
@@ -248,11 +252,12 @@ func (d *Device) Write(dst device.Buffer, off int64, src []byte) {
 				return err
 			}
 			if s == nil {
-				return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
+				defer d.waited("cuMemcpyHtoD (Write, unpinned)", time.Now())
+				return d.timed("HtoD", d.compute, func() error { return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src))) })
 			}
 			host := unsafe.Add(s.host, s.used)
 			copy(unsafe.Slice((*byte)(host), n), src[:n])
-			if err := cu.MemcpyHtoDAsync(p, host, int64(n), d.compute); err != nil {
+			if err := d.timed("HtoD", d.compute, func() error { return cu.MemcpyHtoDAsync(p, host, int64(n), d.compute) }); err != nil {
 				return err
 			}
 			// The event now follows every copy out of s (one stream: in
@@ -318,6 +323,7 @@ func (d *Device) stage(n int) (*stage, error) {
 	s = &d.stages[d.curStage]
 	if s.pending {
 		d.stageWaits++
+		defer d.waited("cuEventSynchronize (Write's staging)", time.Now())
 		if err := s.done.Synchronize(); err != nil {
 			return nil, err
 		}
@@ -334,9 +340,20 @@ func (d *Device) Read(dst []byte, src device.Buffer, off int64) {
 		return
 	}
 	p := cu.DevicePtr(src.Block.Ptr()) + cu.DevicePtr(off)
-	d.must("cuMemcpyDtoH", d.w.do(func() error {
-		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), p, int64(len(dst)))
-	}))
+	d.must("cuMemcpyDtoH", d.w.do(func() error { return d.readBack(unsafe.Pointer(&dst[0]), p, int64(len(dst))) }))
+}
+
+// readBack copies n bytes of device memory at src to the host, after the
+// work queued before it: the host waits. It runs under the worker's lock.
+func (d *Device) readBack(dst unsafe.Pointer, src cu.DevicePtr, n int64) error {
+	defer d.waited("cuMemcpyDtoH", time.Now())
+	return d.timed("DtoH", d.compute, func() error { return cu.MemcpyDtoH(dst, src, n) })
+}
+
+// memset fills n 32-bit words at p with v on the compute stream. It runs
+// under the worker's lock.
+func (d *Device) memset(p cu.DevicePtr, v uint, n int64) error {
+	return d.timed("memset", d.compute, func() error { return cu.MemsetD32Async(p, v, n, d.compute) })
 }
 
 // OnStream runs fn on the thread that holds the device's context, giving it
@@ -355,7 +372,10 @@ func (d *Device) Ordinal() int { return d.ordinal }
 // Synchronize waits until the GPU has finished all queued work and returns
 // the first error of that work.
 func (d *Device) Synchronize() error {
-	if err := d.w.do(func() error { return d.compute.Synchronize() }); err != nil {
+	if err := d.w.do(func() error {
+		defer d.waited("cuStreamSynchronize", time.Now())
+		return d.compute.Synchronize()
+	}); err != nil {
 		return d.wrap("cuStreamSynchronize", err)
 	}
 	return nil

@@ -2509,3 +2509,105 @@ extern "C" __global__ void k_dequant(i64 n, i64 w, Op dst, Op src, i64 fmt, i64 
         st<float>(dst, i, v);
     }
 }
+
+// quant_absmax returns the largest magnitude of block b of src (n
+// elements in blocks of QUANT_BLOCK), compared as bits as device's
+// blockAbsmax compares them (every NaN above the infinities), and sets
+// *finite to whether it is finite.
+__device__ __forceinline__ float quant_absmax(const Op& src, i64 n, i64 b, bool* finite) {
+    const i64 lo = b * QUANT_BLOCK, hi = lo + QUANT_BLOCK < n ? lo + QUANT_BLOCK : n;
+    unsigned m = 0;
+    for (i64 i = lo; i < hi; i++) {
+        unsigned u = __float_as_uint(ld<float>(src, i)) & 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    *finite = m < 0x7f800000u;
+    return __uint_as_float(m);
+}
+
+// quant_bad records in *bad the first non-finite element of block b
+// (atomicMin: the smallest index over all blocks wins).
+__device__ __forceinline__ void quant_bad(const Op& src, i64 n, i64 b, u64 bad) {
+    const i64 lo = b * QUANT_BLOCK, hi = lo + QUANT_BLOCK < n ? lo + QUANT_BLOCK : n;
+    for (i64 i = lo; i < hi; i++) {
+        if ((__float_as_uint(ld<float>(src, i)) & 0x7fffffffu) >= 0x7f800000u) {
+            atomicMin((u64*)bad, (u64)i);
+            return;
+        }
+    }
+}
+
+// k_quant_absmax is the first pass of device.Quantize to NF4: each
+// block's absmax as NF4Encode keeps it (a partial last block's raised to
+// 1e-38), as F32 at byte 0 of out (the destination's storage, whose
+// bytes are overwritten afterwards), and the first non-finite element in
+// *bad.
+extern "C" __global__ void k_quant_absmax(i64 n, Op src, u64 out, u64 bad) {
+    const i64 blocks = (n + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    GRID_STRIDE(b, blocks) {
+        bool finite;
+        float a = quant_absmax(src, n, b, &finite);
+        if (!finite) {
+            quant_bad(src, n, b, bad);
+            continue;
+        }
+        if ((b + 1) * QUANT_BLOCK > n) a = fmaxf(a, 1e-38f);
+        GMEM(float, (char*)out, b) = a;
+    }
+}
+
+// k_quant_nf4 is the second pass: the codes of every block, two to a
+// byte (the even element in the high nibble, 7 padding an odd count),
+// at byte offset codes of out, each the number of NF4's midpoints
+// strictly below the element over its block's absmax (multiplied by the
+// reciprocal, or divided in a partial block, as NF4Encode does). The 15
+// midpoints come as F32 bits, two to a word.
+extern "C" __global__ void k_quant_nf4(i64 n, Op src, u64 out, i64 codes, u64 m0, u64 m1, u64 m2, u64 m3, u64 m4, u64 m5, u64 m6, u64 m7) {
+    const u64 mw[8] = {m0, m1, m2, m3, m4, m5, m6, m7};
+    float mid[15];
+    for (int k = 0; k < 15; k++) mid[k] = __uint_as_float((unsigned)(mw[k / 2] >> (32 * (k % 2))));
+    const i64 blocks = (n + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    GRID_STRIDE(b, blocks) {
+        bool finite;
+        float a = quant_absmax(src, n, b, &finite);
+        const bool partial = (b + 1) * QUANT_BLOCK > n;
+        const float r = __fdiv_rn(1.0f, fmaxf(a, 1e-38f));
+        if (partial) a = fmaxf(a, 1e-38f);
+        const i64 lo = b * QUANT_BLOCK, hi = lo + QUANT_BLOCK < n ? lo + QUANT_BLOCK : n;
+        for (i64 i = lo; i < hi; i += 2) {
+            int c[2] = {7, 7};
+            for (int j = 0; j < 2 && i + j < hi; j++) {
+                const float x = ld<float>(src, i + j);
+                const float y = partial ? __fdiv_rn(x, a) : __fmul_rn(x, r);
+                int k = 0;
+                for (int t = 0; t < 15; t++) k += mid[t] < y;
+                c[j] = k;
+            }
+            GMEM(unsigned char, (char*)out + codes, i >> 1) = (unsigned char)(c[0] << 4 | c[1]);
+        }
+    }
+}
+
+// k_quant_int8 is device.Quantize to Int8 in one pass, as Int8Encode:
+// each block's absmax at byte offset absmax of out and its codes,
+// round-half-even of the element times 127/absmax, at byte offset codes;
+// a non-finite block records its first such element in *bad.
+extern "C" __global__ void k_quant_int8(i64 n, Op src, u64 out, i64 absmax, i64 codes, u64 bad) {
+    const i64 blocks = (n + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    GRID_STRIDE(b, blocks) {
+        bool finite;
+        const float a = quant_absmax(src, n, b, &finite);
+        if (!finite) {
+            quant_bad(src, n, b, bad);
+            continue;
+        }
+        GMEM(float, (char*)out + absmax, b) = a;
+        const i64 lo = b * QUANT_BLOCK, hi = lo + QUANT_BLOCK < n ? lo + QUANT_BLOCK : n;
+        const float r = a == 0.0f ? 0.0f : __fdiv_rn(127.0f, a);
+        for (i64 i = lo; i < hi; i++) {
+            float y = rintf(__fmul_rn(ld<float>(src, i), r));
+            y = fminf(fmaxf(y, -127.0f), 127.0f);
+            GMEM(signed char, (char*)out + codes, i) = (signed char)(int)y;
+        }
+    }
+}

@@ -117,10 +117,10 @@ func (d *Device) AllFinite(src device.View) bool {
 	if g.n == 0 {
 		return true
 	}
-	d.must("cuMemsetD32Async", d.w.do(func() error { return cu.MemsetD32Async(d.scratch, 0, 1, d.compute) }))
+	d.must("cuMemsetD32Async", d.w.do(func() error { return d.memset(d.scratch, 0, 1) }))
 	d.launch("k_all_finite", gridFor(g.n), new(args).ew(g).op(src).u64(uint64(d.scratch)))
 	var bad int32
-	d.must("cuMemcpyDtoH", d.w.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&bad), d.scratch, 4) }))
+	d.must("cuMemcpyDtoH", d.w.do(func() error { return d.readBack(unsafe.Pointer(&bad), d.scratch, 4) }))
 	return bad == 0
 }
 
@@ -180,7 +180,7 @@ func (d *Device) Gemm(g device.Gemm) {
 		// cuBLASLt adds the bias in the product's epilogue: no pass
 		// writing it into C, C not read.
 		bg.bias = g.Bias
-		err := d.w.do(func() error { return d.blas.gemm(bg) })
+		err := d.w.do(func() error { return d.gemm(g, bg) })
 		if !errors.Is(err, cu.ErrNoEpilogue) {
 			d.must("cublasLtMatmul", err)
 			done = true
@@ -197,7 +197,7 @@ func (d *Device) Gemm(g device.Gemm) {
 		if bg.batch > 1 {
 			op = "cublasGemmStridedBatchedEx"
 		}
-		d.must(op, d.w.do(func() error { return d.blas.gemm(bg) }))
+		d.must(op, d.w.do(func() error { return d.gemm(g, bg) }))
 	}
 	if g.Triangle == device.LowerC {
 		// cuBLAS computes all of C; LowerC promises zeros above the
@@ -273,17 +273,17 @@ func (d *Device) checkIndex(what string, idx device.View, limit int, ignore int6
 		return
 	}
 	bad := d.scratch + 8
-	d.must("cuMemsetD32Async", d.w.do(func() error { return cu.MemsetD32Async(bad, 0xffffffff, 2, d.compute) }))
+	d.must("cuMemsetD32Async", d.w.do(func() error { return d.memset(bad, 0xffffffff, 2) }))
 	d.launch("k_check_index", gridFor(int64(n)), new(args).i64(int64(n)).op(idx).i64(int64(limit)).i64(ignore).i64(flag(useIgnore)).u64(uint64(bad)))
 	var at uint64
-	d.must("cuMemcpyDtoH", d.w.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&at), bad, 8) }))
+	d.must("cuMemcpyDtoH", d.w.do(func() error { return d.readBack(unsafe.Pointer(&at), bad, 8) }))
 	if at == math.MaxUint64 {
 		return
 	}
 	var t int64
 	size := int64(idx.DType.Size())
 	p := cu.DevicePtr(idx.Buf.Block.Ptr()) + cu.DevicePtr((int64(idx.Offset)+int64(at))*size)
-	d.must("cuMemcpyDtoH", d.w.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&t), p, size) }))
+	d.must("cuMemcpyDtoH", d.w.do(func() error { return d.readBack(unsafe.Pointer(&t), p, size) }))
 	if idx.DType == device.I32 {
 		t = int64(int32(t))
 	}

@@ -20,6 +20,20 @@ var mutants = []struct {
 	run      string // the tests that must fail (default: the conformance suite)
 }{
 	{
+		name: "k_quant_nf4 pads an odd count with code 0, not the code of 0",
+		old:  "int c[2] = {7, 7};",
+		new:  "int c[2] = {0, 0};",
+		want: "--- FAIL",
+		run:  "^TestQuantKernels$",
+	},
+	{
+		name: "k_quant_int8 truncates instead of rounding to nearest",
+		old:  "float y = rintf(__fmul_rn(ld<float>(src, i), r));",
+		new:  "float y = truncf(__fmul_rn(ld<float>(src, i), r));",
+		want: "--- FAIL",
+		run:  "^TestQuantKernels$",
+	},
+	{
 		name: "softmax writes one element past each row",
 		old:  "for (i64 i = threadIdx.x; i < n; i += blockDim.x) st<T>(dst, base + i, xexp(",
 		new:  "for (i64 i = threadIdx.x; i <= n; i += blockDim.x) st<T>(dst, base + i, xexp(",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/memfit/memfit/device/cuda/internal/cu"
@@ -68,7 +69,10 @@ func (b *PinnedBuffer) wait() error {
 	if !b.copied {
 		return nil
 	}
-	if err := b.d.w.do(func() error { return b.done.Synchronize() }); err != nil {
+	if err := b.d.w.do(func() error {
+		defer b.d.waited("cuEventSynchronize (pinned buffer)", time.Now())
+		return b.done.Synchronize()
+	}); err != nil {
 		return b.d.wrap("cuEventSynchronize", err)
 	}
 	b.copied = false
@@ -125,7 +129,7 @@ func (d *Device) CopyAsync(dst device.Buffer, off int64, src *PinnedBuffer, srcO
 			return err
 		}
 		host := unsafe.Add(src.p, srcOff)
-		if err := cu.MemcpyHtoDAsync(p, host, n, d.copies); err != nil {
+		if err := d.timed("HtoD", d.copies, func() error { return cu.MemcpyHtoDAsync(p, host, n, d.copies) }); err != nil {
 			return err
 		}
 		if err := src.done.Record(d.copies); err != nil {

@@ -88,7 +88,7 @@ var typedKernels = []string{
 // plainKernels have a single entry point.
 var plainKernels = []string{
 	"k_copy1", "k_copy2", "k_copy4", "k_copy8", "k_gather", "k_random", "k_all_finite", "k_check_index",
-	"k_adam", "k_adam_multi", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant",
+	"k_adam", "k_adam_multi", "k_sgd", "k_adam8bit", "k_sr_bf16", "k_dequant", "k_quant_absmax", "k_quant_nf4", "k_quant_int8",
 }
 
 // kernelNames lists every extern "C" entry point kernels.cu must define.

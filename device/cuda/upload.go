@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/memfit/memfit/device/cuda/internal/cu"
@@ -52,7 +53,7 @@ func (d *Device) UploadAsync(dst device.Buffer, off int64, src []byte) error {
 		if err := d.copies.Wait(d.computed, 0); err != nil {
 			return err
 		}
-		if err := cu.MemcpyHtoDAsync(p, unsafe.Pointer(&src[0]), n, d.copies); err != nil {
+		if err := d.timed("HtoD", d.copies, func() error { return cu.MemcpyHtoDAsync(p, unsafe.Pointer(&src[0]), n, d.copies) }); err != nil {
 			return err
 		}
 		// The copy stream runs in order: the event, recorded again after
@@ -85,6 +86,7 @@ func (d *Device) SyncUploads() error {
 		if d.uploaded == (cu.Event{}) {
 			return nil
 		}
+		defer d.waited("cuEventSynchronize (uploads)", time.Now())
 		return d.uploaded.Synchronize()
 	})
 	return d.wrap("cuEventSynchronize", err)

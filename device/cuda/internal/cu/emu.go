@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -33,10 +34,7 @@ type (
 	EventFlags  byte
 )
 
-const (
-	DefaultStream StreamFlags = 0
-	DisableTiming EventFlags  = 2
-)
+const DefaultStream StreamFlags = 0
 
 const (
 	R32F  DataType = C.EMU_R_32F
@@ -59,7 +57,9 @@ var resultNames = map[int]string{
 	1:   "CUDA_ERROR_INVALID_VALUE",
 	2:   "CUDA_ERROR_OUT_OF_MEMORY",
 	200: "CUDA_ERROR_INVALID_IMAGE",
+	218: "CUDA_ERROR_INVALID_PTX",
 	400: "CUDA_ERROR_INVALID_HANDLE",
+	600: "CUDA_ERROR_NOT_READY",
 	500: "CUDA_ERROR_NOT_FOUND",
 	700: "CUDA_ERROR_ILLEGAL_ADDRESS",
 	719: "CUDA_ERROR_LAUNCH_FAILED",
@@ -230,6 +230,11 @@ func (s Stream) Synchronize() error { return nil }
 // Wait returns at once: the event's work is done.
 func (s Stream) Wait(Event, uint) error { return nil }
 
+const (
+	DefaultEvent  EventFlags = 0
+	DisableTiming EventFlags = 2
+)
+
 // MakeEvent returns an event.
 func MakeEvent(EventFlags) (Event, error) { return Event{newToken()}, nil }
 
@@ -238,12 +243,47 @@ func DestroyEvent(e *Event) error {
 	if e.h == 0 {
 		return &Result{Code: 400, Message: "destroy of an event that does not exist"}
 	}
+	recorded.Lock()
+	delete(recorded.at, e.h)
+	recorded.Unlock()
 	e.h = 0
 	return nil
 }
 
-// Record marks the event; it has completed at once.
-func (e Event) Record(Stream) error { return nil }
+// recorded holds each event's time of its latest Record: the work queued
+// before it has completed by then, since every call completes before it
+// returns, so the emulator's event times are the emulated work's own.
+var recorded struct {
+	sync.Mutex
+	at map[uintptr]time.Time
+}
+
+// Record marks the event, completed at once, at the time of the call.
+func (e Event) Record(Stream) error {
+	if e.h == 0 {
+		return &Result{Code: 400, Message: "record of an event that does not exist"}
+	}
+	recorded.Lock()
+	defer recorded.Unlock()
+	if recorded.at == nil {
+		recorded.at = make(map[uintptr]time.Time)
+	}
+	recorded.at[e.h] = time.Now()
+	return nil
+}
+
+// Elapsed is the milliseconds from e's Record to end's, as
+// cuEventElapsedTime; an event never recorded is an error, as there.
+func (e Event) Elapsed(end Event) (float64, error) {
+	recorded.Lock()
+	defer recorded.Unlock()
+	t0, ok0 := recorded.at[e.h]
+	t1, ok1 := recorded.at[end.h]
+	if !ok0 || !ok1 {
+		return 0, &Result{Code: 600, Message: "elapsed time of an event not recorded"}
+	}
+	return float64(t1.Sub(t0)) / 1e6, nil
+}
 
 // Synchronize returns at once.
 func (e Event) Synchronize() error { return nil }
@@ -270,6 +310,20 @@ func LoadData(image string) (Module, error) {
 	}
 	return Module{uint64(h)}, nil
 }
+
+// Link is the driver's compilation of a module image for this GPU (the
+// cubin cuLinkComplete makes of PTX): an image of the emulator is already
+// the host's code, so it is its own result; anything else is refused, as
+// LoadData refuses it.
+func Link(image string) (string, error) {
+	if len(image) <= len(imagePrefix) || image[:len(imagePrefix)] != imagePrefix {
+		return "", &Result{Code: 218, Message: "not an image of the CUDA emulator (PTX cannot be linked here)"}
+	}
+	return image, nil
+}
+
+// DriverVersion is the emulator's stand-in for cuDriverGetVersion.
+func DriverVersion() int { return 12060 }
 
 // Function looks up a kernel entry point.
 func (m Module) Function(name string) (Function, error) {

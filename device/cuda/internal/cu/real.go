@@ -24,6 +24,7 @@ type (
 
 const (
 	DefaultStream = cu.DefaultStream
+	DefaultEvent  = cu.DefaultEvent
 	DisableTiming = cu.DisableTiming
 )
 
@@ -42,6 +43,31 @@ var (
 	DestroyEvent      = cu.DestroyEvent
 	LoadData          = cu.LoadData
 )
+
+// DriverVersion is cuDriverGetVersion's (12060 for 12.6; -1 when the
+// driver does not say).
+func DriverVersion() int { return cu.Version() }
+
+// Link compiles a module image (PTX) for the current context's GPU with
+// the driver's JIT, as cuModuleLoadData would, and returns the result, a
+// cubin that loads without compiling: the image device/cuda keeps on disk
+// so that a new process skips the JIT's seconds.
+func Link(image string) (cubin string, err error) {
+	link, err := cu.NewLink()
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if derr := link.Destroy(); err == nil && derr != nil {
+			cubin, err = "", derr
+		}
+	}()
+	// The driver reads PTX up to its NUL (cuLinkAddData's contract).
+	if err := link.AddData(cu.JITInputPTX, image+"\x00", "kernels.ptx"); err != nil {
+		return "", err
+	}
+	return link.Complete()
+}
 
 // Track and Untrack tell the emulator's bounds checks which extents of
 // device memory are live allocations; with a real driver they do nothing.
