@@ -25,7 +25,8 @@
 //   - Fine-tuning records in JSON Lines or parquet (OpenRecords, OpenSFT):
 //     text, prompt/completion, chat messages rendered by the model's
 //     chat template (ChatTemplate), or Alpaca; tokenized once into a
-//     cache file, with IgnoreIndex labels where nothing is trained, as
+//     cache file (once a day where the template renders the date with
+//     strftime_now), with IgnoreIndex labels where nothing is trained, as
 //     Sequences of their own length, packed into windows or padded per
 //     batch.
 //   - An image folder (OpenImageFolder): one subfolder per class, PNG and

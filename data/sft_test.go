@@ -499,6 +499,41 @@ func TestSFTCacheIsReused(t *testing.T) {
 	}
 }
 
+// TestSFTCacheOfDatedTemplate: a template that renders today's date
+// (strftime_now) tokenizes the records again the next day, not the same
+// day; one without it reuses its cache whatever the date.
+func TestSFTCacheOfDatedTemplate(t *testing.T) {
+	day := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	defer func(c func() time.Time) { clock = c }(clock)
+	clock = func() time.Time { return day }
+	chat := `{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}`
+	for _, tc := range []struct {
+		name, src string
+		files     []int // cache files after the first day, later that day, the next day
+	}{
+		{"dated", `{{ strftime_now('%d') }}{% for m in messages %}{{ m.content }}{% endfor %}`, []int{1, 1, 2}},
+		{"undated", `{% for m in messages %}{{ m.content }}{% endfor %}`, []int{1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := writeFile(t, filepath.Join(dir, "c.jsonl"), []byte(chat+"\n"))
+			cache := filepath.Join(dir, "cache")
+			ct := mustTemplate(t, tc.src)
+			for i, at := range []time.Time{day, day.Add(10 * time.Hour), day.Add(24 * time.Hour)} {
+				day = at
+				d, err := OpenSFT(p, chatEnc, SFTOptions{Context: 8, Template: ct}, CacheDir(cache))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Close()
+				if files, _ := filepath.Glob(filepath.Join(cache, "sft-*.bin")); len(files) != tc.files[i] {
+					t.Errorf("at %v: %d cache files, want %d", at, len(files), tc.files[i])
+				}
+			}
+		})
+	}
+}
+
 func TestSFTErrorsNameTheRecord(t *testing.T) {
 	dir := t.TempDir()
 	ct := mustTemplate(t, `{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}{{ m.content }}{% endfor %}`)

@@ -164,6 +164,12 @@ func sftKey(recs *Records, enc Encoder, opt SFTOptions) (string, error) {
 		}
 		slices.Sort(keys)
 		fmt.Fprintf(h, "template %d %s\nbos %q eos %q\n", len(t.Source), t.Source, t.BOS, t.EOS)
+		if strings.Contains(t.Source, "strftime_now") {
+			// The template renders today's date into the records (Llama
+			// 3.1's "Today Date"): yesterday's tokens are not today's.
+			// Finer formats (hours) still reuse the day's cache.
+			fmt.Fprintf(h, "date %s\n", clock().Format("2006-01-02"))
+		}
 		for _, k := range keys {
 			fmt.Fprintf(h, "%s %q\n", k, t.Special[k])
 		}

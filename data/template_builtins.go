@@ -147,6 +147,10 @@ func tplRaise(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.Value, 
 	return jinja.Undefined(), &tplError{msg: msg}
 }
 
+// clock is the time strftime_now renders and the SFT cache's key dates
+// (sftKey); tests replace it.
+var clock = time.Now
+
 // tplStrftimeNow is transformers' strftime_now: the time now in a
 // strftime format.
 func tplStrftimeNow(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.Value, error) {
@@ -158,7 +162,7 @@ func tplStrftimeNow(r *tplRenderer, args []jinja.Value, kwargs []tplKV) (jinja.V
 		}
 		format = s
 	}
-	now := time.Now()
+	now := clock()
 	b := &tplBuf{r: r}
 	for i := 0; i < len(format); i++ {
 		c := format[i]
