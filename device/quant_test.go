@@ -8,9 +8,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/x448/float16"
+
+	"github.com/memfit/memfit/internal/plantrace"
+	"github.com/memfit/memfit/memory"
 )
 
 // quantFixture is device/testdata/quant.json, written by
@@ -284,5 +288,60 @@ func TestQuantizeInPartsIsSerial(t *testing.T) {
 		if err := f(); err == nil || err.(*NonFiniteError).Index != len(x)-5 {
 			t.Errorf("%v, want element %d", err, len(x)-5)
 		}
+	}
+}
+
+// tileCounter is a device that stores nothing (or, values set, claims
+// to) and counts the composed product's calls: its Alloc gives empty
+// buffers, its Gemm and Dequantize record the columns they cover.
+type tileCounter struct {
+	Device
+	values bool
+	cols   [][2]int // each Dequantize's columns of op(B) (rows of B under TransB)
+	gemms  int
+}
+
+func (d *tileCounter) Alloc(int64, memory.Category) (Buffer, error) { return Buffer{}, nil }
+func (d *tileCounter) Free(Buffer)                                  {}
+func (d *tileCounter) Gemm(Gemm)                                    { d.gemms++ }
+func (d *tileCounter) Dequantize(_, _ View, r0, r1, _, _ int) {
+	d.cols = append(d.cols, [2]int{r0, r1})
+}
+
+type storelessCounter struct{ *tileCounter }
+
+func (storelessCounter) Storeless() {}
+
+// TestComposedQuantGemmPlansTwoTiles: on a device that stores no values
+// (a plan) the composed product runs its first and last tiles, the last
+// as narrow as it is, and skips those between, which allocate nothing;
+// on one that stores values, or with plantrace.Every, it runs them all.
+func TestComposedQuantGemmPlansTwoTiles(t *testing.T) {
+	k, n := 1<<12, 5000 // tiles of QuantTileElems/k = 1024 columns: 4 whole and one of 904
+	g := Gemm{Batch: 1, M: 3, N: n, K: k, TransB: true, LDA: k, LDB: k, LDC: n, Alpha: 1,
+		A: View{DType: F32, Shape: []int{3, k}}, B: View{DType: NF4, Shape: []int{n, k}}, C: View{DType: F32, Shape: []int{3, n}}}
+	all := [][2]int{{0, 1024}, {1024, 2048}, {2048, 3072}, {3072, 4096}, {4096, 5000}}
+	for _, tc := range []struct {
+		name  string
+		plan  bool
+		every bool
+		want  [][2]int
+	}{
+		{"values", false, false, all},
+		{"plan", true, false, [][2]int{{0, 1024}, {4096, 5000}}},
+		{"plan tracing every tile", true, true, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer plantrace.SetEvery(tc.every)()
+			c := &tileCounter{}
+			var d Device = c
+			if tc.plan {
+				d = storelessCounter{c}
+			}
+			composedQuantGemm(d, g)
+			if !slices.Equal(c.cols, tc.want) || c.gemms != len(tc.want) {
+				t.Errorf("dequantized %v in %d products, want %v", c.cols, c.gemms, tc.want)
+			}
+		})
 	}
 }

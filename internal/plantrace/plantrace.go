@@ -1,6 +1,7 @@
 // Package plantrace says whether a plan traces every repetition of the
 // loops whose repetitions allocate alike (package tile's tiles, the
-// chunked LM head's chunks). A plan runs on a device that stores no
+// chunked LM head's chunks, the tiles of device's composed quantized
+// product, which allocate nothing). A plan runs on a device that stores no
 // values and normally traces only the repetitions that differ (the
 // first two and the last), which gives the same peaks in a time that
 // does not grow with the context; tests that prove it plan both ways.
