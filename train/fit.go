@@ -100,17 +100,24 @@ func Fit(cfg Config, budget int64) (Choice, error) {
 // FitContext is Fit, stopped (with an error wrapping ctx's) when ctx is
 // done.
 func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
+	c, _, err := fitSearched(ctx, cfg, budget)
+	return c, err
+}
+
+// fitSearched is FitContext with its search's counts (nil where it
+// failed before searching).
+func fitSearched(ctx context.Context, cfg Config, budget int64) (Choice, *fitSearch, error) {
 	cfg, _, err := cfg.ApplyInit()
 	if err != nil {
-		return Choice{}, err
+		return Choice{}, nil, err
 	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
-		return Choice{}, err
+		return Choice{}, nil, err
 	}
 	ds, err := openData(cfg)
 	if err != nil {
-		return Choice{}, err
+		return Choice{}, nil, err
 	}
 	var exact, approx []*fitAxis
 	for _, t := range techniques {
@@ -149,7 +156,7 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 		if ok {
 			found, fits, err := fitWith(ctx, c, cfg, exact, ds, s)
 			if err != nil || fits {
-				return found, err
+				return found, s, err
 			}
 		}
 		i := 0
@@ -163,6 +170,13 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 			break
 		}
 	}
+	if s.overHost == 0 {
+		// The message names the nearest miss (with some over the host's
+		// budget only, the least of those instead).
+		if err := s.settle(ctx, ds); err != nil {
+			return Choice{}, s, err
+		}
+	}
 	try := "a smaller model, -optim sgd or -freeze"
 	if shardable(cfg) {
 		// Every stage was tried: only more ranks shrink the shards.
@@ -173,18 +187,19 @@ func FitContext(ctx context.Context, cfg Config, budget int64) (Choice, error) {
 	if s.overHost > 0 {
 		// Some fitted the device: the host budget ruled them out.
 		o := s.hostBest
-		return Choice{}, fmt.Errorf("-fit %s: nothing fits %s of host memory (%s): %d configuration(s) fit the device but need more of the host; the least is %s (%s, device peak %s); try a larger -fit-host where the machine that trains has the memory, or a larger -fit or a shorter -context",
+		return Choice{}, s, fmt.Errorf("-fit %s: nothing fits %s of host memory (%s): %d configuration(s) fit the device but need more of the host; the least is %s (%s, device peak %s); try a larger -fit-host where the machine that trains has the memory, or a larger -fit or a shorter -context",
 			memory.FormatBytes(budget), memory.FormatBytes(s.host), hostBudgetSource(cfg), s.overHost,
 			memory.FormatBytes(o.Peak.HostTotal), o.Flags(cfg), memory.FormatBytes(need(o.Config, o.Peak)))
 	}
 	best := s.best
-	return Choice{}, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
+	return Choice{}, s, fmt.Errorf("-fit %s: nothing fits: the smallest predicted peak is %s (%s), of which parameters %s, optimizer state %s; try %s",
 		memory.FormatBytes(budget), memory.FormatBytes(need(best.Config, best.Peak)), best.Flags(cfg),
 		memory.FormatBytes(best.Peak.Parameter), memory.FormatBytes(best.Peak.OptimizerState), try)
 }
 
-// A fitSearch is what -fit's search keeps across the tiers: its budgets
-// and the nearest misses, for the message when nothing fits.
+// A fitSearch is what -fit's search keeps across the tiers: its budgets,
+// the nearest misses, for the message when nothing fits, and the floors
+// and deferred candidates of the optimizer's variants.
 type fitSearch struct {
 	budget int64 // the device's (on the CPU, device and host together: need)
 	host   int64 // the host's beside it (hostBudget; 0: none)
@@ -193,6 +208,106 @@ type fitSearch struct {
 	// fit budget but not host.
 	best, hostBest Choice
 	overHost       int
+	// seq numbers the candidates in the order of the search; bestSeq is
+	// best's (the first of the smallest need).
+	seq, bestSeq int
+	// floor holds, by optimKey, the largest lower bound (optimFloor) of
+	// the need of every candidate alike but for its optimizer, from the
+	// plans of those planned so far.
+	floor map[string]int64
+	// deferred are the candidates skipped, unplanned, for a floor over
+	// the budget: they cannot fit, but one could be the nearest miss,
+	// which settle finds among them when nothing fits.
+	deferred []deferredFit
+	// planned counts the plans made (settled those settle made), pruned
+	// the candidates deferred (for tests).
+	planned, settled, pruned int
+}
+
+// A deferredFit is a candidate fitWith skipped for its floor.
+type deferredFit struct {
+	c     Choice // unplanned
+	floor int64
+	seq   int
+}
+
+// fitPrune turns on deferring, unplanned, the candidates one of whose
+// optimizer's variants was planned with a floor (optimFloor) over the
+// budget; tests turn it off to compare.
+var fitPrune = true
+
+// optimKey is c with the settings the optimizer tier changes (its name,
+// and the learning rate it sets for Adafactor) cleared, as text:
+// candidates with equal keys differ only in the optimizer.
+func optimKey(c Config) string {
+	c.Optim.Name, c.Optim.LR = "", 0
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a Config is plain data
+	}
+	return string(b)
+}
+
+// optimFloor is a lower bound, from a plan p of c, of the need of every
+// configuration that differs from c only in the optimizer (optimKey).
+//
+// Why it is one. The optimizer's own code (package optim, whatever the
+// algorithm: its state, its update after backward or inside it,
+// clipping, stochastic rounding; the meta device's update kernels
+// allocate nothing) allocates only optimizer state and temporaries.
+// Elsewhere the algorithm changes only the layout ZeRO gives the shards
+// (8-bit Adam's blocks, Adafactor's whole tensors): gradients and
+// temporaries at stages 1 and 2, parameters too at stage 3. Nothing in a
+// plan is sized by the memory left (the meta device has no limit). So
+// the bytes in the other categories, R (activations, data, the KV cache,
+// other, and parameters below stage 3), are allocated and freed in the
+// same order whatever the optimizer, interleaved differently with the
+// optimizer's; each step's peaks are measured over the same stretch of
+// that order, so every variant reaches the same peak of R, and its device
+// peak (Total) at least that. A plan's categories are each their own
+// peak, not their shares at the moment of the total's, so Total less the
+// peaks of the categories left out of R is at most R at that moment,
+// wherever it falls (during the optimizer's step too); Activation, Data
+// and KVCache are each at most R's peak alone. On a device whose memory
+// is the host's, need adds the host's peak: it holds an offloaded
+// optimizer's state and temporaries, so only its activations (offloaded,
+// by the same argument on the host's allocator) carry over.
+func optimFloor(c Config, p PeakBytes) int64 {
+	rest := p.Total - p.Gradient - p.OptimizerState - p.Temporary
+	if c.Parallel.Zero >= 3 {
+		rest -= p.Parameter
+	}
+	f := max(rest, p.Activation, p.Data, p.KVCache)
+	if device.OnHost(c.Device.Name) {
+		f += p.HostActivation
+	}
+	return f
+}
+
+// settle plans, when nothing fitted, the deferred candidates that could
+// be the nearest miss, and takes one for it as the search without
+// fitPrune would have: the first in the search's order of the smallest
+// need. A deferred candidate's need is over the budget (at least its
+// floor), so none fits nor counts as over the host's budget only.
+func (s *fitSearch) settle(ctx context.Context, ds *dataset) error {
+	for _, d := range s.deferred {
+		bn := need(s.best.Config, s.best.Peak)
+		if d.floor > bn || d.floor == bn && d.seq > s.bestSeq {
+			continue // its need is not less, and it comes later
+		}
+		p, err := planWith(ctx, d.c.Config, ds)
+		if err != nil {
+			return err
+		}
+		s.planned++
+		s.settled++
+		d.c.Peak = p
+		if n := need(d.c.Config, p); n < bn || n == bn && d.seq < s.bestSeq {
+			s.best, s.bestSeq = d.c, d.seq
+		}
+	}
+	s.deferred = nil
+	return nil
 }
 
 // fits reports whether a candidate's plan p fits both budgets, noting
@@ -202,7 +317,7 @@ func (s *fitSearch) fits(c Choice) bool {
 	switch {
 	case n > s.budget:
 		if n < need(s.best.Config, s.best.Peak) {
-			s.best = c
+			s.best, s.bestSeq = c, s.seq
 		}
 		return false
 	case s.host > 0 && c.Peak.HostTotal > s.host:
@@ -245,16 +360,37 @@ func fitWith(ctx context.Context, cfg, orig Config, exact []*fitAxis, ds *datase
 	// by the configuration with the axes that keep them cleared: a lower
 	// bound of the peak of every candidate alike but for those axes.
 	held := map[string]int64{}
+	if s.floor == nil {
+		s.floor = map[string]int64{}
+	}
 	for _, c := range choices {
+		s.seq++
 		key := stateKey(c.Config, exact)
-		if h, ok := held[key]; ok && h > s.budget {
+		h, had := held[key]
+		if had && h > s.budget {
+			continue
+		}
+		// Deferred, unplanned, where a variant of it with another
+		// optimizer was planned with a floor over the budget: its need is
+		// over the budget too, so it neither fits nor counts as over the
+		// host's budget only, and settle plans it should nothing fit and
+		// it could be the nearest miss. Only where held has its key:
+		// planning it would tell held nothing new (it holds what the one
+		// planned before it holds), so the search goes on as it would
+		// have.
+		vkey := optimKey(c.Config)
+		if f, known := s.floor[vkey]; fitPrune && had && known && f > s.budget {
+			s.pruned++
+			s.deferred = append(s.deferred, deferredFit{c: c, floor: f, seq: s.seq})
 			continue
 		}
 		p, h, err := planState(ctx, c.Config, ds)
 		if err != nil {
 			return Choice{}, false, err
 		}
+		s.planned++
 		held[key] = h
+		s.floor[vkey] = max(s.floor[vkey], optimFloor(c.Config, p))
 		c.Peak = p
 		if s.fits(c) {
 			return c, true, nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		cfg = chosen
 	}
 	if cfg.Plan {
+		defer planGC()()
 		p, err := train.PlanContext(ctx, cfg)
 		if err != nil {
 			return fail(stderr, 2, err)
@@ -176,6 +178,20 @@ func joinGroup(cfg *train.Config, stdout, stderr io.Writer) (parallel.Comm, io.W
 	return c, stdout, stderr, nil
 }
 
+// planGC lets the heap grow to five times what survives a collection
+// (GOGC=400) while plans are traced, unless $GOGC says otherwise, and
+// returns the function that restores the setting. A plan makes millions
+// of small, short-lived objects (tensors, views, graph nodes) over a live
+// heap of tens of MiB, and at the default the collector took about a
+// third of -fit's time; -fit's heap stays under 60 MiB at 400.
+func planGC() (restore func()) {
+	if os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(400)
+	return func() { debug.SetGCPercent(old) }
+}
+
 // fit chooses techniques for -fit and prints the choice as flags, with
 // its plan under -plan.
 func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout, stderr io.Writer) (train.Config, error) {
@@ -187,7 +203,9 @@ func fit(ctx context.Context, cfg train.Config, comm parallel.Comm, stdout, stde
 	}
 	done := make(chan struct{})
 	go fitProgress(done, stderr, cfg.Fit, comm == nil || comm.Rank() == 0)
+	restore := planGC()
 	c, err := train.FitContext(ctx, fc, cfg.Fit)
+	restore()
 	close(done)
 	if err != nil {
 		return cfg, err
