@@ -18,8 +18,10 @@
 # random weights, bf16 autocast, every block checkpointed. memfit's base
 # is nf4 (-base nf4 -tile 2048 -offload activations: the run of
 # BENCHMARKS.md); PyTorch's is bf16, unquantized, with SDPA attention.
-# In order, each under a time limit (about 5 minutes in all on an H100;
-# at most 13 with every limit reached: give the call 590 s):
+# In order, each under a time limit, all of them cut so that the record
+# is written within MEMFIT_8B_TOTAL_S (560) seconds (about 7 minutes on
+# an H100; give the device tool's call 590 s): a part with too little
+# time left is skipped and its fields stay null.
 #
 #   1. plan: `train -plan -summary` (the table, in the logs, and the same
 #      plan to the byte): plan_device_bytes, the predicted peak.
@@ -46,12 +48,17 @@
 #      grouped (dequantization, LoRA's and the base's products, attention,
 #      copies, the GPU waiting for the host) with the host's waits and how
 #      the kernels were loaded, in profile.txt (issue #45, item 1).
+#   6. base streamed: the cold run's flags with -offload activations,base
+#      (issue #44's GPU step), planned, then run for N steps under
+#      -mem-limit of the plan's reserve plus 1%: "offload_base" in the
+#      record, its tokens per second beside the resident base's (part 2),
+#      its allocator peak beside the plan's.
 #
 # The record has the issue's fields: device (nvidia-smi's name), shape
 # {layers, width, context, lora_rank, base}, memfit_tokens_per_s,
 # torch_bf16_lora_tokens_per_s, first_contact_s (warm),
-# peak_device_bytes and plan_device_bytes, and first_contact_cold_s
-# beside them; a part that failed leaves its fields null and the
+# peak_device_bytes and plan_device_bytes, and first_contact_cold_s and
+# offload_base (part 6) beside them; a part that failed leaves its fields null and the
 # script exits 1. $OUT, when set, receives the record and every log
 # (gpu-8b.log: commit, date, versions and the raw lines; profile.txt).
 #
@@ -67,7 +74,8 @@
 # of python3, /usr/bin/python3 and python that has it, with CUDA on the
 # GPU), and the time limits in seconds MEMFIT_8B_PLAN_S (30, each of two),
 # MEMFIT_8B_MEMFIT_S (300), MEMFIT_8B_TORCH_S (100), MEMFIT_8B_WARM_S (120),
-# MEMFIT_8B_PROFILE_S (150).
+# MEMFIT_8B_PROFILE_S (150), MEMFIT_8B_BASE_S (200) and MEMFIT_8B_TOTAL_S
+# (560).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MEMFIT_GPU_BIN:-bin/gpu}
@@ -165,6 +173,21 @@ if git status --porcelain 2>/dev/null | grep -q .; then dirty=" (with uncommitte
 cat "$logs/gpu-8b.log"
 : >"$logs/status"
 
+# within LIMIT prints LIMIT, or less, so that every part ends, and the
+# record is written, by MEMFIT_8B_TOTAL_S (560) seconds from the start
+# (a device call's limit would otherwise kill the script before its
+# record); 0 when too little is left to start a part.
+within() {
+  local left=$((${MEMFIT_8B_TOTAL_S:-560} - SECONDS - 20))
+  if [ "$left" -lt 10 ]; then
+    echo 0
+  elif [ "$1" -lt "$left" ]; then
+    echo "$1"
+  else
+    echo "$left"
+  fi
+}
+
 # part NAME RC SECONDS records one part's outcome.
 part() {
   echo "$1 $2 $3" >>"$logs/status"
@@ -174,7 +197,7 @@ part() {
 # ---------------------------------------------------------------- 1. plan
 
 t=$SECONDS rc=0
-echo "== plan (at most ${MEMFIT_8B_PLAN_S:-30}s each)"
+echo "== plan (at most ${MEMFIT_8B_PLAN_S:-30}s)"
 # The table, for the logs; -summary, the same plan to the byte, for the record.
 timeout --kill-after=10 "${MEMFIT_8B_PLAN_S:-30}" "${memfit[@]}" "${flags[@]}" -plan -summary "$logs/plan.json" >"$logs/plan.txt" 2>&1 || rc=$?
 cat "$logs/plan.txt"
@@ -183,18 +206,19 @@ part plan "$rc" $((SECONDS - t))
 
 # ---------------------------------------------------------------- 2. memfit
 
-# timed_run NAME LIMIT STEPS runs memfit's step for STEPS steps under the
-# kernel caches in $work/ptx and $work/nvcache, logging to NAME.log and
-# NAME.csv, and sets first_contact to the seconds from its launch to the
-# first step's line in the metrics file (written as that step ends;
-# polled every 0.1 s).
+# timed_run NAME LIMIT STEPS [FLAG...] runs memfit's step (with the flags
+# after STEPS last) for STEPS steps under the kernel caches in $work/ptx
+# and $work/nvcache, logging to NAME.log and NAME.csv, and sets
+# first_contact to the seconds from its launch to the first step's line
+# in the metrics file (written as that step ends; polled every 0.1 s).
 timed_run() {
   local name=$1 limit=$2 n=$3 pid first t0 t1
+  shift 3
   local metrics=$logs/$name.csv
   first_contact= rc=0 first=
   t0=$(date +%s.%N)
   MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
-    timeout --kill-after=10 "$limit" "${memfit[@]}" "${flags[@]}" -steps "$n" \
+    timeout --kill-after=10 "$limit" "${memfit[@]}" "${flags[@]}" -steps "$n" "$@" \
     -summary "$logs/$name.json" -metrics "$metrics" >"$logs/$name.log" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
@@ -214,23 +238,27 @@ timed_run() {
 }
 
 # Cold: empty kernel caches, as on a machine memfit never ran on.
-echo "== memfit, cold (at most ${MEMFIT_8B_MEMFIT_S:-300}s): ${memfit[*]} ${flags[*]} -steps $steps"
+lim=$(within "${MEMFIT_8B_MEMFIT_S:-300}")
+echo "== memfit, cold (at most ${lim}s): ${memfit[*]} ${flags[*]} -steps $steps"
 mkdir -p "$work/ptx" "$work/nvcache"
-t=$SECONDS
-timed_run memfit "${MEMFIT_8B_MEMFIT_S:-300}" "$steps"
+t=$SECONDS rc=124 first_contact=
+[ "$lim" = 0 ] || timed_run memfit "$lim" "$steps"
 first_contact_cold=$first_contact
 part memfit "$rc" $((SECONDS - t))
 
 # ---------------------------------------------------------------- 3. torch
 
-t=$SECONDS rc=0
-if [ -n "$tpy" ]; then
-  echo "== torch (at most ${MEMFIT_8B_TORCH_S:-100}s): $tpy scripts/torch_lora_ref.py"
-  timeout --kill-after=10 "${MEMFIT_8B_TORCH_S:-100}" "$tpy" scripts/torch_lora_ref.py --device "$device" \
+t=$SECONDS rc=0 lim=$(within "${MEMFIT_8B_TORCH_S:-100}")
+if [ -n "$tpy" ] && [ "$lim" != 0 ]; then
+  echo "== torch (at most ${lim}s): $tpy scripts/torch_lora_ref.py"
+  timeout --kill-after=10 "$lim" "$tpy" scripts/torch_lora_ref.py --device "$device" \
     --layers "$layers" --width "$width" --heads "$heads" --kv-heads "$kv" --hidden "$hidden" --vocab "$vocab" \
     --context "$context" --batch 1 --rank "$rank" --steps "$steps" --warmup "$warmup" --checkpoint every \
     >"$logs/torch.log" 2>&1 || rc=$?
   tail -n 3 "$logs/torch.log"
+elif [ "$lim" = 0 ]; then
+  rc=124
+  echo "no time left for torch: its column stays null" | tee "$logs/torch.log"
 else
   rc=127
   echo "no python with PyTorch$([ "$device" = cuda ] && echo ' and CUDA'): its column stays null" | tee "$logs/torch.log"
@@ -243,9 +271,10 @@ part torch "$rc" $((SECONDS - t))
 # (memfit's own cubin cache; the driver's too), one step: the issue's
 # first contact, "a fresh process reaches its first step with a warm
 # cache".
-echo "== memfit, warm (at most ${MEMFIT_8B_WARM_S:-120}s): -steps 1"
-t=$SECONDS
-timed_run warm "${MEMFIT_8B_WARM_S:-120}" 1
+lim=$(within "${MEMFIT_8B_WARM_S:-120}")
+echo "== memfit, warm (at most ${lim}s): -steps 1"
+t=$SECONDS rc=124 first_contact=
+[ "$lim" = 0 ] || timed_run warm "$lim" 1
 first_contact_warm=$first_contact
 part warm "$rc" $((SECONDS - t))
 
@@ -254,13 +283,39 @@ part warm "$rc" $((SECONDS - t))
 # The GPU's time per kernel, product and copy of one step (stepbench
 # -kernels: timing events around each; on the CPU, each kernel's wall
 # time), grouped as issue #45 asks, into profile.txt.
-t=$SECONDS rc=0
-echo "== profile (at most ${MEMFIT_8B_PROFILE_S:-150}s): stepbench -kernels, one step after one"
-MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
-  timeout --kill-after=10 "${MEMFIT_8B_PROFILE_S:-150}" "${stepbench[@]}" -device "$device" -kernels -configs gpt_bf16 \
+t=$SECONDS rc=124 lim=$(within "${MEMFIT_8B_PROFILE_S:-150}")
+echo "== profile (at most ${lim}s): stepbench -kernels, one step after one"
+[ "$lim" = 0 ] || rc=0
+[ "$lim" = 0 ] || MEMFIT_CUDA_CACHE=$work/ptx CUDA_CACHE_PATH=$work/nvcache \
+  timeout --kill-after=10 "$lim" "${stepbench[@]}" -device "$device" -kernels -configs gpt_bf16 \
   -steps 1 -warmup 1 -with "${flags[*]}" >"$logs/profile.json" 2>"$logs/profile.txt" || rc=$?
-head -n 40 "$logs/profile.txt"
+head -n 40 "$logs/profile.txt" 2>/dev/null || true
 part profile "$rc" $((SECONDS - t))
+
+# ---------------------------------------------------------------- 6. base streamed
+
+# Issue #44's GPU step: the same run with the frozen base streamed from
+# host memory (-offload activations,base), its plan first, then the run
+# under -mem-limit of the caching allocator's reserve that plan predicts
+# (plus 1%: the step must fit the memory the plan says, not the whole
+# card; on the CPU the host's side too), against the cold run's
+# tokens per second (the base resident). Recorded under "offload_base".
+t=$SECONDS rc=124 lim=$(within "${MEMFIT_8B_PLAN_S:-30}")
+echo "== base streamed (at most ${lim}s, then $(within "${MEMFIT_8B_BASE_S:-200}")s): -offload activations,base"
+[ "$lim" = 0 ] || rc=0
+[ "$lim" = 0 ] || timeout --kill-after=10 "$lim" "${memfit[@]}" "${flags[@]}" -offload activations,base \
+  -plan -summary "$logs/plan-base.json" >"$logs/plan-base.txt" 2>&1 || rc=$?
+limit=
+lim=$(within "${MEMFIT_8B_BASE_S:-200}")
+if [ "$rc" = 0 ] && [ "$lim" = 0 ]; then
+  rc=124
+elif [ "$rc" = 0 ]; then
+  # On the CPU the host's side comes out of the same memory (-mem-limit
+  # counts both there).
+  limit=$("$py" -c 'import json, sys; p = json.load(open(sys.argv[1]))["peak_bytes"]; print(int((p["reserved"] + (p.get("host_total", 0) if sys.argv[2] == "cpu" else 0)) * 1.01) + 1)' "$logs/plan-base.json" "$device")
+  timed_run base "$lim" "$steps" -offload activations,base -mem-limit "$limit"
+fi
+part base "$rc" $((SECONDS - t))
 
 # ---------------------------------------------------------------- the record
 
@@ -270,9 +325,9 @@ else
   gpu="cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 || true)"
 fi
 mkdir -p "$(dirname "$record")"
-"$py" - "$logs" "$record" "$gpu" "$first_contact_warm" "$first_contact_cold" "$layers" "$width" "$context" "$rank" <<'PY'
+"$py" - "$logs" "$record" "$gpu" "$first_contact_warm" "$first_contact_cold" "$layers" "$width" "$context" "$rank" "$limit" <<'PY'
 import csv, json, os, statistics, sys
-logs, record, gpu, first, first_cold, layers, width, context, rank = sys.argv[1:]
+logs, record, gpu, first, first_cold, layers, width, context, rank, limit = sys.argv[1:]
 status = {}
 for line in open(os.path.join(logs, "status")):
     name, rc, _ = line.split()
@@ -291,9 +346,12 @@ def last_json(f):
 
 # memfit: each step's trained tokens over its time (batch 1: samples_per_sec
 # is one over the step's seconds), the first step left out when there are more.
-rows = load("memfit.csv", lambda f: list(csv.DictReader(f))) or []
-rates = [float(r["trained_tokens"]) * float(r["samples_per_sec"]) for r in rows]
-memfit = statistics.median(rates[1:] or rates) if rates and status.get("memfit") == 0 else None
+def tokens_per_s(name):
+    rows = load(name + ".csv", lambda f: list(csv.DictReader(f))) or []
+    rates = [float(r["trained_tokens"]) * float(r["samples_per_sec"]) for r in rows]
+    return rows, rates, (statistics.median(rates[1:] or rates) if rates and status.get(name) == 0 else None)
+
+rows, rates, memfit = tokens_per_s("memfit")
 summary = load("memfit.json", json.load) if status.get("memfit") == 0 else None
 peak = summary["peak_bytes"]["total"] if summary else None
 plan = load("plan.json", json.load) if status.get("plan") == 0 else None
@@ -307,6 +365,19 @@ out = {
     "first_contact_cold_s": float(first_cold) if first_cold and status.get("memfit") == 0 else None,
     "peak_device_bytes": peak,
     "plan_device_bytes": plan["peak_bytes"]["total"] if plan else None,
+}
+# Issue #44: the same step with the base streamed from the host.
+_, _, base = tokens_per_s("base")
+base_summary = load("base.json", json.load) if status.get("base") == 0 else None
+base_plan = load("plan-base.json", json.load)
+out["offload_base"] = {
+    "tokens_per_s": round(base, 2) if base else None,
+    "resident_tokens_per_s": out["memfit_tokens_per_s"],
+    "peak_device_bytes": base_summary["peak_bytes"]["total"] if base_summary else None,
+    "plan_device_bytes": base_plan["peak_bytes"]["total"] if base_plan else None,
+    "plan_reserved_bytes": base_plan["peak_bytes"]["reserved"] if base_plan else None,
+    "plan_host_bytes": base_plan["peak_bytes"].get("host_total") if base_plan else None,
+    "mem_limit_bytes": int(limit) if limit else None,
 }
 with open(record, "w") as f:
     json.dump(out, f, indent=2)
