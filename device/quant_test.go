@@ -291,14 +291,14 @@ func TestQuantizeInPartsIsSerial(t *testing.T) {
 	}
 }
 
-// tileCounter is a device that stores nothing (or, values set, claims
-// to) and counts the composed product's calls: its Alloc gives empty
-// buffers, its Gemm and Dequantize record the columns they cover.
+// tileCounter is a device that counts the composed product's calls: its
+// Alloc gives empty buffers, its Gemm and Dequantize record the columns
+// they cover. It stores values as far as StoresValues can tell;
+// storelessCounter is it marked Storeless.
 type tileCounter struct {
 	Device
-	values bool
-	cols   [][2]int // each Dequantize's columns of op(B) (rows of B under TransB)
-	gemms  int
+	cols  [][2]int // each Dequantize's columns of op(B) (rows of B under TransB)
+	gemms int
 }
 
 func (d *tileCounter) Alloc(int64, memory.Category) (Buffer, error) { return Buffer{}, nil }
