@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -186,8 +187,8 @@ func (d *Device) Profile() (Profile, error) {
 	if err != nil {
 		return Profile{}, d.wrap("profile", err)
 	}
-	slices.SortFunc(out.Ops, func(a, b *OpTime) int { return int(b.Time - a.Time) })
-	slices.SortFunc(out.HostWaits, func(a, b HostWait) int { return int(b.Time - a.Time) })
+	slices.SortFunc(out.Ops, func(a, b *OpTime) int { return cmp.Compare(b.Time, a.Time) })
+	slices.SortFunc(out.HostWaits, func(a, b HostWait) int { return cmp.Compare(b.Time, a.Time) })
 	return out, nil
 }
 
@@ -196,15 +197,7 @@ func msDuration(ms float64) time.Duration { return time.Duration(ms * 1e6) }
 // union returns the end of the last interval and the length of the
 // intervals' union, both from time 0.
 func union(spans [][2]float64) (span, busy time.Duration) {
-	slices.SortFunc(spans, func(a, b [2]float64) int {
-		switch {
-		case a[0] < b[0]:
-			return -1
-		case a[0] > b[0]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(spans, func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) })
 	var total, end float64
 	curStart, curEnd := 0.0, -1.0
 	for _, s := range spans {
