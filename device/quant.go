@@ -502,6 +502,18 @@ func getValues(x []float32, dt DType, raw []byte) {
 	}
 }
 
+// ElementF32 reads element i of the contiguous float view src as F32,
+// converted as quantizing converts it: how a Quantizer that finds a
+// non-finite element on the device names its value.
+func ElementF32(d Device, src View, i int) float32 {
+	size := src.DType.Size()
+	raw := make([]byte, size)
+	d.Read(raw, src.Buf, int64(src.Offset+i)*int64(size))
+	var x [1]float32
+	getValues(x[:], src.DType, raw)
+	return x[0]
+}
+
 // unsafeBytes views a slice's elements as bytes (memfit runs on
 // little-endian hosts only; see tensor's writeElems).
 func unsafeBytes[T any](s []T) []byte {

@@ -121,16 +121,7 @@ if [ "$device" = cpu ]; then
   memfit=("$exe/train")
   stepbench=("$exe/stepbench")
 else
-  for b in train stepbench; do
-    if [ -f "$bin/$b.gz" ]; then
-      gunzip -c "$bin/$b.gz" >"$exe/$b"
-    elif [ -f "$bin/$b" ]; then
-      cp "$bin/$b" "$exe/$b"
-    else
-      die "no $bin/$b(.gz): run 'scripts/gpu-run.sh build' on a machine with Go and bring $bin along (the device tool: carry [\"$bin\"])"
-    fi
-    chmod +x "$exe/$b"
-  done
+  MEMFIT_GPU_BIN=$bin scripts/gpu-run.sh unpack "$exe" train stepbench
   built="$bin, built at $(head -c 12 "$bin/commit" 2>/dev/null || echo '?') $(sed -n 2p "$bin/commit" 2>/dev/null || true)"
   # The libraries the cuda build asks for, linked by gpu-run.sh.
   memfit=(scripts/gpu-run.sh exec "$exe/train")

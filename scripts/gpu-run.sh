@@ -9,6 +9,7 @@
 #                               # (also train, for scripts/gpu-8b.sh)
 #   scripts/gpu-run.sh          # on the GPU machine: everything, one table
 #   scripts/gpu-run.sh exec CMD [ARG...]   # one command with the libraries linked
+#   scripts/gpu-run.sh unpack DIR NAME...  # build's binaries NAME, unpacked into DIR
 #
 # The GPU machine needs no Go and no network. Where Go is missing (or
 # cannot build offline) it runs the binaries of `build`, made elsewhere
@@ -147,17 +148,26 @@ binaries_ready() {
     fi
     echo "building here failed; trying $bin" >&2
   fi
-  for b in $binaries; do
-    if [ -f "$bin/$b.gz" ]; then
-      gunzip -c "$bin/$b.gz" >"$exe/$b"
-    elif [ -f "$bin/$b" ]; then
-      cp "$bin/$b" "$exe/$b"
-    else
-      die "no $bin/$b(.gz), and Go cannot build here: run 'scripts/gpu-run.sh build' on a machine with Go and bring $bin along (the device tool: carry [\"$bin\"])"
-    fi
-    chmod +x "$exe/$b"
-  done
+  # shellcheck disable=SC2086 # $binaries is a list of names
+  unpack "$exe" $binaries
   built="$bin, built at $(head -c 12 "$bin/commit" 2>/dev/null || echo '?') $(sed -n 2p "$bin/commit" 2>/dev/null || true)"
+}
+
+# unpack DIR NAME... puts each binary NAME of build's $bin into DIR,
+# executable (gpu-8b.sh calls it too: `gpu-run.sh unpack`).
+unpack() {
+  local dir=$1 b
+  shift
+  for b in "$@"; do
+    if [ -f "$bin/$b.gz" ]; then
+      gunzip -c "$bin/$b.gz" >"$dir/$b"
+    elif [ -f "$bin/$b" ]; then
+      cp "$bin/$b" "$dir/$b"
+    else
+      die "no $bin/$b(.gz): run 'scripts/gpu-run.sh build' on a machine with Go and bring $bin along (the device tool: carry [\"$bin\"])"
+    fi
+    chmod +x "$dir/$b"
+  done
 }
 
 # ---------------------------------------------------------------- the run
@@ -283,6 +293,11 @@ PY
 case ${1:-run} in
 build) build ;;
 run) run_all ;;
+unpack)
+  shift
+  [ $# -gt 1 ] || die "usage: $0 unpack DIR NAME..."
+  unpack "$@"
+  ;;
 exec)
   shift
   [ $# -gt 0 ] || die "usage: $0 exec COMMAND [ARG...]"
@@ -291,7 +306,7 @@ exec)
   ;;
 *)
   # The old form, gpu-run.sh COMMAND [ARG...]: exec.
-  command -v "$1" >/dev/null || die "usage: $0 [build | run | exec COMMAND [ARG...]]"
+  command -v "$1" >/dev/null || die "usage: $0 [build | run | exec COMMAND [ARG...] | unpack DIR NAME...]"
   link_libs
   exec "$@"
   ;;

@@ -175,17 +175,7 @@ func TestPlanMatchesMeasuredPeakRecords(t *testing.T) {
 			cfg := recordsConfig(t, tok, path)
 			cfg.Model.Context, cfg.Optim.Batch, cfg.Optim.Steps = window, 4, planSteps
 			c.set(&cfg)
-			pred, err := Plan(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr := newTrainer(t, cfg)
-			if _, err := tr.Run(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := tr.Peaks(); pred != got {
-				t.Errorf("predicted %+v\nmeasured  %+v", pred, got)
-			}
+			runAsPlanned(t, cfg)
 		})
 	}
 }

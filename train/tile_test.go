@@ -152,17 +152,7 @@ func TestPlanMatchesMeasuredPeakTile(t *testing.T) {
 			c := tiled(tc.kind)
 			tc.set(&c)
 			c.Memory.Tile, c.Optim.Steps = 2048, planSteps
-			pred, err := Plan(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr := newTrainer(t, c)
-			if _, err := tr.Run(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := tr.Peaks(); pred != got {
-				t.Errorf("predicted %+v\nmeasured  %+v", pred, got)
-			}
+			runAsPlanned(t, c)
 		})
 	}
 }

@@ -29,18 +29,18 @@ var profileGroups = []struct {
 	{"nf4/int8 dequantization (k_dequant)", func(o *cuda.OpTime) bool { return strings.HasPrefix(o.Name, "k_dequant") }},
 	{"products with a side of at most 64 (LoRA's rank)", func(o *cuda.OpTime) bool { return isGemm(o) && minSide(o.Name) <= 64 }},
 	{"products, every side over 64 (the base's and the head's)", isGemm},
-	{"attention forward", func(o *cuda.OpTime) bool {
-		return (strings.HasPrefix(o.Name, "k_flash") || strings.HasPrefix(o.Name, "k_attention")) && !strings.Contains(o.Name, "bwd")
-	}},
-	{"attention backward", func(o *cuda.OpTime) bool {
-		return (strings.HasPrefix(o.Name, "k_flash") || strings.HasPrefix(o.Name, "k_attention")) && strings.Contains(o.Name, "bwd")
-	}},
+	{"attention forward", func(o *cuda.OpTime) bool { return isAttention(o) && !strings.Contains(o.Name, "bwd") }},
+	{"attention backward", isAttention},
 	{"copies on the copy stream (beside the compute stream)", func(o *cuda.OpTime) bool { return o.CopyStream }},
 	{"copies and fills on the compute stream", func(o *cuda.OpTime) bool { return !strings.HasPrefix(o.Name, "k_") }},
 	{"other kernels (norms, casts, pointwise, loss, optimizer)", func(*cuda.OpTime) bool { return true }},
 }
 
 func isGemm(o *cuda.OpTime) bool { return strings.HasPrefix(o.Name, "gemm ") }
+
+func isAttention(o *cuda.OpTime) bool {
+	return strings.HasPrefix(o.Name, "k_flash") || strings.HasPrefix(o.Name, "k_attention")
+}
 
 var gemmShape = regexp.MustCompile(` (\d+)×(\d+)×(\d+)`)
 

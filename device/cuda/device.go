@@ -152,6 +152,7 @@ func (d *Device) release() error {
 		errs = append(errs, hostFree(s.host), cu.DestroyEvent(&s.done))
 	}
 	d.stages = nil
+	errs = append(errs, d.prof.destroy())
 	if d.computed != (cu.Event{}) {
 		errs = append(errs, cu.DestroyEvent(&d.computed))
 	}

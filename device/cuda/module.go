@@ -139,15 +139,16 @@ func (d *Device) loadModule(img string) error {
 	return nil
 }
 
-// ModuleLoad says how the kernels were loaded: zero until the first
-// kernel runs (or LoadKernels).
+// ModuleLoad says how the kernels were loaded, loading them first if no
+// kernel has run yet.
 func (d *Device) ModuleLoad() ModuleLoad {
-	d.modOnce.Do(func() { d.modErr = d.loadKernels() })
+	_ = d.LoadKernels()
 	return d.modLoad
 }
 
 // LoadKernels compiles (or takes from the cache) and loads the kernels
-// now rather than at the first kernel's launch.
+// now rather than at the first kernel's launch; later calls return the
+// first's error.
 func (d *Device) LoadKernels() error {
 	d.modOnce.Do(func() { d.modErr = d.loadKernels() })
 	return d.modErr
@@ -155,9 +156,8 @@ func (d *Device) LoadKernels() error {
 
 // kernel returns an entry point, compiling the kernels on first use.
 func (d *Device) kernel(name string) cu.Function {
-	d.modOnce.Do(func() { d.modErr = d.loadKernels() })
-	if d.modErr != nil {
-		panic(d.wrap("compile kernels", d.modErr))
+	if err := d.LoadKernels(); err != nil {
+		panic(d.wrap("compile kernels", err))
 	}
 	f, ok := d.fns[name]
 	if !ok {

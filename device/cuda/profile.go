@@ -120,6 +120,21 @@ func (d *Device) StartProfile() error {
 	}))
 }
 
+// destroy destroys every event the profiler made (at Close).
+func (p *profiler) destroy() error {
+	p.recycle()
+	var errs []error
+	for i := range p.free {
+		errs = append(errs, cu.DestroyEvent(&p.free[i]))
+	}
+	p.free = nil
+	if p.base != (cu.Event{}) {
+		errs = append(errs, cu.DestroyEvent(&p.base))
+	}
+	p.on = false
+	return errors.Join(errs...)
+}
+
 // recycle returns the marks' events to the pool.
 func (p *profiler) recycle() {
 	for _, m := range p.marks {

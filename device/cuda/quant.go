@@ -3,11 +3,8 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"math"
 	"unsafe"
-
-	"github.com/x448/float16"
 
 	"github.com/memfit/memfit/device"
 	"github.com/memfit/memfit/device/cuda/internal/cu"
@@ -115,21 +112,7 @@ func (d *Device) nonFinite(src device.View, bad cu.DevicePtr) error {
 	if at == math.MaxUint64 {
 		return nil
 	}
-	size := src.DType.Size()
-	raw := make([]byte, 8)
-	d.Read(raw[:size], src.Buf, int64(src.Offset+int(at))*int64(size))
-	var v float32
-	switch src.DType {
-	case device.F32:
-		v = math.Float32frombits(binary.LittleEndian.Uint32(raw))
-	case device.F64:
-		v = float32(math.Float64frombits(binary.LittleEndian.Uint64(raw)))
-	case device.BF16:
-		v = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw)) << 16)
-	case device.F16:
-		v = float16.Frombits(binary.LittleEndian.Uint16(raw)).Float32()
-	}
-	return &device.NonFiniteError{Index: int(at), Value: v}
+	return &device.NonFiniteError{Index: int(at), Value: device.ElementF32(d, src, int(at))}
 }
 
 var _ device.Quantizer = (*Device)(nil)

@@ -203,8 +203,8 @@ var quantCases = []qcase{
 			for i, d := range []device.Device{e.ref, e.dev} {
 				err := device.Quantize(d, q[i], s[i])
 				nf, ok := err.(*device.NonFiniteError)
-				if e.values && (!ok || nf.Index != want) {
-					e.t.Errorf("%s: quantizing NaNs at %v: %v, want element %d", d.Name(), c.bad, err, want)
+				if e.values && (!ok || nf.Index != want || !math.IsNaN(float64(nf.Value))) {
+					e.t.Errorf("%s: quantizing NaNs at %v: %v, want element %d, NaN", d.Name(), c.bad, err, want)
 				}
 			}
 		}
